@@ -1,0 +1,92 @@
+// Command localcloud provisions the local cloud from the synthesized template
+// and describes what it holds.
+//
+//	localcloud up [--template cdk.out/Oncepay.template.json]
+//	localcloud describe
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/awsclient"
+	"github.com/oncepay/oncepay/internal/localcloud"
+	"github.com/oncepay/oncepay/internal/localenv"
+)
+
+func main() {
+	if err := run(context.Background(), os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string) error {
+	if len(args) == 0 {
+		return fmt.Errorf("usage: localcloud up|describe [flags]")
+	}
+	root, err := localenv.Root()
+	if err != nil {
+		return err
+	}
+	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
+	c := localcloud.Config{StateDir: filepath.Join(root, ".local"), Log: os.Stdout}
+	fs.StringVar(&c.Template, "template", filepath.Join(root, "cdk.out", "Oncepay.template.json"), "synthesized template")
+	fs.StringVar(&c.StackName, "stack", "Oncepay", "stack name (the outputs file's key)")
+	fs.StringVar(&c.Region, "region", "us-east-1", "region the emulators use")
+	fs.StringVar(&c.DynamoURL, "dynamodb", envOr("ONCEPAY_DDB_URL", "http://127.0.0.1:8000"), "DynamoDB Local endpoint")
+	fs.StringVar(&c.AWSURL, "aws", envOr("ONCEPAY_AWS_URL", "http://127.0.0.1:4566"), "moto / LocalStack endpoint")
+	fs.StringVar(&c.PGHost, "pg-host", "127.0.0.1", "PostgreSQL host")
+	fs.IntVar(&c.PGPort, "pg-port", 54329, "PostgreSQL port")
+	fs.StringVar(&c.Database, "db", "oncepay", "ledger database")
+	fs.StringVar(&c.PSPURL, "psp", envOr("ONCEPAY_PSP_URL", "http://127.0.0.1:8090"), "PSP simulator URL")
+	fs.StringVar(&c.FrontDoor, "frontdoor", envOr("ONCEPAY_FRONTDOOR_URL", "http://127.0.0.1:8080"), "local front door URL")
+	fs.DurationVar(&c.Timeout, "timeout", 60*time.Second, "readiness wait per service")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	switch args[0] {
+	case "up":
+		if _, err := localcloud.Up(ctx, c); err != nil {
+			return err
+		}
+		fmt.Println("localcloud: provisioned; environment in .local/env, outputs in .local/outputs.json")
+		return nil
+	case "describe":
+		env, err := localenv.Load()
+		if err != nil {
+			return err
+		}
+		if err := env.Export(); err != nil {
+			return err
+		}
+		phys, err := localcloud.ReadResources(c.StateDir)
+		if err != nil {
+			return err
+		}
+		cfg, err := awsclient.Config(ctx)
+		if err != nil {
+			return err
+		}
+		p := &localcloud.Provisioner{DynamoDB: awsclient.DynamoDB(cfg), SQS: awsclient.SQS(cfg), SNS: awsclient.SNS(cfg)}
+		out, err := p.Describe(ctx, phys)
+		if err != nil {
+			return err
+		}
+		fmt.Print(out)
+		fmt.Printf("postgres ledger %s\n", env.Get(localenv.LedgerDSN))
+		return nil
+	}
+	return fmt.Errorf("localcloud: unknown command %q", args[0])
+}
+
+func envOr(k, def string) string {
+	if v := os.Getenv(k); v != "" {
+		return v
+	}
+	return def
+}

@@ -1,0 +1,163 @@
+// Package localenv reads the environment the local cloud's provisioner writes
+// (.local/env: KEY=VALUE lines) so tests and local tools see the same names,
+// URLs and endpoints the handlers get. Variables already set in the process
+// win, so a deployed stack's values (or LocalStack's endpoint) can be supplied
+// from outside.
+package localenv
+
+import (
+	"bufio"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+)
+
+// The variables the provisioner writes and the handlers read. The stack's
+// outputs map onto them one to one (see OutputVars).
+const (
+	IdemTable       = "ONCEPAY_IDEM_TABLE"
+	OutboxTable     = "ONCEPAY_OUTBOX_TABLE"
+	OutboxStreamArn = "ONCEPAY_OUTBOX_STREAM_ARN"
+	EventsQueueURL  = "ONCEPAY_EVENTS_QUEUE_URL"
+	EventsQueueArn  = "ONCEPAY_EVENTS_QUEUE_ARN"
+	EventsDlqURL    = "ONCEPAY_EVENTS_DLQ_URL"
+	EventsDlqArn    = "ONCEPAY_EVENTS_DLQ_ARN"
+	PushTopicArn    = "ONCEPAY_PUSH_TOPIC_ARN"
+	LedgerSecretArn = "ONCEPAY_LEDGER_SECRET_ARN"
+	LedgerEndpoint  = "ONCEPAY_LEDGER_ENDPOINT"
+	LedgerDSN       = "ONCEPAY_LEDGER_DSN"
+	PSPURL          = "ONCEPAY_PSP_URL"
+	FrontDoorURL    = "ONCEPAY_FRONTDOOR_URL"
+)
+
+// OutputVars maps each stack output id to the variable that carries it.
+var OutputVars = map[string]string{
+	"IdemTableName":   IdemTable,
+	"OutboxTableName": OutboxTable,
+	"OutboxStreamArn": OutboxStreamArn,
+	"EventsQueueUrl":  EventsQueueURL,
+	"EventsQueueArn":  EventsQueueArn,
+	"EventsDlqUrl":    EventsDlqURL,
+	"EventsDlqArn":    EventsDlqArn,
+	"PushTopicArn":    PushTopicArn,
+	"LedgerSecretArn": LedgerSecretArn,
+	"LedgerEndpoint":  LedgerEndpoint,
+}
+
+// ErrNotProvisioned means .local/env does not exist: `make up` has not run.
+var ErrNotProvisioned = errors.New("localenv: .local/env not found (run `make up`)")
+
+// Env is the loaded environment: file values overlaid by the process's own.
+type Env map[string]string
+
+// Get returns the value of key, or "".
+func (e Env) Get(key string) string { return e[key] }
+
+// Root returns the repository root: the nearest directory upwards from the
+// working directory that holds go.mod.
+func Root() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", fmt.Errorf("localenv: getwd: %w", err)
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("localenv: no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// Path returns the env file's path: $ONCEPAY_ENV_FILE or <root>/.local/env.
+func Path() (string, error) {
+	if p := os.Getenv("ONCEPAY_ENV_FILE"); p != "" {
+		return p, nil
+	}
+	root, err := Root()
+	if err != nil {
+		return "", err
+	}
+	return filepath.Join(root, ".local", "env"), nil
+}
+
+// Load reads the env file and overlays the process environment's values for
+// the same keys. It returns ErrNotProvisioned if the file is absent.
+func Load() (Env, error) {
+	p, err := Path()
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(p)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, ErrNotProvisioned
+	}
+	if err != nil {
+		return nil, fmt.Errorf("localenv: open %s: %w", p, err)
+	}
+	defer f.Close()
+	env, err := Parse(f)
+	if err != nil {
+		return nil, fmt.Errorf("localenv: %s: %w", p, err)
+	}
+	for k := range env {
+		if v, ok := os.LookupEnv(k); ok {
+			env[k] = v
+		}
+	}
+	return env, nil
+}
+
+// Parse reads KEY=VALUE lines; blank lines and lines starting with # are skipped.
+func Parse(r interface{ Read([]byte) (int, error) }) (Env, error) {
+	env := Env{}
+	sc := bufio.NewScanner(r)
+	n := 0
+	for sc.Scan() {
+		n++
+		line := strings.TrimSpace(sc.Text())
+		if line == "" || strings.HasPrefix(line, "#") {
+			continue
+		}
+		k, v, ok := strings.Cut(line, "=")
+		if !ok || k == "" {
+			return nil, fmt.Errorf("line %d: want KEY=VALUE", n)
+		}
+		env[strings.TrimPrefix(k, "export ")] = v
+	}
+	return env, sc.Err()
+}
+
+// Export sets every variable of env in the process environment that is not
+// already set there, so SDK default config picks the endpoints up.
+func (e Env) Export() error {
+	for k, v := range e {
+		if _, ok := os.LookupEnv(k); ok {
+			continue
+		}
+		if err := os.Setenv(k, v); err != nil {
+			return fmt.Errorf("localenv: setenv %s: %w", k, err)
+		}
+	}
+	return nil
+}
+
+// Format renders env as sorted KEY=VALUE lines.
+func (e Env) Format() string {
+	keys := make([]string, 0, len(e))
+	for k := range e {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var b strings.Builder
+	for _, k := range keys {
+		fmt.Fprintf(&b, "%s=%s\n", k, e[k])
+	}
+	return b.String()
+}

@@ -1,0 +1,136 @@
+#!/usr/bin/env bash
+# The local cloud of DESIGN §6: DynamoDB Local (:8000), moto_server (:4566) and
+# a PostgreSQL cluster of the project's own (own data dir, own port). Every
+# port is on 127.0.0.1; logs and pids live under .local/ (git-ignored).
+#   localcloud.sh up     start what is not running, wait until ready (idempotent)
+#   localcloud.sh down   stop what runs (idempotent)
+#   localcloud.sh status print what runs
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+LOCAL=$ROOT/.local
+LOGS=$LOCAL/logs
+PIDS=$LOCAL/pids
+mkdir -p "$LOGS" "$PIDS"
+
+DDB_PORT=${ONCEPAY_DDB_PORT:-8000}
+MOTO_PORT=${ONCEPAY_MOTO_PORT:-4566}
+PG_PORT=${ONCEPAY_PG_PORT:-54329}
+READY_TIMEOUT=${ONCEPAY_READY_TIMEOUT:-60}
+
+PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
+
+die() { printf 'localcloud: %s\n' "$*" >&2; exit 1; }
+say() { printf 'localcloud: %s\n' "$*"; }
+
+port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+
+alive() { # name
+  local f=$PIDS/$1.pid
+  [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null
+}
+
+wait_for() { # name check-command...
+  local name=$1; shift
+  local deadline=$((SECONDS + READY_TIMEOUT))
+  until "$@" >/dev/null 2>&1; do
+    if [ $SECONDS -ge $deadline ]; then
+      echo "localcloud: $name did not become ready within ${READY_TIMEOUT}s; last lines of its log:" >&2
+      tail -n 20 "$LOGS/$name.log" >&2 2>/dev/null || true
+      exit 1
+    fi
+    sleep 0.2
+  done
+  say "$name ready"
+}
+
+# The PostgreSQL data dir must be reachable by the postgres OS user (initdb and
+# the server refuse root). .local/ is used when that user can traverse to it;
+# otherwise a per-checkout dir under /var/tmp.
+pg_data_dir() {
+  if runuser -u postgres -- test -x "$LOCAL" 2>/dev/null && runuser -u postgres -- test -w "$LOCAL/pgroot" 2>/dev/null; then
+    echo "$LOCAL/pgroot/data"; return
+  fi
+  mkdir -p "$LOCAL/pgroot" && chown postgres "$LOCAL/pgroot" 2>/dev/null || true
+  if runuser -u postgres -- test -w "$LOCAL/pgroot" 2>/dev/null; then
+    echo "$LOCAL/pgroot/data"; return
+  fi
+  local alt=/var/tmp/oncepay-$(printf '%s' "$ROOT" | sha256sum | cut -c1-12)
+  mkdir -p "$alt" && chown postgres "$alt"
+  echo "$alt/data"
+}
+
+start_ddb() {
+  if port_open "$DDB_PORT"; then say "dynamodb-local already on :$DDB_PORT"; return; fi
+  local dir=$LOCAL/tools/dynamodb-local
+  [ -f "$dir/DynamoDBLocal.jar" ] || die "DynamoDB Local is not installed: run 'make setup'"
+  (cd "$dir" && setsid nohup java -Djava.library.path="$dir/DynamoDBLocal_lib" -jar "$dir/DynamoDBLocal.jar" \
+      -inMemory -port "$DDB_PORT" -disableTelemetry >"$LOGS/dynamodb-local.log" 2>&1 & echo $! >"$PIDS/dynamodb-local.pid")
+  wait_for dynamodb-local port_open "$DDB_PORT"
+}
+
+start_moto() {
+  if port_open "$MOTO_PORT"; then say "moto already on :$MOTO_PORT"; return; fi
+  command -v moto_server >/dev/null || die "moto_server is not installed: run 'make setup'"
+  setsid nohup moto_server -H 127.0.0.1 -p "$MOTO_PORT" >"$LOGS/moto.log" 2>&1 &
+  echo $! >"$PIDS/moto.pid"
+  wait_for moto curl -fsS "http://127.0.0.1:$MOTO_PORT/moto-api/"
+}
+
+start_pg() {
+  [ -n "$PGBIN" ] || die "PostgreSQL is not installed: run 'make setup'"
+  if port_open "$PG_PORT"; then say "postgres already on :$PG_PORT"; return; fi
+  local data; data=$(pg_data_dir)
+  echo "$data" >"$LOCAL/pgdata.path"
+  if [ ! -f "$data/PG_VERSION" ]; then
+    say "initdb $data"
+    runuser -u postgres -- "$PGBIN/initdb" -D "$data" -U postgres -A trust -E UTF8 --no-instructions >"$LOGS/postgres-initdb.log" 2>&1 \
+      || { tail -n 20 "$LOGS/postgres-initdb.log" >&2; die "initdb failed"; }
+  fi
+  touch "$LOGS/postgres.log" && chown postgres "$LOGS/postgres.log"
+  runuser -u postgres -- "$PGBIN/pg_ctl" -D "$data" -l "$LOGS/postgres.log" -w -t "$READY_TIMEOUT" \
+    -o "-p $PG_PORT -c listen_addresses=127.0.0.1 -k $data -c max_connections=300" start >/dev/null \
+    || { tail -n 20 "$LOGS/postgres.log" >&2; die "postgres did not start"; }
+  head -1 "$data/postmaster.pid" >"$PIDS/postgres.pid"
+  wait_for postgres "$PGBIN/pg_isready" -h 127.0.0.1 -p "$PG_PORT"
+}
+
+stop_pid() { # name
+  local f=$PIDS/$1.pid
+  if [ -f "$f" ]; then
+    local pid; pid=$(cat "$f")
+    if kill -0 "$pid" 2>/dev/null; then
+      kill "$pid" 2>/dev/null || true
+      for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      kill -9 "$pid" 2>/dev/null || true
+      say "stopped $1"
+    fi
+    rm -f "$f"
+  fi
+}
+
+case "${1:-}" in
+  up)
+    start_ddb
+    start_moto
+    start_pg
+    ;;
+  down)
+    for n in frontdoor pspsim; do stop_pid "$n"; done
+    stop_pid dynamodb-local
+    stop_pid moto
+    if [ -f "$LOCAL/pgdata.path" ] && [ -n "$PGBIN" ]; then
+      data=$(cat "$LOCAL/pgdata.path")
+      if [ -f "$data/postmaster.pid" ]; then
+        runuser -u postgres -- "$PGBIN/pg_ctl" -D "$data" -m fast -w stop >/dev/null 2>&1 && say "stopped postgres" || true
+      fi
+      rm -f "$PIDS/postgres.pid"
+    fi
+    ;;
+  status)
+    port_open "$DDB_PORT" && say "dynamodb-local :$DDB_PORT up" || say "dynamodb-local :$DDB_PORT down"
+    port_open "$MOTO_PORT" && say "moto :$MOTO_PORT up" || say "moto :$MOTO_PORT down"
+    port_open "$PG_PORT" && say "postgres :$PG_PORT up" || say "postgres :$PG_PORT down"
+    ;;
+  *) die "usage: $0 up|down|status" ;;
+esac
