@@ -1,0 +1,45 @@
+// Package event defines the payment event that travels from the ledger's
+// outbox intent through the DynamoDB outbox item, the relay and the FIFO
+// queue to the worker. Its id is derived (ids.EventID), never random, so every
+// re-send of it is recognisably the same event.
+package event
+
+import (
+	"encoding/json"
+	"fmt"
+	"time"
+)
+
+// Event is a payment reaching a published state.
+type Event struct {
+	EventID    string    `json:"event_id"`   // <payment_id>:<state>
+	PaymentID  string    `json:"payment_id"` //
+	State      string    `json:"state"`      // SUCCEEDED or FAILED
+	MerchantID string    `json:"merchant_id"`
+	CallerID   string    `json:"caller_id"` // whose devices are notified; an opaque subject, no personal data
+	Amount     int64     `json:"amount"`    // minor units
+	Currency   string    `json:"currency"`
+	PSPCharge  string    `json:"psp_charge,omitempty"`
+	OccurredAt time.Time `json:"occurred_at"`
+}
+
+// Marshal encodes e as the JSON payload stored and sent everywhere.
+func (e Event) Marshal() ([]byte, error) {
+	b, err := json.Marshal(e)
+	if err != nil {
+		return nil, fmt.Errorf("event: marshal %s: %w", e.EventID, err)
+	}
+	return b, nil
+}
+
+// Unmarshal decodes a payload and checks the fields every consumer relies on.
+func Unmarshal(b []byte) (Event, error) {
+	var e Event
+	if err := json.Unmarshal(b, &e); err != nil {
+		return Event{}, fmt.Errorf("event: decode: %w", err)
+	}
+	if e.EventID == "" || e.PaymentID == "" || e.MerchantID == "" || e.State == "" {
+		return Event{}, fmt.Errorf("event: payload lacks event_id, payment_id, merchant_id or state")
+	}
+	return e, nil
+}
