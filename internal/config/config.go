@@ -1,0 +1,88 @@
+// Package config holds the time rules of DESIGN §3 and reads them from the
+// environment. The defaults are the seed's: a 5 s server deadline counted
+// from the load balancer's arrival stamp, a 10 s client timeout, a 1 s clock
+// margin, and a key window of one hour.
+package config
+
+import (
+	"fmt"
+	"os"
+	"time"
+)
+
+// Timing is every duration the idempotency rules depend on.
+type Timing struct {
+	// Deadline: a request older than this on arrival is refused, and a
+	// running one starts no new side effect once it is reached.
+	Deadline time.Duration
+	// ClientTimeout is how long the client waits before it asks "did it
+	// go through?" (seed Formula 2's right-hand side).
+	ClientTimeout time.Duration
+	// PreStampWait bounds the wait before the arrival stamp is taken: with
+	// the stamp at the load balancer, only the network trip.
+	PreStampWait time.Duration
+	// Margin covers the worst offset between the stamping clock and ours,
+	// and between two servers' clocks for a takeover.
+	Margin time.Duration
+	// KeyWindow is how long a key record answers repeats (an accelerator;
+	// the ledger's unique key is the durable guard).
+	KeyWindow time.Duration
+}
+
+// Default returns the seed's values.
+func Default() Timing {
+	return Timing{
+		Deadline:      5 * time.Second,
+		ClientTimeout: 10 * time.Second,
+		PreStampWait:  500 * time.Millisecond,
+		Margin:        1 * time.Second,
+		KeyWindow:     time.Hour,
+	}
+}
+
+// FunctionTimeout is the Lambda timeout for a function bound by the deadline:
+// it cannot outlive the deadline by more than the margin.
+func (t Timing) FunctionTimeout() time.Duration { return t.Deadline + t.Margin }
+
+// Validate checks seed Formula 2 — server deadline + the wait before the
+// stamp < client timeout — with the clock margin added to the left side,
+// because the server reads the stamp on its own clock; and that the key
+// window outlasts an in-progress lease.
+func (t Timing) Validate() error {
+	if t.Deadline <= 0 || t.ClientTimeout <= 0 || t.Margin < 0 || t.PreStampWait < 0 || t.KeyWindow <= 0 {
+		return fmt.Errorf("config: every duration must be positive: %+v", t)
+	}
+	if lhs := t.Deadline + t.Margin + t.PreStampWait; lhs >= t.ClientTimeout {
+		return fmt.Errorf("config: deadline %s + margin %s + pre-stamp wait %s = %s must be < client timeout %s (seed Formula 2)",
+			t.Deadline, t.Margin, t.PreStampWait, lhs, t.ClientTimeout)
+	}
+	if t.KeyWindow <= t.FunctionTimeout() {
+		return fmt.Errorf("config: key window %s must outlast the function timeout %s", t.KeyWindow, t.FunctionTimeout())
+	}
+	return nil
+}
+
+// FromEnv overlays ONCEPAY_DEADLINE, ONCEPAY_CLIENT_TIMEOUT, ONCEPAY_PRESTAMP_WAIT,
+// ONCEPAY_CLOCK_MARGIN and ONCEPAY_KEY_WINDOW (Go durations) on the defaults
+// and validates the result.
+func FromEnv() (Timing, error) {
+	t := Default()
+	for name, d := range map[string]*time.Duration{
+		"ONCEPAY_DEADLINE":       &t.Deadline,
+		"ONCEPAY_CLIENT_TIMEOUT": &t.ClientTimeout,
+		"ONCEPAY_PRESTAMP_WAIT":  &t.PreStampWait,
+		"ONCEPAY_CLOCK_MARGIN":   &t.Margin,
+		"ONCEPAY_KEY_WINDOW":     &t.KeyWindow,
+	} {
+		v := os.Getenv(name)
+		if v == "" {
+			continue
+		}
+		parsed, err := time.ParseDuration(v)
+		if err != nil {
+			return Timing{}, fmt.Errorf("config: %s: %w", name, err)
+		}
+		*d = parsed
+	}
+	return t, t.Validate()
+}

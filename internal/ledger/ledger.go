@@ -1,0 +1,249 @@
+// Package ledger is the payment service's PostgreSQL ledger: the payments row
+// that is the durable guard (UNIQUE (caller_id, client_key), written before
+// any external call), the compare-and-set moves of its state along the
+// allowed edges, the double-entry journal and the outbox intent, all in the
+// transaction that makes a payment final.
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/event"
+	"github.com/oncepay/oncepay/internal/ids"
+)
+
+// State is a payment's state.
+type State string
+
+// The payment states (seed Part 3). VOID means the key was voided by a
+// resolve call before any request with it ran.
+const (
+	Pending   State = "PENDING"
+	Unknown   State = "UNKNOWN"
+	Succeeded State = "SUCCEEDED"
+	Failed    State = "FAILED"
+	Void      State = "VOID"
+)
+
+// Final reports whether no further move is allowed from s.
+func (s State) Final() bool { return s == Succeeded || s == Failed || s == Void }
+
+// Payment is one payments row.
+type Payment struct {
+	ID            string
+	CallerID      string
+	ClientKey     string
+	Fingerprint   string
+	Amount        int64
+	Currency      string
+	MerchantID    string
+	OrderID       string
+	PaymentMethod string
+	State         State
+	PSPCharge     string
+	DeclineCode   string
+	DeadlineAt    time.Time
+	CreatedAt     time.Time
+	UpdatedAt     time.Time
+}
+
+// ErrNotFound means no payments row matched.
+var ErrNotFound = errors.New("ledger: payment not found")
+
+// ErrUnavailable wraps every failure to reach the database.
+var ErrUnavailable = errors.New("ledger: unavailable")
+
+// Store is the ledger over a pgx pool.
+type Store struct {
+	pool *pgxpool.Pool
+}
+
+// New returns a Store over pool.
+func New(pool *pgxpool.Pool) *Store { return &Store{pool: pool} }
+
+const columns = `payment_id, caller_id, client_key, COALESCE(fingerprint, ''), COALESCE(amount, 0),
+	COALESCE(currency, ''), COALESCE(merchant_id, ''), COALESCE(order_id, ''), COALESCE(payment_method, ''),
+	state, COALESCE(psp_charge, ''), COALESCE(decline_code, ''), COALESCE(deadline_at, 'epoch'), created_at, updated_at`
+
+func scan(row pgx.Row) (Payment, error) {
+	var p Payment
+	var state string
+	err := row.Scan(&p.ID, &p.CallerID, &p.ClientKey, &p.Fingerprint, &p.Amount, &p.Currency, &p.MerchantID,
+		&p.OrderID, &p.PaymentMethod, &state, &p.PSPCharge, &p.DeclineCode, &p.DeadlineAt, &p.CreatedAt, &p.UpdatedAt)
+	p.State = State(state)
+	return p, err
+}
+
+// unavailable classifies err: a server-side SQL error is the caller's bug and
+// is returned as is; anything else (no connection, timeout) is ErrUnavailable.
+func unavailable(op string, err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return fmt.Errorf("ledger: %s: %w", op, err)
+	}
+	return fmt.Errorf("ledger: %s: %w: %w", op, ErrUnavailable, err)
+}
+
+// InsertPending writes the PENDING row before any external call. If a row for
+// the same (caller, key) exists, it writes nothing and returns that row with
+// inserted == false: the caller answers from it.
+func (s *Store) InsertPending(ctx context.Context, p Payment) (row Payment, inserted bool, err error) {
+	row, err = scan(s.pool.QueryRow(ctx, `
+		INSERT INTO payments (payment_id, caller_id, client_key, fingerprint, amount, currency, merchant_id,
+		                      order_id, payment_method, state, deadline_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'PENDING', $10)
+		ON CONFLICT DO NOTHING
+		RETURNING `+columns,
+		p.ID, p.CallerID, p.ClientKey, p.Fingerprint, p.Amount, p.Currency, p.MerchantID, p.OrderID, p.PaymentMethod, p.DeadlineAt))
+	if err == nil {
+		return row, true, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return Payment{}, false, unavailable("insert pending", err)
+	}
+	row, err = s.GetByKey(ctx, p.CallerID, p.ClientKey)
+	if errors.Is(err, ErrNotFound) {
+		// The conflict was on payment_id alone: the id is derived from the
+		// scope, so this is the same payment under an escaped caller spelling.
+		row, err = s.Get(ctx, p.ID)
+	}
+	return row, false, err
+}
+
+// InsertVoid records "not found, and it never will be" for (caller, key) if
+// no row exists: the resolve call's insert-if-absent, racing fairly with a
+// late original under the same unique key.
+func (s *Store) InsertVoid(ctx context.Context, paymentID, caller, key string) (row Payment, inserted bool, err error) {
+	row, err = scan(s.pool.QueryRow(ctx, `
+		INSERT INTO payments (payment_id, caller_id, client_key, state) VALUES ($1, $2, $3, 'VOID')
+		ON CONFLICT DO NOTHING RETURNING `+columns, paymentID, caller, key))
+	if err == nil {
+		return row, true, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return Payment{}, false, unavailable("insert void", err)
+	}
+	row, err = s.GetByKey(ctx, caller, key)
+	return row, false, err
+}
+
+// Get reads a payment by id.
+func (s *Store) Get(ctx context.Context, paymentID string) (Payment, error) {
+	p, err := scan(s.pool.QueryRow(ctx, `SELECT `+columns+` FROM payments WHERE payment_id = $1`, paymentID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Payment{}, ErrNotFound
+	}
+	if err != nil {
+		return Payment{}, unavailable("get", err)
+	}
+	return p, nil
+}
+
+// GetByKey reads a payment by its caller and client key.
+func (s *Store) GetByKey(ctx context.Context, caller, key string) (Payment, error) {
+	p, err := scan(s.pool.QueryRow(ctx, `SELECT `+columns+` FROM payments WHERE caller_id = $1 AND client_key = $2`, caller, key))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Payment{}, ErrNotFound
+	}
+	if err != nil {
+		return Payment{}, unavailable("get by key", err)
+	}
+	return p, nil
+}
+
+// MarkUnknown moves PENDING -> UNKNOWN (compare-and-set): the deadline came
+// before the PSP's reply, so a charge may or may not exist. It returns the
+// row as it stands afterwards and whether this call moved it.
+func (s *Store) MarkUnknown(ctx context.Context, paymentID string) (Payment, bool, error) {
+	p, err := scan(s.pool.QueryRow(ctx, `
+		UPDATE payments SET state = 'UNKNOWN' WHERE payment_id = $1 AND state = 'PENDING'
+		RETURNING `+columns, paymentID))
+	if err == nil {
+		return p, true, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return Payment{}, false, unavailable("mark unknown", err)
+	}
+	p, err = s.Get(ctx, paymentID)
+	return p, false, err
+}
+
+// Outcome is a definite answer from the PSP.
+type Outcome struct {
+	State       State // Succeeded or Failed
+	PSPCharge   string
+	DeclineCode string
+}
+
+// Hook runs inside a settle transaction after the compare-and-set succeeded:
+// the webhook handler writes its inbox row there, so the row and the move
+// commit together.
+type Hook func(ctx context.Context, tx pgx.Tx) error
+
+// Settle makes the payment final in ONE transaction: the compare-and-set
+// from PENDING or UNKNOWN, the journal entries of a charge, and the outbox
+// intent of its event. If the row had already left those states, nothing is
+// written and moved is false; the row as it stands is returned either way.
+// The event to publish after the commit is returned when moved.
+func (s *Store) Settle(ctx context.Context, paymentID string, o Outcome, now time.Time, hooks ...Hook) (p Payment, ev *event.Event, moved bool, err error) {
+	if o.State != Succeeded && o.State != Failed {
+		return Payment{}, nil, false, fmt.Errorf("ledger: settle %s to %s: not a final PSP outcome", paymentID, o.State)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return Payment{}, nil, false, unavailable("begin settle", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after commit
+	p, err = scan(tx.QueryRow(ctx, `
+		UPDATE payments SET state = $2, psp_charge = NULLIF($3, ''), decline_code = NULLIF($4, '')
+		WHERE payment_id = $1 AND state IN ('PENDING', 'UNKNOWN')
+		RETURNING `+columns, paymentID, string(o.State), o.PSPCharge, o.DeclineCode))
+	if errors.Is(err, pgx.ErrNoRows) {
+		_ = tx.Rollback(ctx)
+		p, err = s.Get(ctx, paymentID)
+		return p, nil, false, err
+	}
+	if err != nil {
+		return Payment{}, nil, false, unavailable("settle", err)
+	}
+	if o.State == Succeeded {
+		// Double entry: the PSP owes us the amount; we owe it to the merchant.
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO journal_entries (payment_id, posting, account, amount, currency) VALUES
+			  ($1, 'charge', 'psp_receivable', $2, $3),
+			  ($1, 'charge', 'merchant_payable:' || $4, -$2, $3)`,
+			p.ID, p.Amount, p.Currency, p.MerchantID); err != nil {
+			return Payment{}, nil, false, unavailable("journal", err)
+		}
+	}
+	e := event.Event{
+		EventID: ids.EventID(p.ID, string(p.State)), PaymentID: p.ID, State: string(p.State),
+		MerchantID: p.MerchantID, CallerID: p.CallerID, Amount: p.Amount, Currency: p.Currency,
+		PSPCharge: p.PSPCharge, OccurredAt: now.UTC(),
+	}
+	payload, err := e.Marshal()
+	if err != nil {
+		return Payment{}, nil, false, err
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO outbox_intents (event_id, payment_id, merchant_id, payload) VALUES ($1, $2, $3, $4)`,
+		e.EventID, e.PaymentID, e.MerchantID, payload); err != nil {
+		return Payment{}, nil, false, unavailable("outbox intent", err)
+	}
+	for _, h := range hooks {
+		if err := h(ctx, tx); err != nil {
+			return Payment{}, nil, false, fmt.Errorf("ledger: settle hook: %w", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return Payment{}, nil, false, unavailable("commit settle", err)
+	}
+	return p, &e, true, nil
+}
