@@ -77,8 +77,8 @@ func (p *Provisioner) Provision(ctx context.Context, t *Template) (map[string]Ph
 
 // tableSpec is the subset of AWS::DynamoDB::Table properties the local table mirrors.
 type tableSpec struct {
-	KeySchema            []ddbtypes.KeySchemaElement     `json:"KeySchema"`
-	AttributeDefinitions []ddbtypes.AttributeDefinition  `json:"AttributeDefinitions"`
+	KeySchema            []ddbtypes.KeySchemaElement      `json:"KeySchema"`
+	AttributeDefinitions []ddbtypes.AttributeDefinition   `json:"AttributeDefinitions"`
 	StreamSpecification  *struct{ StreamViewType string } `json:"StreamSpecification"`
 	TimeToLive           *struct {
 		AttributeName string
