@@ -1,0 +1,143 @@
+package api
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strings"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/oncepay/oncepay/internal/arrival"
+	"github.com/oncepay/oncepay/internal/payment"
+	"github.com/oncepay/oncepay/internal/problem"
+)
+
+// Serve routes one request.
+func (h *Handler) Serve(ctx context.Context, r Request) Response {
+	if r.Caller == "" {
+		return problemResponse(problem.Unauthorized())
+	}
+	switch {
+	case r.Path == "/payments":
+		if r.Method != http.MethodPost {
+			return problemResponse(problem.MethodNotAllowed())
+		}
+		return h.pay(ctx, r)
+	}
+	return problemResponse(problem.NotFound())
+}
+
+// callerOfClaims reads the JWT subject the gateway's authorizer verified.
+func callerOfClaims(claims map[string]string) string { return claims["sub"] }
+
+// HandleAPIGatewayV2 serves an HTTP API (payload format 2.0) event. The
+// caller is the JWT authorizer's verified sub; the arrival stamp is the
+// gateway's requestContext.timeEpoch.
+func (h *Handler) HandleAPIGatewayV2(ctx context.Context, e events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	body, err := eventBody(e.Body, e.IsBase64Encoded)
+	if err != nil {
+		return toV2(problemResponse(problem.BadRequest("body", "invalid base64 body"))), nil
+	}
+	at, err := arrival.FromAPIGatewayV2(e.RequestContext.TimeEpoch)
+	if err != nil {
+		return toV2(problemResponse(problem.BadRequest("", "missing arrival stamp"))), nil
+	}
+	var caller string
+	if a := e.RequestContext.Authorizer; a != nil && a.JWT != nil {
+		caller = callerOfClaims(a.JWT.Claims)
+	}
+	hdr := http.Header{}
+	for k, v := range e.Headers {
+		hdr.Set(k, v)
+	}
+	resp := h.Serve(ctx, Request{
+		Method: e.RequestContext.HTTP.Method, Path: e.RawPath, Headers: hdr, Body: body, Caller: caller, Arrival: at,
+	})
+	return toV2(resp), nil
+}
+
+// HandleALB serves an Application Load Balancer event. The arrival stamp is
+// the load balancer's own field of X-Amzn-Trace-Id; the caller is the
+// identity the load balancer's authenticate action verified
+// (x-amzn-oidc-identity), which it overwrites whatever a client sent. A
+// listener without an authenticate action must not route here.
+func (h *Handler) HandleALB(ctx context.Context, e events.ALBTargetGroupRequest) (events.ALBTargetGroupResponse, error) {
+	body, err := eventBody(e.Body, e.IsBase64Encoded)
+	if err != nil {
+		return toALB(problemResponse(problem.BadRequest("body", "invalid base64 body"))), nil
+	}
+	hdr := http.Header{}
+	for k, v := range e.Headers {
+		hdr.Set(k, v)
+	}
+	for k, vs := range e.MultiValueHeaders {
+		for _, v := range vs {
+			hdr.Add(k, v)
+		}
+	}
+	at, err := arrival.FromALBTraceHeader(strings.Join(hdr.Values("X-Amzn-Trace-Id"), ";"))
+	if err != nil {
+		return toALB(problemResponse(problem.BadRequest("X-Amzn-Trace-Id", "missing or malformed arrival stamp"))), nil
+	}
+	resp := h.Serve(ctx, Request{
+		Method: e.HTTPMethod, Path: e.Path, Headers: hdr, Body: body, Caller: hdr.Get("X-Amzn-Oidc-Identity"), Arrival: at,
+	})
+	return toALB(resp), nil
+}
+
+// Invoke is the Lambda entry point: it accepts either event shape.
+func (h *Handler) Invoke(ctx context.Context, raw json.RawMessage) (any, error) {
+	var probe struct {
+		RequestContext struct {
+			ELB *json.RawMessage `json:"elb"`
+		} `json:"requestContext"`
+	}
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		return nil, fmt.Errorf("api: decode event: %w", err)
+	}
+	if probe.RequestContext.ELB != nil {
+		var e events.ALBTargetGroupRequest
+		if err := json.Unmarshal(raw, &e); err != nil {
+			return nil, fmt.Errorf("api: decode ALB event: %w", err)
+		}
+		return h.HandleALB(ctx, e)
+	}
+	var e events.APIGatewayV2HTTPRequest
+	if err := json.Unmarshal(raw, &e); err != nil {
+		return nil, fmt.Errorf("api: decode HTTP API event: %w", err)
+	}
+	return h.HandleAPIGatewayV2(ctx, e)
+}
+
+func eventBody(body string, b64 bool) ([]byte, error) {
+	if len(body) > 2*payment.MaxBodyBytes {
+		// Parse enforces the exact limit; this only bounds the decoding work.
+		body = body[:2*payment.MaxBodyBytes]
+	}
+	if !b64 {
+		return []byte(body), nil
+	}
+	return base64.StdEncoding.DecodeString(body)
+}
+
+func flatHeaders(h http.Header) map[string]string {
+	out := make(map[string]string, len(h))
+	for k, v := range h {
+		out[k] = strings.Join(v, ", ")
+	}
+	return out
+}
+
+func toV2(r Response) events.APIGatewayV2HTTPResponse {
+	return events.APIGatewayV2HTTPResponse{StatusCode: r.Status, Headers: flatHeaders(r.Headers), Body: string(r.Body)}
+}
+
+func toALB(r Response) events.ALBTargetGroupResponse {
+	return events.ALBTargetGroupResponse{
+		StatusCode: r.Status, StatusDescription: fmt.Sprintf("%d %s", r.Status, http.StatusText(r.Status)),
+		Headers: flatHeaders(r.Headers), Body: string(r.Body),
+	}
+}

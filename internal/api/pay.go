@@ -1,0 +1,345 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/idem"
+	"github.com/oncepay/oncepay/internal/ids"
+	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/payment"
+	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/psp"
+)
+
+// attempt is one request's walk through HANDLE.
+type attempt struct {
+	h        *Handler
+	req      payment.Request
+	caller   string
+	key      string
+	fp       string
+	scope    string
+	pid      string
+	owner    string
+	deadline time.Time // arrival stamp + server deadline, on our clock
+	log      *slog.Logger
+	claimed  bool // this request holds the key record
+	degraded bool // the key store could not be reached
+}
+
+// pay is seed Part 3 HANDLE.
+func (h *Handler) pay(ctx context.Context, r Request) Response {
+	now := h.d.Clock.Now()
+	t := h.d.Timing
+	deadline := r.Arrival.Add(t.Deadline)
+	// 1. A request older than the deadline runs nothing: its client may
+	// already have given up and made a new key.
+	if now.After(deadline) {
+		h.d.Log.Info("refused: older than the deadline", "arrival", r.Arrival, "age_ms", now.Sub(r.Arrival).Milliseconds())
+		return problemResponse(problem.DeadlineExceeded())
+	}
+	key := r.Headers.Get("Idempotency-Key")
+	if err := payment.ValidateKey(key); err != nil {
+		return badRequest(err)
+	}
+	if len(r.Body) > payment.MaxBodyBytes {
+		return problemResponse(problem.TooLarge(payment.MaxBodyBytes))
+	}
+	req, err := payment.Parse(r.Body)
+	if err != nil {
+		return badRequest(err)
+	}
+	scope := ids.Scope(r.Caller, key)
+	a := &attempt{
+		h: h, req: req, caller: r.Caller, key: key, fp: req.Fingerprint(), scope: scope,
+		pid: ids.PaymentID(scope), owner: h.d.NewOwner(), deadline: deadline,
+	}
+	a.log = h.d.Log.With("scope", scope, "payment_id", a.pid, "owner", a.owner)
+	// Work before the PSP call stops at the deadline: the fake clock of the
+	// tests maps onto a real context deadline of the same remaining time.
+	ctx, cancel := context.WithTimeout(ctx, deadline.Sub(now))
+	defer cancel()
+	resp := a.run(ctx, now)
+	a.log.Info("answer", "status", resp.Status, "replayed", resp.Headers.Get(headerReplayed) == "true", "degraded", a.degraded)
+	return resp
+}
+
+func (a *attempt) run(ctx context.Context, now time.Time) Response {
+	h := a.h
+	// 2. Claim the scope; an unexpired holder answers the repeat.
+	err := h.d.Claims.Claim(ctx, idem.Claim{
+		Scope: a.scope, Fingerprint: a.fp, Owner: a.owner, PaymentID: a.pid,
+		Now: now, InProgressUntil: a.deadline, ExpiresAt: now.Add(h.d.Timing.KeyWindow),
+	})
+	var exists *idem.ExistsError
+	switch {
+	case err == nil:
+		a.claimed = true
+	case errors.As(err, &exists):
+		if resp, done := a.answerRecord(ctx, exists.Record, now, 2); done {
+			return resp
+		}
+	default:
+		a.degrade(err)
+	}
+	if resp, crashed := a.hook(ctx, h.d.Hooks.AfterClaim); crashed {
+		return resp
+	}
+	// 3. The durable guard, before any external call.
+	row, inserted, err := h.d.Ledger.InsertPending(ctx, ledger.Payment{
+		ID: a.pid, CallerID: a.caller, ClientKey: a.key, Fingerprint: a.fp,
+		Amount: a.req.Amount, Currency: a.req.Currency, MerchantID: a.req.MerchantID,
+		OrderID: a.req.OrderID, PaymentMethod: a.req.PaymentMethod, DeadlineAt: a.deadline,
+	})
+	if err != nil {
+		// No PSP call without a durable intent.
+		a.log.Error("ledger unavailable; nothing ran", "err", err)
+		h.d.Metrics.Count("LedgerUnavailable", 1)
+		a.release()
+		return problemResponse(problem.LedgerUnavailable())
+	}
+	if resp, crashed := a.hook(ctx, h.d.Hooks.AfterPendingInsert); crashed {
+		return resp
+	}
+	if !inserted {
+		return a.fromRow(ctx, row)
+	}
+	return a.charge(ctx, row)
+}
+
+// degrade carries on with the durable guard alone: correctness never rested
+// on the key store.
+func (a *attempt) degrade(err error) {
+	a.degraded = true
+	a.log.Warn("key store unavailable; carrying on with the durable guard alone", "err", err)
+	a.h.d.Metrics.Count("KeyStoreDegraded", 1)
+}
+
+// hook runs a test hook; a returned ErrCrash ends the request on the spot.
+func (a *attempt) hook(ctx context.Context, f func(context.Context) error) (Response, bool) {
+	if f == nil {
+		return Response{}, false
+	}
+	if err := f(ctx); errors.Is(err, ErrCrash) {
+		return problemResponse(problem.Internal()), true
+	}
+	return Response{}, false
+}
+
+// answerRecord answers a repeat from the record that holds the scope. done is
+// false only when this request took over an expired lease and must go on.
+func (a *attempt) answerRecord(ctx context.Context, rec idem.Record, now time.Time, depth int) (Response, bool) {
+	h := a.h
+	switch {
+	case rec.State == idem.Void:
+		return problemResponse(problem.KeyVoided()), true
+	case rec.Fingerprint != a.fp:
+		// Checked on the record the failed condition returned (ALL_OLD).
+		return problemResponse(problem.KeyReused()), true
+	case rec.State == idem.Completed && rec.Answer != nil:
+		return replay(rec.Answer), true
+	case rec.State == idem.Completed:
+		p, err := h.d.Ledger.Get(ctx, rec.PaymentID)
+		if err != nil {
+			a.log.Error("pointer: ledger read failed", "err", err)
+			return problemResponse(problem.LedgerUnavailable()), true
+		}
+		return replayed(render(p)), true
+	}
+	// IN_PROGRESS.
+	if !rec.LeaseExpired(now, h.d.Timing.Margin) {
+		return problemResponse(problem.InProgress(rec.InProgressUntil.Add(h.d.Timing.Margin).Sub(now))), true
+	}
+	err := h.d.Claims.Takeover(ctx, a.scope, rec.Owner, a.owner, a.deadline, now.Add(h.d.Timing.KeyWindow))
+	switch {
+	case err == nil:
+		a.claimed = true
+		a.log.Info("took over an expired lease", "previous_owner", rec.Owner)
+		return Response{}, false
+	case errors.Is(err, idem.ErrNotOwner) && depth > 0:
+		// Another repeat took over first: answer what the record holds now.
+		cur, found, gerr := h.d.Claims.Get(ctx, a.scope, now)
+		if gerr == nil && found {
+			return a.answerRecord(ctx, cur, now, depth-1)
+		}
+		if gerr != nil {
+			a.degrade(gerr)
+		}
+		return Response{}, false
+	case errors.Is(err, idem.ErrNotOwner):
+		return problemResponse(problem.InProgress(time.Second)), true
+	default:
+		a.degrade(err)
+		return Response{}, false
+	}
+}
+
+// fromRow answers from the payments row that already holds (caller, key):
+// the key record expired, was lost, or this request took over from an owner
+// that got further than the record says.
+func (a *attempt) fromRow(ctx context.Context, row ledger.Payment) Response {
+	h := a.h
+	now := h.d.Clock.Now()
+	switch {
+	case row.State == ledger.Void:
+		if a.claimed {
+			if err := h.d.Claims.MarkVoid(ctx, a.scope, a.owner, now.Add(h.d.Timing.KeyWindow)); err != nil {
+				a.log.Warn("could not mark the key record void", "err", err)
+			}
+		}
+		return problemResponse(problem.KeyVoided())
+	case row.Fingerprint != a.fp:
+		a.release()
+		return problemResponse(problem.KeyReused())
+	case row.State == ledger.Pending && !now.After(row.DeadlineAt.Add(h.d.Timing.Margin)):
+		// Its owner may still be running (we only got here without the key
+		// store's help): don't race it.
+		a.release()
+		return problemResponse(problem.InProgress(row.DeadlineAt.Add(h.d.Timing.Margin).Sub(now)))
+	case row.State == ledger.Pending:
+		// The owner died or froze after writing the intent: finish what it
+		// started. The derived key makes our PSP call a replay of its call.
+		a.log.Info("finishing a PENDING payment whose owner passed its deadline")
+		return a.charge(ctx, row)
+	}
+	return a.complete(ctx, row, replayed(render(row)))
+}
+
+// charge is steps 4 and 5: the PSP call with the derived key, then either one
+// settle transaction (the reply came in time) or UNKNOWN and a pointer.
+func (a *attempt) charge(ctx context.Context, row ledger.Payment) Response {
+	h := a.h
+	res, err := h.d.PSP.Charge(ctx, psp.ChargeRequest{
+		IdempotencyKey: ids.ChargeKey(row.ID), PaymentID: row.ID, MerchantID: row.MerchantID,
+		Amount: row.Amount, Currency: row.Currency, PaymentMethod: row.PaymentMethod,
+	})
+	if resp, crashed := a.hook(ctx, h.d.Hooks.AfterPSPReply); crashed {
+		return resp
+	}
+	now := h.d.Clock.Now()
+	// Past the deadline nothing new is committed; the writes that record the
+	// unknown get the margin the function timeout leaves for them.
+	late := now.After(a.deadline)
+	wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.d.Timing.Margin)
+	defer cancel()
+	var outcome ledger.Outcome
+	switch {
+	case late:
+		a.log.Warn("PSP reply after the deadline; recording UNKNOWN", "outcome", res.Outcome.String())
+		return a.unknown(wctx, row)
+	case errors.Is(err, psp.ErrInvalidRequest):
+		a.log.Error("PSP refused the request as invalid; nothing was charged", "err", err)
+		outcome = ledger.Outcome{State: ledger.Failed, DeclineCode: "psp_invalid_request"}
+	case err != nil:
+		// ErrKeyReuse cannot happen with derived keys and identical
+		// parameters; if it does, don't guess: leave it to the resolver.
+		a.log.Error("PSP call failed; outcome unknown", "err", err)
+		return a.unknown(wctx, row)
+	case res.Outcome == psp.Succeeded:
+		charge := res.ChargeID
+		if charge == "" {
+			charge = res.PaymentIntentID
+		}
+		outcome = ledger.Outcome{State: ledger.Succeeded, PSPCharge: charge}
+	case res.Outcome == psp.Declined:
+		outcome = ledger.Outcome{State: ledger.Failed, PSPCharge: res.PaymentIntentID, DeclineCode: res.DeclineCode}
+	default: // Unknown, Pending
+		h.d.Metrics.Count("PSPUnknown", 1)
+		a.log.Warn("PSP outcome unknown", "outcome", res.Outcome.String(), "cause", res.Cause)
+		return a.unknown(wctx, row)
+	}
+	p, ev, moved, err := h.d.Ledger.Settle(wctx, row.ID, outcome, now)
+	if err != nil {
+		// The PSP acted but the ledger can't say so yet: the row stays
+		// PENDING and the resolver settles it past its deadline.
+		a.log.Error("settle failed after the PSP answered", "err", err)
+		return a.completePointer(wctx, Response{Status: http.StatusAccepted, Headers: processingHeaders(a.key), Body: processingBody(row.ID)})
+	}
+	if moved && ev != nil && h.d.Publisher != nil {
+		if err := h.d.Publisher.Publish(wctx, *ev); err != nil {
+			a.log.Warn("outbox put failed; the sweep will re-put it", "event_id", ev.EventID, "err", err)
+		}
+	}
+	resp := render(p)
+	if !moved {
+		resp = replayed(resp)
+	}
+	if outcome.State == ledger.Failed && outcome.DeclineCode == "psp_invalid_request" && moved {
+		resp = problemResponse(problem.PSPRejected("the payment service refused the request"))
+	}
+	return a.complete(wctx, p, resp)
+}
+
+// unknown is the deadline path: PENDING -> UNKNOWN by compare-and-set, and a
+// pointer in the key record, so repeats render the payment's state as it is.
+func (a *attempt) unknown(ctx context.Context, row ledger.Payment) Response {
+	p, _, err := a.h.d.Ledger.MarkUnknown(ctx, row.ID)
+	if err != nil {
+		a.log.Error("could not record UNKNOWN; the resolver will find the PENDING row", "err", err)
+		p = row
+	}
+	return a.complete(ctx, p, render(p))
+}
+
+// complete stores the answer for p's state: a final answer when p is final,
+// a pointer while it can still change.
+func (a *attempt) complete(ctx context.Context, p ledger.Payment, resp Response) Response {
+	if !p.State.Final() {
+		return a.completePointer(ctx, resp)
+	}
+	return a.store(ctx, answerOf(resp), resp)
+}
+
+func (a *attempt) completePointer(ctx context.Context, resp Response) Response {
+	return a.store(ctx, nil, resp)
+}
+
+// store completes the key record, only if this request still owns it. A
+// request that lost ownership (a paused owner after a takeover) answers what
+// the record holds instead.
+func (a *attempt) store(ctx context.Context, ans *idem.Answer, resp Response) Response {
+	h := a.h
+	if resp2, crashed := a.hook(ctx, h.d.Hooks.BeforeComplete); crashed {
+		return resp2
+	}
+	if !a.claimed {
+		return resp
+	}
+	now := h.d.Clock.Now()
+	err := h.d.Claims.Complete(ctx, a.scope, a.owner, ans, now.Add(h.d.Timing.KeyWindow))
+	switch {
+	case err == nil:
+		return resp
+	case errors.Is(err, idem.ErrNotOwner):
+		a.log.Warn("completion refused: another request owns the record now; answering what it holds")
+		cur, found, gerr := h.d.Claims.Get(ctx, a.scope, now)
+		if gerr != nil || !found {
+			return resp
+		}
+		a.claimed = false
+		if out, done := a.answerRecord(ctx, cur, now, 0); done {
+			return out
+		}
+		return resp
+	default:
+		a.degrade(err)
+		return resp
+	}
+}
+
+// release forgets this request's claim: nothing ran, so nothing is remembered.
+func (a *attempt) release() {
+	if !a.claimed {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), a.h.d.Timing.Margin)
+	defer cancel()
+	if err := a.h.d.Claims.Release(ctx, a.scope, a.owner); err != nil {
+		a.log.Warn("could not release the claim; it expires with its lease", "err", err)
+	}
+	a.claimed = false
+}

@@ -1,0 +1,184 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/api"
+	"github.com/oncepay/oncepay/internal/clock"
+	"github.com/oncepay/oncepay/internal/config"
+	"github.com/oncepay/oncepay/internal/idem"
+	"github.com/oncepay/oncepay/internal/ids"
+	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/metrics"
+	"github.com/oncepay/oncepay/internal/psp"
+	"github.com/oncepay/oncepay/internal/pspsim"
+	"github.com/oncepay/oncepay/internal/testenv"
+)
+
+// world is one payment API over real parts: DynamoDB Local (a table of the
+// test's own), a fresh PostgreSQL database, the PSP simulator over HTTP with
+// the real Stripe client, and a fake clock.
+type world struct {
+	t      *testing.T
+	clock  *clock.Fake
+	sim    *pspsim.Sim
+	pspURL string
+	pool   *pgxpool.Pool
+	claims *idem.Store
+	ledger *ledger.Store
+	psp    *psp.Client
+	logs   *syncBuffer
+	timing config.Timing
+	hooks  api.Hooks
+	h      *api.Handler
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) Bytes() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]byte(nil), s.b.Bytes()...)
+}
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+// testTiming keeps the seed's rules but a short deadline, so a lost reply
+// costs the test 400 ms of real time instead of 5 s.
+func testTiming() config.Timing {
+	return config.Timing{Deadline: 400 * time.Millisecond, ClientTimeout: 10 * time.Second, Margin: time.Second, KeyWindow: time.Hour}
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	db := testenv.DynamoDB(t)
+	table := testenv.NewTable(t, db, "pk")
+	pool, _ := testenv.Ledger(t)
+	w := &world{t: t, clock: clock.NewFake(t0), pool: pool, logs: &syncBuffer{}, timing: testTiming()}
+	w.sim = pspsim.New(pspsim.Config{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	srv := httptest.NewServer(w.sim)
+	t.Cleanup(func() { srv.Close(); w.sim.Close() })
+	w.pspURL = srv.URL
+	var err error
+	w.psp, err = psp.New(psp.Config{APIKey: "sk_test_x", BaseURL: srv.URL, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.claims = idem.NewStore(db, table)
+	w.ledger = ledger.New(pool)
+	w.rebuild()
+	return w
+}
+
+// rebuild makes the handler again from the world's parts and hooks.
+func (w *world) rebuild() {
+	w.h = api.New(api.Deps{
+		Claims: w.claims, Ledger: w.ledger, PSP: w.psp, Clock: w.clock, Timing: w.timing,
+		Log: slog.New(slog.NewJSONHandler(w.logs, nil)), Metrics: metrics.New(w.logs, "api"), Hooks: w.hooks,
+	})
+}
+
+const body3000 = `{"merchant_id":"m1","order_id":"42","amount":3000,"currency":"USD","payment_method":"pm_card_visa"}`
+
+func (w *world) pay(caller, key, body string) api.Response {
+	return w.payAt(caller, key, body, w.clock.Now())
+}
+
+func (w *world) payAt(caller, key, body string, arrival time.Time) api.Response {
+	h := http.Header{}
+	if key != "" {
+		h.Set("Idempotency-Key", key)
+	}
+	h.Set("Content-Type", "application/json")
+	return w.h.Serve(context.Background(), api.Request{
+		Method: http.MethodPost, Path: "/payments", Headers: h, Body: []byte(body), Caller: caller, Arrival: arrival,
+	})
+}
+
+func (w *world) charges() []pspsim.Charge { return w.sim.Charges() }
+
+func (w *world) countRows(sql string, args ...any) int {
+	w.t.Helper()
+	var n int
+	if err := w.pool.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		w.t.Fatal(err)
+	}
+	return n
+}
+
+func (w *world) row(caller, key string) ledger.Payment {
+	w.t.Helper()
+	p, err := w.ledger.GetByKey(context.Background(), caller, key)
+	if err != nil {
+		w.t.Fatalf("payments row (%s, %s): %v", caller, key, err)
+	}
+	return p
+}
+
+func (w *world) record(caller, key string) (idem.Record, bool) {
+	w.t.Helper()
+	r, found, err := w.claims.Get(context.Background(), ids.Scope(caller, key), w.clock.Now())
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return r, found
+}
+
+type answer struct {
+	PaymentID   string `json:"payment_id"`
+	State       string `json:"state"`
+	Amount      int64  `json:"amount"`
+	PSPCharge   string `json:"psp_charge"`
+	DeclineCode string `json:"decline_code"`
+	Type        string `json:"type"`
+	Field       string `json:"field"`
+}
+
+func decode(t *testing.T, r api.Response) answer {
+	t.Helper()
+	var a answer
+	if err := json.Unmarshal(r.Body, &a); err != nil {
+		t.Fatalf("answer %d %q: %v", r.Status, r.Body, err)
+	}
+	return a
+}
+
+func expectStatus(t *testing.T, r api.Response, status int) answer {
+	t.Helper()
+	if r.Status != status {
+		t.Fatalf("status = %d, want %d; body %s", r.Status, status, r.Body)
+	}
+	return decode(t, r)
+}
+
+func replayedHeader(r api.Response) bool { return r.Headers.Get("Idempotent-Replayed") == "true" }
+
+// unreachableDynamo is a DynamoDB client whose endpoint refuses connections.
+func unreachableDynamo() *dynamodb.Client {
+	return dynamodb.New(dynamodb.Options{
+		Region: "us-east-1", BaseEndpoint: aws.String("http://127.0.0.1:1"),
+		Credentials: aws.AnonymousCredentials{}, RetryMaxAttempts: 1,
+	})
+}

@@ -1,0 +1,83 @@
+// Package boot builds, from the environment, the clients a Lambda function or
+// a local tool needs: once per process, so Lambda reuses them across
+// invocations. The same variables work in AWS (set by the stack) and locally
+// (.local/env, written by the provisioner).
+package boot
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/awsclient"
+	"github.com/oncepay/oncepay/internal/idem"
+	"github.com/oncepay/oncepay/internal/localenv"
+	"github.com/oncepay/oncepay/internal/psp"
+)
+
+// Logger returns the JSON logger every function writes to stdout with, tagged
+// with the function's name.
+func Logger(function string) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(os.Stdout, nil)).With("function", function)
+}
+
+// Require returns the value of the environment variable name or an error
+// that names it.
+func Require(name string) (string, error) {
+	v := os.Getenv(name)
+	if v == "" {
+		return "", fmt.Errorf("boot: %s is not set", name)
+	}
+	return v, nil
+}
+
+// AWS loads the SDK configuration.
+func AWS(ctx context.Context) (aws.Config, error) { return awsclient.Config(ctx) }
+
+// Claims returns the key record store over ONCEPAY_IDEM_TABLE.
+func Claims(cfg aws.Config) (*idem.Store, error) {
+	table, err := Require(localenv.IdemTable)
+	if err != nil {
+		return nil, err
+	}
+	return idem.NewStore(awsclient.DynamoDB(cfg), table), nil
+}
+
+// Ledger returns a pool to the ledger at ONCEPAY_LEDGER_DSN. The pool is
+// small: a Lambda instance serves one request at a time.
+func Ledger(ctx context.Context) (*pgxpool.Pool, error) {
+	dsn, err := Require(localenv.LedgerDSN)
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("boot: ledger dsn: %w", err)
+	}
+	if os.Getenv("AWS_LAMBDA_FUNCTION_NAME") != "" {
+		cfg.MaxConns = 2
+	}
+	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, fmt.Errorf("boot: ledger pool: %w", err)
+	}
+	return pool, nil
+}
+
+// PSP returns the PSP client for ONCEPAY_PSP_URL (empty: Stripe itself) with
+// the key in ONCEPAY_PSP_API_KEY.
+func PSP(log *slog.Logger) (*psp.Client, error) {
+	key := os.Getenv("ONCEPAY_PSP_API_KEY")
+	if key == "" {
+		// The simulator and stripe-mock accept any key; Stripe does not,
+		// and a deployment sets the variable from Secrets Manager.
+		key = "sk_test_oncepay_local"
+	}
+	return psp.New(psp.Config{APIKey: key, BaseURL: os.Getenv(localenv.PSPURL), Logger: log})
+}
