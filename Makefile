@@ -28,6 +28,7 @@ setup: ## install what is missing (PostgreSQL, Java 17, DynamoDB Local, the CDK 
 up: setup $(TEMPLATE) ## start the local cloud, provision it from the template, migrate the ledger
 	@bash scripts/localcloud.sh up
 	@go run ./cmd/localcloud up --template $(TEMPLATE)
+	@bash scripts/localcloud.sh apps
 
 down: ## stop the local cloud
 	@bash scripts/localcloud.sh down
@@ -72,6 +73,9 @@ demo: up ## bring the local cloud up and run the story on it
 
 bench: ## benchmarks (see BENCHMARKS.md)
 	@echo "bench: no benchmarks yet; the payment API and messaging issues add them"
+
+token: ## print a local bearer token: make -s token CALLER=u1
+	@go run ./cmd/frontdoor token --caller $(CALLER)
 
 clean: ## remove build outputs (not the local cloud's data)
 	rm -rf build cdk.out

@@ -95,6 +95,26 @@ start_pg() {
   wait_for postgres "$PGBIN/pg_isready" -h 127.0.0.1 -p "$PG_PORT"
 }
 
+# The project's own local services: built from this checkout and restarted on
+# every `up`, so they always run the code in the tree.
+FRONTDOOR_ADDR=${ONCEPAY_FRONTDOOR_ADDR:-127.0.0.1:8080}
+PSPSIM_ADDR=${ONCEPAY_PSPSIM_ADDR:-127.0.0.1:8090}
+
+start_app() { # name addr binary args...
+  local name=$1 addr=$2; shift 2
+  stop_pid "$name" >/dev/null
+  setsid nohup "$@" >"$LOGS/$name.log" 2>&1 &
+  echo $! >"$PIDS/$name.pid"
+  wait_for "$name" port_open "${addr##*:}"
+}
+
+start_apps() {
+  GOFLAGS=-buildvcs=false go build -o "$LOCAL/bin/pspsim" ./cmd/pspsim
+  GOFLAGS=-buildvcs=false go build -o "$LOCAL/bin/frontdoor" ./cmd/frontdoor
+  start_app pspsim "$PSPSIM_ADDR" "$LOCAL/bin/pspsim" -addr "$PSPSIM_ADDR"
+  start_app frontdoor "$FRONTDOOR_ADDR" "$LOCAL/bin/frontdoor" serve -addr "$FRONTDOOR_ADDR"
+}
+
 stop_pid() { # name
   local f=$PIDS/$1.pid
   if [ -f "$f" ]; then
@@ -115,6 +135,9 @@ case "${1:-}" in
     start_moto
     start_pg
     ;;
+  apps)
+    start_apps
+    ;;
   down)
     for n in frontdoor pspsim; do stop_pid "$n"; done
     stop_pid dynamodb-local
@@ -131,6 +154,8 @@ case "${1:-}" in
     port_open "$DDB_PORT" && say "dynamodb-local :$DDB_PORT up" || say "dynamodb-local :$DDB_PORT down"
     port_open "$MOTO_PORT" && say "moto :$MOTO_PORT up" || say "moto :$MOTO_PORT down"
     port_open "$PG_PORT" && say "postgres :$PG_PORT up" || say "postgres :$PG_PORT down"
+    port_open "${PSPSIM_ADDR##*:}" && say "pspsim $PSPSIM_ADDR up" || say "pspsim $PSPSIM_ADDR down"
+    port_open "${FRONTDOOR_ADDR##*:}" && say "frontdoor $FRONTDOOR_ADDR up" || say "frontdoor $FRONTDOOR_ADDR down"
     ;;
-  *) die "usage: $0 up|down|status" ;;
+  *) die "usage: $0 up|apps|down|status" ;;
 esac

@@ -35,6 +35,11 @@ type attempt struct {
 func (h *Handler) pay(ctx context.Context, r Request) Response {
 	now := h.d.Clock.Now()
 	t := h.d.Timing
+	// A stamp from the future (clock offset) would stretch the deadline:
+	// count from our own now instead, which is only ever stricter.
+	if r.Arrival.After(now) {
+		r.Arrival = now
+	}
 	deadline := r.Arrival.Add(t.Deadline)
 	// 1. A request older than the deadline runs nothing: its client may
 	// already have given up and made a new key.

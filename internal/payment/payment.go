@@ -1,0 +1,298 @@
+// Package payment holds what a payment request means: the fields parsed from
+// the body of POST /payments, their fingerprint, and the rules for the
+// Idempotency-Key header (seed Part 2, "Binding the key to the request's
+// meaning"; DESIGN §2).
+//
+// The parser is deliberately strict about anything that could make two
+// readers disagree on the meaning (duplicate members, case-variant member
+// names, non-integer amounts, invalid UTF-8, trailing data) and deliberately
+// blind to everything else (unknown members, member order, whitespace), so a
+// retry that re-serialises the same intent gets the same fingerprint and a
+// different intent never does.
+package payment
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// Request is the meaning of a payment request: the only fields that decide
+// whether two requests under one key are the same request.
+//
+// The JSON tags give its canonical encoding, which Parse accepts unchanged.
+type Request struct {
+	MerchantID    string `json:"merchant_id"`
+	OrderID       string `json:"order_id"`
+	Amount        int64  `json:"amount"` // minor units, 1..MaxAmount
+	Currency      string `json:"currency"`
+	PaymentMethod string `json:"payment_method"`
+}
+
+// Limits on the body and its fields. They bound the work and memory a caller
+// can demand before anything is claimed.
+const (
+	// MaxBodyBytes is the largest body Parse reads. A payment is five short
+	// fields; anything near this size is not a payment.
+	MaxBodyBytes = 16 << 10
+	// MaxAmount caps the amount in minor units (10^12: ten billion in a
+	// two-decimal currency). Far above any real card payment, far below
+	// where int64 or a PSP's own limits could overflow.
+	MaxAmount int64 = 1_000_000_000_000
+	// MaxIDLen caps merchant_id, order_id and payment_method.
+	MaxIDLen = 128
+)
+
+// Field names used in FieldError, the JSON member names of the body, plus
+// FieldBody for errors about the body as a whole.
+const (
+	FieldBody          = "body"
+	FieldMerchantID    = "merchant_id"
+	FieldOrderID       = "order_id"
+	FieldAmount        = "amount"
+	FieldCurrency      = "currency"
+	FieldPaymentMethod = "payment_method"
+)
+
+// ErrTooLarge is wrapped by the FieldError Parse returns for a body over
+// MaxBodyBytes, so the API can answer 413 rather than 400.
+var ErrTooLarge = errors.New("payment: body too large")
+
+// FieldError says which input was wrong and why, so the API can answer with
+// an RFC 9457 problem naming the field. Reasons are fixed texts: they never
+// echo the caller's input, which may hold personal data.
+type FieldError struct {
+	Field  string // a Field* constant, or FieldKey for the Idempotency-Key header
+	Reason string
+	err    error // optional sentinel, e.g. ErrTooLarge
+}
+
+// Error names the field and the reason, e.g. "amount: must be greater than zero".
+func (e *FieldError) Error() string { return e.Field + ": " + e.Reason }
+
+// Unwrap exposes the sentinel (ErrTooLarge) to errors.Is.
+func (e *FieldError) Unwrap() error { return e.err }
+
+func fieldErr(field, reason string) *FieldError {
+	return &FieldError{Field: field, Reason: reason}
+}
+
+// known lists the meaning fields in canonical order.
+var known = [...]string{FieldMerchantID, FieldOrderID, FieldAmount, FieldCurrency, FieldPaymentMethod}
+
+// Parse reads a POST /payments body. It returns a *FieldError for every
+// invalid input. Members other than the five meaning fields are ignored (a
+// client timestamp must not change the fingerprint), but must still be valid
+// JSON. The currency is upper-cased so "usd" and "USD" are one request.
+func Parse(body []byte) (Request, error) {
+	var r Request
+	if len(body) > MaxBodyBytes {
+		return r, &FieldError{Field: FieldBody, Reason: fmt.Sprintf("larger than %d bytes", MaxBodyBytes), err: ErrTooLarge}
+	}
+	// encoding/json would silently replace invalid UTF-8 with U+FFFD, so two
+	// different byte strings could read the same; refuse them up front.
+	if !utf8.Valid(body) {
+		return r, fieldErr(FieldBody, "not valid UTF-8")
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber() // keep the amount's literal, so 30.5 and 3e3 can be refused
+	tok, err := dec.Token()
+	if err != nil {
+		return r, syntaxErr(err)
+	}
+	if tok != json.Delim('{') {
+		return r, fieldErr(FieldBody, "must be a JSON object")
+	}
+	seen := make(map[string]bool, 8)
+	for dec.More() {
+		tok, err := dec.Token()
+		if err != nil {
+			return r, syntaxErr(err)
+		}
+		name, ok := tok.(string)
+		if !ok { // unreachable with a well-behaved decoder; refuse, don't panic
+			return r, fieldErr(FieldBody, "malformed JSON object")
+		}
+		if seen[name] {
+			if isKnown(name) {
+				return r, fieldErr(name, "appears more than once")
+			}
+			// Unknown names are the client's text: don't echo them.
+			return r, fieldErr(FieldBody, "a member appears more than once")
+		}
+		seen[name] = true
+		switch name {
+		case FieldMerchantID:
+			r.MerchantID, err = readID(dec, name)
+		case FieldOrderID:
+			r.OrderID, err = readID(dec, name)
+		case FieldPaymentMethod:
+			r.PaymentMethod, err = readID(dec, name)
+		case FieldAmount:
+			r.Amount, err = readAmount(dec)
+		case FieldCurrency:
+			r.Currency, err = readCurrency(dec)
+		default:
+			// "Amount" would be "amount" to a case-insensitive reader (Go's
+			// own json.Unmarshal is one), so two readers could disagree.
+			for _, k := range known {
+				if strings.EqualFold(name, k) {
+					return r, fieldErr(k, "member name must be spelled exactly "+strconv.Quote(k))
+				}
+			}
+			var skip json.RawMessage
+			if err := dec.Decode(&skip); err != nil {
+				return r, syntaxErr(err)
+			}
+		}
+		if err != nil {
+			return r, err
+		}
+	}
+	if tok, err := dec.Token(); err != nil {
+		return r, syntaxErr(err)
+	} else if tok != json.Delim('}') {
+		return r, fieldErr(FieldBody, "malformed JSON object")
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return r, fieldErr(FieldBody, "unexpected data after the JSON object")
+	}
+	for _, k := range known {
+		if !seen[k] {
+			return r, fieldErr(k, "required")
+		}
+	}
+	return r, nil
+}
+
+func isKnown(name string) bool {
+	for _, k := range known {
+		if k == name {
+			return true
+		}
+	}
+	return false
+}
+
+// syntaxErr turns a decoder error into a FieldError without the decoder's
+// text, which can quote the input.
+func syntaxErr(err error) *FieldError {
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return fieldErr(FieldBody, "incomplete JSON")
+	}
+	var se *json.SyntaxError
+	if errors.As(err, &se) {
+		return fieldErr(FieldBody, fmt.Sprintf("malformed JSON near byte %d", se.Offset))
+	}
+	return fieldErr(FieldBody, "malformed JSON")
+}
+
+// readString reads the next value, which must be a JSON string.
+func readString(dec *json.Decoder, field string) (string, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return "", syntaxErr(err)
+	}
+	s, ok := tok.(string)
+	if !ok {
+		return "", fieldErr(field, "must be a string")
+	}
+	return s, nil
+}
+
+// readID reads merchant_id, order_id or payment_method: 1..MaxIDLen
+// printable ASCII characters, no leading or trailing space. The id is kept as
+// sent, never trimmed or folded: it is the merchant's, and "42" and "42 "
+// would be two orders to a system that compares bytes.
+func readID(dec *json.Decoder, field string) (string, error) {
+	s, err := readString(dec, field)
+	if err != nil {
+		return "", err
+	}
+	if reason := checkPrintable(s, MaxIDLen); reason != "" {
+		return "", fieldErr(field, reason)
+	}
+	return s, nil
+}
+
+// checkPrintable returns why s is not 1..max printable ASCII characters
+// (0x20-0x7E) without leading or trailing space, or "" if it is.
+func checkPrintable(s string, max int) string {
+	if s == "" {
+		return "required"
+	}
+	if len(s) > max {
+		return fmt.Sprintf("longer than %d characters", max)
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] > 0x7e {
+			return "must be printable ASCII"
+		}
+	}
+	if s[0] == ' ' || s[len(s)-1] == ' ' {
+		return "must not begin or end with a space"
+	}
+	return ""
+}
+
+// readAmount reads a JSON integer literal: no sign, fraction or exponent.
+// 3e3 is a number but its meaning as minor units is a guess, and 30.5 minor
+// units does not exist; a string "3000" is a type error.
+func readAmount(dec *json.Decoder) (int64, error) {
+	tok, err := dec.Token()
+	if err != nil {
+		return 0, syntaxErr(err)
+	}
+	num, ok := tok.(json.Number)
+	if !ok {
+		return 0, fieldErr(FieldAmount, "must be a JSON integer (minor units)")
+	}
+	lit := string(num)
+	if strings.HasPrefix(lit, "-") {
+		return 0, fieldErr(FieldAmount, "must be greater than zero")
+	}
+	for i := 0; i < len(lit); i++ {
+		if lit[i] < '0' || lit[i] > '9' {
+			return 0, fieldErr(FieldAmount, "must be a JSON integer (minor units), without fraction or exponent")
+		}
+	}
+	n, err := strconv.ParseInt(lit, 10, 64)
+	if err != nil || n > MaxAmount {
+		return 0, fieldErr(FieldAmount, fmt.Sprintf("must be at most %d", MaxAmount))
+	}
+	if n == 0 {
+		return 0, fieldErr(FieldAmount, "must be greater than zero")
+	}
+	return n, nil
+}
+
+// readCurrency reads an ISO 4217 alphabetic code: three ASCII letters,
+// returned upper-case. Lower case is accepted because it is unambiguous and
+// common (Stripe uses it); normalising keeps one canonical fingerprint. The
+// code is not checked against the ISO list, which changes: the PSP refuses an
+// unknown currency.
+func readCurrency(dec *json.Decoder) (string, error) {
+	s, err := readString(dec, FieldCurrency)
+	if err != nil {
+		return "", err
+	}
+	if len(s) != 3 {
+		return "", fieldErr(FieldCurrency, "must be a three-letter ISO 4217 code")
+	}
+	b := []byte(s)
+	for i, c := range b {
+		switch {
+		case c >= 'A' && c <= 'Z':
+		case c >= 'a' && c <= 'z':
+			b[i] = c - 'a' + 'A'
+		default:
+			return "", fieldErr(FieldCurrency, "must be a three-letter ISO 4217 code")
+		}
+	}
+	return string(b), nil
+}
