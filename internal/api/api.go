@@ -71,8 +71,8 @@ type Deps struct {
 	Claims    Claims
 	Ledger    Ledger
 	PSP       PSP
-	Publisher Publisher    // nil: no outbox item is put (the sweep will)
-	Clock     clock.Clock  // nil: the system clock
+	Publisher Publisher   // nil: no outbox item is put (the sweep will)
+	Clock     clock.Clock // nil: the system clock
 	Timing    config.Timing
 	Log       *slog.Logger     // nil: slog.Default()
 	Metrics   *metrics.Emitter // nil: none

@@ -1,0 +1,74 @@
+package oncepay
+
+import (
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+)
+
+// NetworkProps configures the VPC.
+type NetworkProps struct {
+	// NatGateways; nil means 1. One per AZ survives an AZ outage.
+	NatGateways *float64
+	// RemovalPolicy of the flow-log group; "" means RETAIN.
+	RemovalPolicy awscdk.RemovalPolicy
+	// LogRetention of the flow-log group; "" means one year.
+	LogRetention awslogs.RetentionDays
+	Override     func(*awsec2.VpcProps)
+}
+
+// Network is a two-AZ VPC: public subnets hold only the NAT gateways, the
+// ledger and the Lambdas that reach it live in private subnets with egress
+// (the PSP is on the internet). Every flow is logged.
+type Network struct {
+	constructs.Construct
+	Vpc          awsec2.Vpc
+	FlowLogGroup awslogs.LogGroup
+}
+
+// NewNetwork creates the VPC and its flow log.
+func NewNetwork(scope constructs.Construct, id string, props *NetworkProps) *Network {
+	if props == nil {
+		props = &NetworkProps{}
+	}
+	c := &Network{Construct: constructs.NewConstruct(scope, jsii.String(id))}
+	removal := Protection{RemovalPolicy: props.RemovalPolicy}.removalPolicy()
+	retention := props.LogRetention
+	if retention == "" {
+		retention = awslogs.RetentionDays_ONE_YEAR
+	}
+	nat := props.NatGateways
+	if nat == nil {
+		nat = jsii.Number(1)
+	}
+	// Our own group: the one FlowLog makes by default keeps logs two years
+	// and outlives a sandbox.
+	c.FlowLogGroup = awslogs.NewLogGroup(c.Construct, jsii.String("FlowLogs"), &awslogs.LogGroupProps{
+		Retention:     retention,
+		RemovalPolicy: removal,
+	})
+	vp := &awsec2.VpcProps{
+		MaxAzs:      jsii.Number(2),
+		NatGateways: nat,
+		SubnetConfiguration: &[]*awsec2.SubnetConfiguration{
+			{Name: jsii.String("public"), SubnetType: awsec2.SubnetType_PUBLIC, CidrMask: jsii.Number(24)},
+			{Name: jsii.String("private"), SubnetType: awsec2.SubnetType_PRIVATE_WITH_EGRESS, CidrMask: jsii.Number(20)},
+		},
+		FlowLogs: &map[string]*awsec2.FlowLogOptions{
+			"All": {
+				Destination: awsec2.FlowLogDestination_ToCloudWatchLogs(c.FlowLogGroup, nil),
+				TrafficType: awsec2.FlowLogTrafficType_ALL,
+			},
+		},
+		// Nothing is placed in the default security group; locking it down
+		// needs a custom-resource Lambda, which is more to audit than it saves.
+		RestrictDefaultSecurityGroup: jsii.Bool(false),
+	}
+	if props.Override != nil {
+		props.Override(vp)
+	}
+	c.Vpc = awsec2.NewVpc(c.Construct, jsii.String("Vpc"), vp)
+	return c
+}
