@@ -2,7 +2,6 @@ package infratests
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -100,14 +99,13 @@ func TestAPIBootstrapUnderTheLambdaRuntimeInterfaceEmulator(t *testing.T) {
 			},
 		},
 	}
-	payload, _ := json.Marshal(ev)
 	url := fmt.Sprintf("http://127.0.0.1:%d/2015-03-31/functions/function/invocations", port)
 	var resp events.APIGatewayV2HTTPResponse
 	deadline := time.Now().Add(20 * time.Second)
 	for {
 		// The emulator needs a moment to listen; the event carries a fresh stamp each try.
 		ev.RequestContext.TimeEpoch = time.Now().UnixMilli()
-		payload, _ = json.Marshal(ev)
+		payload, _ := json.Marshal(ev)
 		r, err := http.Post(url, "application/json", bytes.NewReader(payload))
 		if err == nil {
 			b, _ := io.ReadAll(r.Body)
@@ -128,5 +126,4 @@ func TestAPIBootstrapUnderTheLambdaRuntimeInterfaceEmulator(t *testing.T) {
 	if ch := sim.Charges(); len(ch) != 1 || ch[0].Amount != 3000 || !strings.HasSuffix(ch[0].IdempotencyKey, ":charge") {
 		t.Fatalf("charges = %+v", ch)
 	}
-	_ = context.Background
 }

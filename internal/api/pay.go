@@ -264,11 +264,19 @@ func (a *attempt) charge(ctx context.Context, row ledger.Payment) Response {
 		a.log.Error("settle failed after the PSP answered", "err", err)
 		return a.completePointer(wctx, Response{Status: http.StatusAccepted, Headers: processingHeaders(a.key), Body: processingBody(row.ID)})
 	}
-	if moved && ev != nil && h.d.Publisher != nil {
+	// The outbox put and the key-record completion are independent writes:
+	// run them side by side, so the answer waits for one round trip, not two.
+	published := make(chan struct{})
+	go func() {
+		defer close(published)
+		if !moved || ev == nil || h.d.Publisher == nil {
+			return
+		}
 		if err := h.d.Publisher.Publish(wctx, *ev); err != nil {
 			a.log.Warn("outbox put failed; the sweep will re-put it", "event_id", ev.EventID, "err", err)
 		}
-	}
+	}()
+	defer func() { <-published }()
 	resp := render(p)
 	if !moved {
 		resp = replayed(resp)

@@ -92,14 +92,3 @@ func boolProp(props map[string]any, key string) bool {
 	}
 	return false
 }
-
-// numProp returns a numeric property as a decimal string ("" if absent).
-func numProp(props map[string]any, key string) string {
-	switch v := props[key].(type) {
-	case float64:
-		return fmt.Sprintf("%d", int64(v))
-	case string:
-		return v
-	}
-	return ""
-}
