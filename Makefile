@@ -71,8 +71,12 @@ test: setup up lint test-unit test-cfn ## the README's test command: installs, s
 demo: up ## bring the local cloud up and run the story on it
 	@go run ./cmd/demo
 
-bench: ## benchmarks (see BENCHMARKS.md)
-	@echo "bench: no benchmarks yet; the payment API and messaging issues add them"
+BENCHTIME ?= 300x
+bench: up ## benchmarks on the local cloud; writes BENCHMARKS.md (ratios against same-run baselines)
+	@mkdir -p bench-out
+	@go test -count=1 -run '^$$' -bench . -benchtime $(BENCHTIME) ./internal/api/ | tee bench-out/api.txt
+	@go run ./cmd/benchreport -cmd "make bench" < bench-out/api.txt > BENCHMARKS.md
+	@echo "bench: wrote BENCHMARKS.md"
 
 token: ## print a local bearer token: make -s token CALLER=u1
 	@go run ./cmd/frontdoor token --caller $(CALLER)

@@ -6,10 +6,13 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/oncepay/oncepay/internal/awsclient"
 	"github.com/oncepay/oncepay/internal/boot"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/localenv"
 	"github.com/oncepay/oncepay/internal/metrics"
+	"github.com/oncepay/oncepay/internal/outbox"
 )
 
 // FromEnv builds a Handler with every collaborator taken from the
@@ -35,12 +38,23 @@ func FromEnv(ctx context.Context, log *slog.Logger) (*Handler, error) {
 	if err != nil {
 		return nil, fmt.Errorf("api: psp: %w", err)
 	}
+	var pub Publisher
+	if table := os.Getenv(localenv.OutboxTable); table != "" {
+		p, err := outbox.NewPublisher(awsclient.DynamoDB(cfg), outbox.Config{Table: table, Logger: log})
+		if err != nil {
+			return nil, err
+		}
+		pub = p
+	} else {
+		log.Warn("no outbox table configured: events are left to the resolver's sweep", "var", localenv.OutboxTable)
+	}
 	return New(Deps{
-		Claims:  claims,
-		Ledger:  ledger.New(pool),
-		PSP:     pspClient,
-		Timing:  timing,
-		Log:     log,
-		Metrics: metrics.New(os.Stdout, "api"),
+		Publisher: pub,
+		Claims:    claims,
+		Ledger:    ledger.New(pool),
+		PSP:       pspClient,
+		Timing:    timing,
+		Log:       log,
+		Metrics:   metrics.New(os.Stdout, "api"),
 	}), nil
 }

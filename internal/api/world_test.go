@@ -23,6 +23,7 @@ import (
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/metrics"
+	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/psp"
 	"github.com/oncepay/oncepay/internal/pspsim"
 	"github.com/oncepay/oncepay/internal/testenv"
@@ -32,7 +33,7 @@ import (
 // test's own), a fresh PostgreSQL database, the PSP simulator over HTTP with
 // the real Stripe client, and a fake clock.
 type world struct {
-	t      *testing.T
+	t      testing.TB
 	clock  *clock.Fake
 	sim    *pspsim.Sim
 	pspURL string
@@ -40,6 +41,9 @@ type world struct {
 	claims *idem.Store
 	ledger *ledger.Store
 	psp    *psp.Client
+	outbox *outbox.Publisher
+	db     *dynamodb.Client
+	table  string
 	logs   *syncBuffer
 	timing config.Timing
 	hooks  api.Hooks
@@ -71,7 +75,7 @@ func testTiming() config.Timing {
 	return config.Timing{Deadline: 400 * time.Millisecond, ClientTimeout: 10 * time.Second, Margin: time.Second, KeyWindow: time.Hour}
 }
 
-func newWorld(t *testing.T) *world {
+func newWorld(t testing.TB) *world {
 	t.Helper()
 	db := testenv.DynamoDB(t)
 	table := testenv.NewTable(t, db, "pk")
@@ -86,16 +90,29 @@ func newWorld(t *testing.T) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
+	w.db, w.table = db, table
 	w.claims = idem.NewStore(db, table)
+	w.outbox, err = outbox.NewPublisher(db, outbox.Config{Table: testenv.NewTable(t, db, "event_id"), Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
 	w.ledger = ledger.New(pool)
 	w.rebuild()
 	return w
 }
 
+// rebuildRealClock makes the handler on the system clock (benchmarks).
+func (w *world) rebuildRealClock() {
+	w.h = api.New(api.Deps{
+		Claims: w.claims, Ledger: w.ledger, PSP: w.psp, Publisher: w.outbox, Timing: w.timing,
+		Log: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+	})
+}
+
 // rebuild makes the handler again from the world's parts and hooks.
 func (w *world) rebuild() {
 	w.h = api.New(api.Deps{
-		Claims: w.claims, Ledger: w.ledger, PSP: w.psp, Clock: w.clock, Timing: w.timing,
+		Claims: w.claims, Ledger: w.ledger, PSP: w.psp, Publisher: w.outbox, Clock: w.clock, Timing: w.timing,
 		Log: slog.New(slog.NewJSONHandler(w.logs, nil)), Metrics: metrics.New(w.logs, "api"), Hooks: w.hooks,
 	})
 }

@@ -196,6 +196,9 @@ func (s *Store) Settle(ctx context.Context, paymentID string, o Outcome, now tim
 	if o.State != Succeeded && o.State != Failed {
 		return Payment{}, nil, false, fmt.Errorf("ledger: settle %s to %s: not a final PSP outcome", paymentID, o.State)
 	}
+	if len(hooks) == 0 {
+		return s.settleOne(ctx, paymentID, o, now)
+	}
 	tx, err := s.pool.Begin(ctx)
 	if err != nil {
 		return Payment{}, nil, false, unavailable("begin settle", err)
@@ -244,6 +247,49 @@ func (s *Store) Settle(ctx context.Context, paymentID string, o Outcome, now tim
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return Payment{}, nil, false, unavailable("commit settle", err)
+	}
+	return p, &e, true, nil
+}
+
+// settleStatement is Settle's transaction as ONE statement: the CAS, the
+// journal entries and the outbox intent commit together in one round trip.
+// The payload is built by jsonb_build_object with event.Event's JSON names;
+// TestSettlePayloadIsTheEvent pins the two together.
+const settleStatement = `
+WITH moved AS (
+  UPDATE payments SET state = $2, psp_charge = NULLIF($3, ''), decline_code = NULLIF($4, '')
+  WHERE payment_id = $1 AND state IN ('PENDING', 'UNKNOWN')
+  RETURNING *
+), journal AS (
+  INSERT INTO journal_entries (payment_id, posting, account, amount, currency)
+  SELECT payment_id, 'charge', 'psp_receivable', amount, currency FROM moved WHERE state = 'SUCCEEDED'
+  UNION ALL
+  SELECT payment_id, 'charge', 'merchant_payable:' || merchant_id, -amount, currency FROM moved WHERE state = 'SUCCEEDED'
+), intent AS (
+  INSERT INTO outbox_intents (event_id, payment_id, merchant_id, payload)
+  SELECT payment_id || ':' || state, payment_id, merchant_id, jsonb_build_object(
+    'event_id', payment_id || ':' || state, 'payment_id', payment_id, 'state', state,
+    'merchant_id', merchant_id, 'caller_id', caller_id, 'amount', amount, 'currency', currency,
+    'psp_charge', COALESCE(psp_charge, ''), 'occurred_at', $5::text)
+  FROM moved
+)
+SELECT ` + columns + ` FROM moved`
+
+func (s *Store) settleOne(ctx context.Context, paymentID string, o Outcome, now time.Time) (Payment, *event.Event, bool, error) {
+	occurred := now.UTC()
+	p, err := scan(s.pool.QueryRow(ctx, settleStatement, paymentID, string(o.State), o.PSPCharge, o.DeclineCode,
+		occurred.Format(time.RFC3339Nano)))
+	if errors.Is(err, pgx.ErrNoRows) {
+		p, err = s.Get(ctx, paymentID)
+		return p, nil, false, err
+	}
+	if err != nil {
+		return Payment{}, nil, false, unavailable("settle", err)
+	}
+	e := event.Event{
+		EventID: ids.EventID(p.ID, string(p.State)), PaymentID: p.ID, State: string(p.State),
+		MerchantID: p.MerchantID, CallerID: p.CallerID, Amount: p.Amount, Currency: p.Currency,
+		PSPCharge: p.PSPCharge, OccurredAt: occurred,
 	}
 	return p, &e, true, nil
 }

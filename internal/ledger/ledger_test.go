@@ -8,6 +8,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/oncepay/oncepay/internal/event"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/testenv"
 )
@@ -129,5 +130,42 @@ func TestUnreachableLedgerIsUnavailable(t *testing.T) {
 	_, _, err = ledger.New(pool).InsertPending(context.Background(), pending("pay_7", "K1"))
 	if !errors.Is(err, ledger.ErrUnavailable) {
 		t.Fatalf("err = %v, want ErrUnavailable", err)
+	}
+}
+
+func TestSettlePayloadIsTheEvent(t *testing.T) {
+	pool, _ := testenv.Ledger(t)
+	st := ledger.New(pool)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		key string
+		o   ledger.Outcome
+	}{
+		{"K1", ledger.Outcome{State: ledger.Succeeded, PSPCharge: "ch_1"}},
+		{"K2", ledger.Outcome{State: ledger.Failed, DeclineCode: "generic_decline"}},
+	} {
+		if _, _, err := st.InsertPending(ctx, pending("pay_"+tc.key, tc.key)); err != nil {
+			t.Fatal(err)
+		}
+		at := now.Add(123456789 * time.Nanosecond)
+		_, ev, moved, err := st.Settle(ctx, "pay_"+tc.key, tc.o, at)
+		if err != nil || !moved {
+			t.Fatalf("settle: %v %v", moved, err)
+		}
+		var payload []byte
+		if err := pool.QueryRow(ctx, `SELECT payload::text FROM outbox_intents WHERE event_id = $1`, ev.EventID).Scan(&payload); err != nil {
+			t.Fatal(err)
+		}
+		stored, err := event.Unmarshal(payload)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !stored.OccurredAt.Equal(ev.OccurredAt) {
+			t.Fatalf("occurred_at %v != %v", stored.OccurredAt, ev.OccurredAt)
+		}
+		stored.OccurredAt = ev.OccurredAt
+		if stored != *ev {
+			t.Fatalf("stored payload %+v\n!= returned event %+v", stored, *ev)
+		}
 	}
 }

@@ -1,0 +1,138 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"slices"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/oncepay/oncepay/internal/config"
+	"github.com/oncepay/oncepay/internal/psp"
+)
+
+// samples collects per-operation latencies; the benchmarks report their
+// percentiles, and each ratio is taken against a baseline measured in the
+// same loop, interleaved, so machine noise hits both sides alike.
+type samples []time.Duration
+
+func (s samples) pct(p float64) time.Duration {
+	c := slices.Clone(s)
+	slices.Sort(c)
+	if len(c) == 0 {
+		return 0
+	}
+	return c[min(len(c)-1, int(float64(len(c))*p))]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+func report(b *testing.B, name string, s samples) {
+	b.ReportMetric(ms(s.pct(0.50)), name+"-p50-ms")
+	b.ReportMetric(ms(s.pct(0.99)), name+"-p99-ms")
+}
+
+// floor runs the round trips the design cannot avoid, bare: the claim's
+// conditional put, the guard insert, the PSP call, the final commit.
+func (w *world) floor(ctx context.Context, b *testing.B, i int) {
+	id := fmt.Sprintf("floor-%d-%d", time.Now().UnixNano(), i)
+	_, err := w.db.PutItem(ctx, &dynamodb.PutItemInput{
+		TableName: aws.String(w.table),
+		Item: map[string]types.AttributeValue{
+			"pk": &types.AttributeValueMemberS{Value: id}, "state": &types.AttributeValueMemberS{Value: "IN_PROGRESS"},
+			"expires_at": &types.AttributeValueMemberN{Value: strconv.FormatInt(time.Now().Unix()+3600, 10)},
+		},
+		ConditionExpression:       aws.String("attribute_not_exists(pk) OR expires_at < :now"),
+		ExpressionAttributeValues: map[string]types.AttributeValue{":now": &types.AttributeValueMemberN{Value: strconv.FormatInt(time.Now().Unix(), 10)}},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	if _, err := w.pool.Exec(ctx, `INSERT INTO payments (payment_id, caller_id, client_key, fingerprint, amount, currency, merchant_id, state)
+		VALUES ($1, 'bench', $1, 'H', 3000, 'USD', 'm1', 'PENDING')`, id); err != nil {
+		b.Fatal(err)
+	}
+	res, err := w.psp.Charge(ctx, psp.ChargeRequest{IdempotencyKey: id + ":charge", PaymentID: id, MerchantID: "m1", Amount: 3000, Currency: "USD", PaymentMethod: "pm_card_visa"})
+	if err != nil || res.Outcome != psp.Succeeded {
+		b.Fatalf("psp: %v %v", res.Outcome, err)
+	}
+	// The final commit: one autocommit statement moving the row.
+	if _, err := w.pool.Exec(ctx, `UPDATE payments SET state = 'SUCCEEDED', psp_charge = $2 WHERE payment_id = $1 AND state = 'PENDING'`, id, res.ChargeID); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// BenchmarkFirstCall: the whole happy path (claim, PENDING row, PSP, settle
+// transaction, outbox put and completion side by side) against the floor.
+func BenchmarkFirstCall(b *testing.B) {
+	w := newWorld(b)
+	w.timing = config.Default()
+	w.clock = nil
+	w.rebuildRealClock()
+	ctx := context.Background()
+	var floor, api samples
+	for i := 0; b.Loop(); i++ {
+		start := time.Now()
+		w.floor(ctx, b, i)
+		floor = append(floor, time.Since(start))
+		start = time.Now()
+		r := w.payAt("bench", fmt.Sprintf("first-%d-%d", time.Now().UnixNano(), i), body3000, time.Now())
+		api = append(api, time.Since(start))
+		if r.Status != http.StatusCreated {
+			b.Fatalf("answer %d %s", r.Status, r.Body)
+		}
+	}
+	report(b, "floor", floor)
+	report(b, "api", api)
+	b.ReportMetric(ms(api.pct(0.5))/ms(floor.pct(0.5)), "ratio-p50")
+	b.ReportMetric(ms(api.pct(0.99))/ms(floor.pct(0.99)), "ratio-p99")
+}
+
+// BenchmarkReplay: a repeat of a completed payment against one bare GetItem.
+func BenchmarkReplay(b *testing.B) {
+	w := newWorld(b)
+	w.timing = config.Default()
+	w.clock = nil
+	w.rebuildRealClock()
+	ctx := context.Background()
+	if r := w.payAt("bench", "replayed", body3000, time.Now()); r.Status != http.StatusCreated {
+		b.Fatalf("first call %d", r.Status)
+	}
+	var get, failedPut, api samples
+	for b.Loop() {
+		// The claim of a repeat is a conditional put that fails and returns
+		// the holder: timed bare, it says what the engine itself charges.
+		start0 := time.Now()
+		_, err := w.db.PutItem(ctx, &dynamodb.PutItemInput{
+			TableName:           aws.String(w.table),
+			Item:                map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "payments#bench#replayed"}},
+			ConditionExpression: aws.String("attribute_not_exists(pk)"), ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
+		})
+		failedPut = append(failedPut, time.Since(start0))
+		if err == nil {
+			b.Fatal("the bare claim of a held scope succeeded")
+		}
+		start := time.Now()
+		if _, err := w.db.GetItem(ctx, &dynamodb.GetItemInput{TableName: aws.String(w.table), Key: map[string]types.AttributeValue{"pk": &types.AttributeValueMemberS{Value: "payments#bench#replayed"}}}); err != nil {
+			b.Fatal(err)
+		}
+		get = append(get, time.Since(start))
+		start = time.Now()
+		r := w.payAt("bench", "replayed", body3000, time.Now())
+		api = append(api, time.Since(start))
+		if r.Status != http.StatusCreated || r.Headers.Get("Idempotent-Replayed") != "true" {
+			b.Fatalf("replay %d", r.Status)
+		}
+	}
+	report(b, "getitem", get)
+	report(b, "failedput", failedPut)
+	report(b, "replay", api)
+	b.ReportMetric(ms(api.pct(0.5))/ms(get.pct(0.5)), "ratio-p50")
+	b.ReportMetric(ms(api.pct(0.99))/ms(get.pct(0.99)), "ratio-p99")
+}
