@@ -1,0 +1,202 @@
+package pspsim
+
+import (
+	"fmt"
+	"maps"
+	"net/http"
+	"net/url"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// decline is how a test payment method fails, after Stripe's test cards.
+type decline struct{ code, declineCode, message string }
+
+var declines = map[string]decline{
+	"pm_card_chargeDeclined":                  {"card_declined", "generic_decline", "Your card was declined."},
+	"pm_card_chargeDeclinedInsufficientFunds": {"card_declined", "insufficient_funds", "Your card has insufficient funds."},
+	"pm_card_chargeDeclinedExpiredCard":       {"expired_card", "expired_card", "Your card has expired."},
+}
+
+var piParams = params{
+	names:    []string{"amount", "currency", "confirm", "payment_method", "description", "return_url", "off_session", "error_on_requires_action"},
+	prefixes: []string{"metadata[", "payment_method_types[", "automatic_payment_methods[", "expand["},
+}
+
+// createPaymentIntent is POST /v1/payment_intents with confirm=true.
+func (s *Sim) createPaymentIntent(form url.Values, key string) (reply, bool) {
+	if rep, bad := piParams.check(form); bad {
+		return rep, false
+	}
+	amount, rep, bad := positiveInt(form, "amount", true)
+	if bad {
+		return rep, false
+	}
+	currency := strings.ToLower(form.Get("currency"))
+	if currency == "" {
+		return invalid("currency", "parameter_missing", "Missing required param: currency."), false
+	}
+	if !isCurrency(currency) {
+		return invalid("currency", "parameter_invalid_string", fmt.Sprintf("Invalid currency: %s.", currency)), false
+	}
+	if form.Get("confirm") != "true" {
+		return invalid("confirm", "parameter_invalid", "pspsim supports only confirm=true."), false
+	}
+	pm := form.Get("payment_method")
+	if pm == "" {
+		return invalid("payment_method", "parameter_missing",
+			"You cannot confirm this PaymentIntent because it's missing a payment method."), false
+	}
+	md, rep, bad := metadata(form)
+	if bad {
+		return rep, false
+	}
+
+	now := s.nowLocked()
+	pi := &paymentIntent{
+		ID:                 s.newIDLocked("pi"),
+		Object:             "payment_intent",
+		Amount:             amount,
+		CaptureMethod:      "automatic",
+		ConfirmationMethod: "automatic",
+		Created:            now.Unix(),
+		Currency:           currency,
+		Metadata:           md,
+		PaymentMethod:      pm,
+		PaymentMethodTypes: []string{"card"},
+		createdAt:          now,
+	}
+	pi.ClientSecret = pi.ID + "_secret_pspsim"
+	chargeID := s.newIDLocked("ch")
+	pi.LatestCharge = &chargeID
+	s.intents[pi.ID] = pi
+	s.order = append(s.order, pi)
+	log := s.log.With("payment_id", md["payment_id"], "payment_intent", pi.ID, "charge", chargeID, "idempotency_key", key)
+
+	if d, declined := declines[pm]; declined {
+		pi.Status = "requires_payment_method"
+		e := apiError{Type: typeCard, Code: d.code, DeclineCode: d.declineCode, Message: d.message, Charge: chargeID}
+		pi.LastPaymentError = &e
+		withPI := e
+		withPI.PaymentIntent = pi
+		rep = errorReply(http.StatusPaymentRequired, withPI) // marshalled now: a snapshot
+		s.emitLocked("payment_intent.payment_failed", pi, key, "/v1/payment_intents")
+		log.Info("payment declined", "decline_code", d.declineCode)
+		return rep, true
+	}
+
+	pi.Status = "succeeded"
+	pi.AmountReceived = amount
+	s.charges = append(s.charges, &Charge{
+		ID:             chargeID,
+		PaymentIntent:  pi.ID,
+		IdempotencyKey: key,
+		Amount:         amount,
+		Currency:       currency,
+		Metadata:       maps.Clone(md),
+		Created:        now.Unix(),
+	})
+	rep = jsonReply(http.StatusOK, pi)
+	s.emitLocked("payment_intent.succeeded", pi, key, "/v1/payment_intents")
+	log.Info("charge made", "amount", amount, "currency", currency)
+	return rep, true
+}
+
+// getPaymentIntent is GET /v1/payment_intents/{id}.
+func (s *Sim) getPaymentIntent(form url.Values, _ string) (reply, bool) {
+	id := form.Get("id")
+	pi, ok := s.intents[id]
+	if !ok {
+		return errorReply(http.StatusNotFound, apiError{
+			Type: typeInvalidRequest, Code: "resource_missing", Param: "id",
+			Message: fmt.Sprintf("No such payment_intent: '%s'", id),
+		}), false
+	}
+	return jsonReply(http.StatusOK, pi), true
+}
+
+var (
+	searchParams = params{names: []string{"query", "limit", "page"}, prefixes: []string{"expand["}}
+	// metadata['key']:'value', either quote style, as in Stripe's search
+	// query language.
+	metadataClause = regexp.MustCompile(`^metadata\[(['"])([^'"]+)(['"])\]:(['"])([^'"]*)(['"])$`)
+)
+
+// searchPaymentIntents is GET /v1/payment_intents/search, for the one kind
+// of query oncepay sends: metadata clauses joined by AND. Newest first;
+// PaymentIntents younger than the search lag are not visible yet.
+func (s *Sim) searchPaymentIntents(form url.Values, _ string) (reply, bool) {
+	if rep, bad := searchParams.check(form); bad {
+		return rep, false
+	}
+	query := strings.TrimSpace(form.Get("query"))
+	if query == "" {
+		return invalid("query", "parameter_missing", "Missing required param: query."), false
+	}
+	want := map[string]string{}
+	for _, clause := range strings.Split(query, " AND ") {
+		m := metadataClause.FindStringSubmatch(strings.TrimSpace(clause))
+		if m == nil || m[1] != m[3] || m[4] != m[6] {
+			return invalid("query", "", fmt.Sprintf(
+				"pspsim supports only metadata['key']:'value' clauses joined by AND, got %q.", clause)), false
+		}
+		want[m[2]] = m[5]
+	}
+	limit := int64(10)
+	if form.Has("limit") {
+		l, rep, bad := positiveInt(form, "limit", false)
+		if bad || l > 100 {
+			if !bad {
+				rep = invalid("limit", "parameter_invalid_integer", "limit must be between 1 and 100.")
+			}
+			return rep, false
+		}
+		limit = l
+	}
+	offset := 0
+	if page := form.Get("page"); page != "" {
+		n, err := strconv.Atoi(strings.TrimPrefix(page, "page_"))
+		if err != nil || n < 0 || !strings.HasPrefix(page, "page_") {
+			return invalid("page", "", "Invalid page token."), false
+		}
+		offset = n
+	}
+
+	visibleBefore := s.nowLocked().Add(-s.cfg.SearchLag)
+	var hits []*paymentIntent
+	for _, pi := range slices.Backward(s.order) {
+		if s.cfg.SearchLag > 0 && pi.createdAt.After(visibleBefore) {
+			continue
+		}
+		if matchesAll(pi.Metadata, want) {
+			hits = append(hits, pi)
+		}
+	}
+	page := []*paymentIntent{}
+	if offset < len(hits) {
+		page = hits[offset:min(len(hits), offset+int(limit))]
+	}
+	var next *string
+	if end := offset + len(page); end < len(hits) {
+		token := fmt.Sprintf("page_%d", end)
+		next = &token
+	}
+	return jsonReply(http.StatusOK, map[string]any{
+		"object":    "search_result",
+		"data":      page,
+		"has_more":  next != nil,
+		"next_page": next,
+		"url":       "/v1/payment_intents/search",
+	}), true
+}
+
+func matchesAll(md, want map[string]string) bool {
+	for k, v := range want {
+		if got, ok := md[k]; !ok || got != v {
+			return false
+		}
+	}
+	return true
+}

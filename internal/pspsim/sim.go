@@ -1,0 +1,237 @@
+// Package pspsim is oncepay's PSP simulator: an http.Handler that speaks the
+// subset of Stripe's API that internal/psp uses, with Stripe's documented
+// semantics, plus fault injection for the failures the seed's story is made
+// of (a slow PSP, a reply lost after charging, a 5xx, a dropped request, a
+// webhook duplicated, late or lost).
+//
+// The API (form-encoded, as stripe-go sends it):
+//
+//	POST /v1/payment_intents          create + confirm (confirm=true only)
+//	GET  /v1/payment_intents/{id}
+//	GET  /v1/payment_intents/search   query: metadata['k']:'v' [AND ...]
+//	POST /v1/refunds
+//
+// Idempotency follows Stripe: a POST's Idempotency-Key is kept for the key
+// window (24 h by default, measured by the injected clock) with the first
+// result, status and body, whatever it was, 500s included. A repeat with
+// identical parameters replays it with Idempotent-Replayed: true; different
+// parameters (or another endpoint) get 400 idempotency_error; a repeat while
+// the first is still running gets 409 and nothing is saved for it; a request
+// that fails validation saves nothing. After the window the key is forgotten.
+//
+// The admin API (JSON; errors are RFC 9457 problem+json). Each operation is
+// also a Go method, for in-process tests:
+//
+//	GET    /_sim/charges         Charges(): the charges made, a JSON array (stable interface)
+//	GET    /_sim/refunds         Refunds(): the refunds made, a JSON array
+//	POST   /_sim/faults          AddFault(Fault): add a rule; 201 with the rule
+//	GET    /_sim/faults          Faults(): the armed rules
+//	DELETE /_sim/faults          ClearFaults(); 204
+//	POST   /_sim/reset           Reset(): forget everything; 204
+//	GET    /_sim/clock           Now(): {"now": RFC 3339}
+//	POST   /_sim/clock           Advance(d): {"advance_ms": N}, forward only
+//	POST   /_sim/webhooks/flush  FlushWebhooks(ctx): deliver pending events now,
+//	                             {"delivered": N, "pending": M, "error": "..."}
+//
+// Payment methods: pm_card_chargeDeclined (generic_decline),
+// pm_card_chargeDeclinedInsufficientFunds and pm_card_chargeDeclinedExpiredCard
+// are declined with a 402 card_error; any other payment method succeeds.
+package pspsim
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Config configures a Sim. The zero value is usable: no webhooks, a 24 h key
+// window, the real clock.
+type Config struct {
+	// KeyWindow is how long an idempotency key and its saved result are
+	// kept. Default 24 h (Stripe keeps keys at least that long).
+	KeyWindow time.Duration
+	// Clock is the simulator's time: key windows, created stamps, search
+	// lag. Default time.Now. Tests inject one (or call Advance) so they never
+	// sleep for a window. Webhook retry timing and signature timestamps use
+	// the real clock, because they concern real HTTP on the wire.
+	Clock func() time.Time
+	// SearchLag hides PaymentIntents younger than this from search, as
+	// Stripe's search index lags behind writes (under a minute normally).
+	// Default 0.
+	SearchLag time.Duration
+
+	// WebhookURL receives payment_intent.succeeded and
+	// payment_intent.payment_failed events; empty means no webhooks.
+	WebhookURL string
+	// WebhookSecret signs them (Stripe-Signature, v1 scheme).
+	WebhookSecret string
+	// WebhookAttempts bounds the deliveries of one event copy. Default 8.
+	WebhookAttempts int
+	// WebhookBackoff is the wait before the first retry; it doubles per
+	// attempt, up to a minute. Default 500 ms.
+	WebhookBackoff time.Duration
+	// WebhookTimeout bounds one delivery. Default 10 s.
+	WebhookTimeout time.Duration
+	// ManualWebhooks turns off background delivery: events wait until
+	// FlushWebhooks (or POST /_sim/webhooks/flush). For deterministic tests.
+	ManualWebhooks bool
+
+	// InstanceID goes into every id (pi_<instance>_<n>), so a restarted
+	// simulator never reuses an event id that a persistent webhook inbox
+	// has already seen. Default: derived from the start time.
+	InstanceID string
+	// Logger receives JSON lines; default slog.Default().
+	Logger *slog.Logger
+}
+
+func (c *Config) fill() {
+	if c.KeyWindow <= 0 {
+		c.KeyWindow = 24 * time.Hour
+	}
+	if c.Clock == nil {
+		c.Clock = time.Now
+	}
+	if c.WebhookAttempts <= 0 {
+		c.WebhookAttempts = 8
+	}
+	if c.WebhookBackoff <= 0 {
+		c.WebhookBackoff = 500 * time.Millisecond
+	}
+	if c.WebhookTimeout <= 0 {
+		c.WebhookTimeout = 10 * time.Second
+	}
+	if c.InstanceID == "" {
+		c.InstanceID = strconv.FormatInt(time.Now().UnixMilli(), 36)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Sim is the simulator. It implements http.Handler and is safe for
+// concurrent use. Call Close when done to stop webhook delivery.
+type Sim struct {
+	cfg   Config
+	log   *slog.Logger
+	httpc *http.Client
+
+	mu      sync.Mutex // guards everything below
+	offset  time.Duration
+	seq     uint64 // id counter; never reset, so ids stay unique
+	gen     uint64 // bumped by Reset; stale webhook retries are dropped
+	keys    map[string]*keyEntry
+	swept   time.Time
+	intents map[string]*paymentIntent
+	order   []*paymentIntent // creation order, for search
+	charges []*Charge
+	refunds []*Refund
+	faults  []*Fault
+	pending []*delivery
+	gaveUp  int
+
+	deliverMu sync.Mutex // one delivery round at a time
+	kick      chan struct{}
+	ctx       context.Context
+	cancel    context.CancelFunc
+	done      chan struct{}
+	closeOnce sync.Once
+}
+
+// New builds a simulator and, when a webhook URL is configured and
+// ManualWebhooks is false, starts its background webhook delivery.
+func New(cfg Config) *Sim {
+	cfg.fill()
+	ctx, cancel := context.WithCancel(context.Background())
+	s := &Sim{
+		cfg:    cfg,
+		log:    cfg.Logger.With("component", "pspsim"),
+		httpc:  &http.Client{Timeout: cfg.WebhookTimeout},
+		kick:   make(chan struct{}, 1),
+		ctx:    ctx,
+		cancel: cancel,
+		done:   make(chan struct{}),
+	}
+	s.resetLocked()
+	if cfg.WebhookURL != "" && !cfg.ManualWebhooks {
+		go s.runDeliveries()
+	} else {
+		close(s.done)
+	}
+	return s
+}
+
+// Close stops webhook delivery (pending events are dropped) and waits for
+// the delivery goroutine to end. Requests already running finish.
+func (s *Sim) Close() {
+	s.closeOnce.Do(func() {
+		s.cancel()
+		<-s.done
+	})
+}
+
+// ServeHTTP routes the Stripe API (/v1/) and the admin API (/_sim/).
+func (s *Sim) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch {
+	case strings.HasPrefix(r.URL.Path, "/v1/"):
+		s.serveAPI(w, r)
+	case strings.HasPrefix(r.URL.Path, "/_sim/"):
+		s.serveAdmin(w, r)
+	default:
+		writeReply(w, errorReply(http.StatusNotFound, apiError{
+			Type:    typeInvalidRequest,
+			Message: fmt.Sprintf("Unrecognized request URL (%s: %s).", r.Method, r.URL.Path),
+		}))
+	}
+}
+
+// Now is the simulator's current time: the clock plus any Advance.
+func (s *Sim) Now() time.Time {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.nowLocked()
+}
+
+func (s *Sim) nowLocked() time.Time { return s.cfg.Clock().Add(s.offset) }
+
+// Advance moves the simulator's clock forward by d, for example past the
+// key window. It never sleeps.
+func (s *Sim) Advance(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.offset += d
+}
+
+// Reset forgets everything: keys, payment intents, charges, refunds, faults,
+// undelivered webhooks and the clock offset. Ids keep counting up, so none
+// is ever reused.
+func (s *Sim) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.resetLocked()
+}
+
+func (s *Sim) resetLocked() {
+	s.offset = 0
+	s.gen++
+	s.keys = map[string]*keyEntry{}
+	s.swept = time.Time{}
+	s.intents = map[string]*paymentIntent{}
+	s.order = nil
+	s.charges = nil
+	s.refunds = nil
+	s.faults = nil
+	s.pending = nil
+	s.gaveUp = 0
+}
+
+// newIDLocked returns the next id with the given Stripe prefix (pi, ch, re,
+// evt, req).
+func (s *Sim) newIDLocked(prefix string) string {
+	s.seq++
+	return fmt.Sprintf("%s_%s_%d", prefix, s.cfg.InstanceID, s.seq)
+}
