@@ -1,0 +1,371 @@
+// Package inbox is the worker behind the events queue (DESIGN §5, seed
+// Parts 6 and 7): the consumer's inbox, not the queue, is what stops repeats.
+//
+// Per event, ONE PostgreSQL transaction:
+//
+//	INSERT INTO processed (event_id) ... ON CONFLICT DO NOTHING  -- 1 row: first time; 0: a repeat
+//	-- only if 1 row was inserted:
+//	SUCCEEDED: INSERT credits; upsert merchant_balances (balance + cents)
+//	both:      INSERT notif (event_id, channel, 'PENDING', replace_id, caller) ON CONFLICT DO NOTHING
+//	COMMIT
+//
+// The balance is an increment, which an at-least-once consumer must never
+// make unguarded; here the inbox row commits with it, so a repeat never gets
+// that far. After the commit, and again on every redelivery whether or not
+// the inbox row was new: if the notif row is PENDING, push, then mark it
+// SENT ("ready means notified", seed Part 7 Branch R). A crash between the
+// push and SENT is the one case that pushes twice; the replace id makes the
+// second copy land on top of the first.
+//
+// Batches follow FIFO semantics: messages of one message group (one
+// merchant) are handled in order, and once one fails, the later messages of
+// that group in the batch are reported failed without being touched, so they
+// come back after it and in order. Groups are independent: they are handled
+// concurrently and a failing or slow group does not stop the others.
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/oncepay/oncepay/internal/event"
+	"github.com/oncepay/oncepay/internal/metrics"
+	"github.com/oncepay/oncepay/internal/notify"
+)
+
+// The event states the worker acts on.
+const (
+	Succeeded = "SUCCEEDED"
+	Failed    = "FAILED"
+)
+
+// Notification states of a notif row.
+const (
+	NotifPending = "PENDING"
+	NotifSent    = "SENT"
+)
+
+// ErrPoison marks a message no retry can process: its body is not an event,
+// or the ledger refuses its values. It still goes back to the queue; SQS's
+// redrive moves it to the DLQ after maxReceiveCount deliveries.
+var ErrPoison = errors.New("inbox: poison event")
+
+// DB is the part of a pgx pool the worker uses.
+type DB interface {
+	Begin(ctx context.Context) (pgx.Tx, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// Pusher sends one push (notify.Notifier).
+type Pusher interface {
+	Send(ctx context.Context, p notify.Push) error
+}
+
+// Hooks are crash points for tests; production leaves them nil. A hook that
+// returns an error stops the event at that point, as a crash there would: the
+// message is not acknowledged and comes back after the visibility timeout.
+type Hooks struct {
+	// BeforeEvent runs before the transaction.
+	BeforeEvent func(ctx context.Context, e event.Event) error
+	// AfterCommit runs after the commit, before the push (seed Branch R).
+	AfterCommit func(ctx context.Context, e event.Event) error
+	// AfterPush runs after the push, before the notif row is marked SENT
+	// (seed snapshot P4).
+	AfterPush func(ctx context.Context, e event.Event) error
+}
+
+// Config configures a Worker. Zero fields take the defaults.
+type Config struct {
+	// Channel names the notification channel of the notif row (default "push").
+	Channel string
+	// MaxReceiveCount is the queue's redrive maxReceiveCount: a failure on
+	// that delivery is the message's last and is counted as
+	// EventsDeadLettered. 0 when the queue has no DLQ.
+	MaxReceiveCount int
+	// GroupConcurrency bounds the message groups of one batch handled at
+	// once (default 4).
+	GroupConcurrency int
+	// Logger receives a line per event (default slog.Default()).
+	Logger *slog.Logger
+	// Metrics receives EventsCredited, EventsDuplicate, PushesSent,
+	// EventsFailed and EventsDeadLettered counts.
+	Metrics *metrics.Emitter
+	// Hooks: crash points for tests.
+	Hooks Hooks
+	// WithoutNotifRecord is a test-only switch for the seed's Branch N:
+	// no notif row is written or read, so every delivery pushes.
+	WithoutNotifRecord bool
+}
+
+// Worker applies events exactly once to the ledger's consumer tables and
+// notifies at least once. It is safe for concurrent use.
+type Worker struct {
+	db     DB
+	pusher Pusher
+	cfg    Config
+}
+
+// New returns a Worker over db that pushes through pusher.
+func New(db DB, pusher Pusher, cfg Config) (*Worker, error) {
+	if db == nil || pusher == nil {
+		return nil, errors.New("inbox: New needs a DB and a Pusher")
+	}
+	if cfg.Channel == "" {
+		cfg.Channel = "push"
+	}
+	if cfg.GroupConcurrency == 0 {
+		cfg.GroupConcurrency = 4
+	}
+	if cfg.GroupConcurrency < 0 || cfg.MaxReceiveCount < 0 {
+		return nil, fmt.Errorf("inbox: negative GroupConcurrency %d or MaxReceiveCount %d", cfg.GroupConcurrency, cfg.MaxReceiveCount)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Worker{db: db, pusher: pusher, cfg: cfg}, nil
+}
+
+// Result says what Process did with one delivery.
+type Result struct {
+	Credited  bool // the inbox row was new: this delivery applied the event
+	Duplicate bool // the inbox row existed: nothing was applied again
+	Pushed    bool // this delivery sent the push
+}
+
+// Process handles one delivery of e: the inbox transaction, then the push
+// if the notif row is still PENDING. It blocks until both are done.
+func (w *Worker) Process(ctx context.Context, e event.Event) (Result, error) {
+	var res Result
+	if e.State != Succeeded && e.State != Failed {
+		return res, fmt.Errorf("%w: event %s has state %q", ErrPoison, e.EventID, e.State)
+	}
+	if err := hook(ctx, w.cfg.Hooks.BeforeEvent, e, "before the transaction"); err != nil {
+		return res, err
+	}
+	inserted, err := w.apply(ctx, e)
+	if err != nil {
+		return res, err
+	}
+	res.Credited, res.Duplicate = inserted, !inserted
+	if err := hook(ctx, w.cfg.Hooks.AfterCommit, e, "after the commit"); err != nil {
+		return res, err
+	}
+	pending := true // a row inserted by this delivery is PENDING
+	if !inserted && !w.cfg.WithoutNotifRecord {
+		if pending, err = w.notifPending(ctx, e); err != nil {
+			return res, err
+		}
+	}
+	if !pending {
+		return res, nil
+	}
+	if err := w.pusher.Send(ctx, notify.FromEvent(e)); err != nil {
+		return res, fmt.Errorf("inbox: push %s: %w", e.EventID, err)
+	}
+	res.Pushed = true
+	if err := hook(ctx, w.cfg.Hooks.AfterPush, e, "after the push"); err != nil {
+		return res, err
+	}
+	if w.cfg.WithoutNotifRecord {
+		return res, nil
+	}
+	if _, err := w.db.Exec(ctx, `
+		UPDATE notif SET state = 'SENT', sent_at = now()
+		WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, e.EventID, w.cfg.Channel); err != nil {
+		return res, fmt.Errorf("inbox: mark %s notified: %w", e.EventID, err)
+	}
+	return res, nil
+}
+
+func hook(ctx context.Context, h func(context.Context, event.Event) error, e event.Event, where string) error {
+	if h == nil {
+		return nil
+	}
+	if err := h(ctx, e); err != nil {
+		return fmt.Errorf("inbox: %s stopped %s: %w", e.EventID, where, err)
+	}
+	return nil
+}
+
+// apply runs the inbox transaction and reports whether the inbox row was new.
+func (w *Worker) apply(ctx context.Context, e event.Event) (inserted bool, err error) {
+	tx, err := w.db.Begin(ctx)
+	if err != nil {
+		return false, fmt.Errorf("inbox: begin %s: %w", e.EventID, err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after commit
+	tag, err := tx.Exec(ctx, `INSERT INTO processed (event_id) VALUES ($1) ON CONFLICT (event_id) DO NOTHING`, e.EventID)
+	if err != nil {
+		return false, classify(fmt.Errorf("inbox: inbox row %s: %w", e.EventID, err))
+	}
+	if tag.RowsAffected() == 0 {
+		return false, nil // a repeat: nothing to write, the deferred rollback ends the transaction
+	}
+	b := &pgx.Batch{}
+	if e.State == Succeeded {
+		b.Queue(`INSERT INTO credits (merchant_id, cents, currency, event_id) VALUES ($1, $2, $3, $4)`,
+			e.MerchantID, e.Amount, e.Currency, e.EventID)
+		b.Queue(`
+			INSERT INTO merchant_balances (merchant_id, currency, balance) VALUES ($1, $2, $3)
+			ON CONFLICT (merchant_id, currency)
+			DO UPDATE SET balance = merchant_balances.balance + EXCLUDED.balance, updated_at = now()`,
+			e.MerchantID, e.Currency, e.Amount)
+	}
+	if !w.cfg.WithoutNotifRecord {
+		b.Queue(`
+			INSERT INTO notif (event_id, channel, state, replace_id, caller_id) VALUES ($1, $2, 'PENDING', $3, $4)
+			ON CONFLICT (event_id, channel) DO NOTHING`,
+			e.EventID, w.cfg.Channel, notify.FromEvent(e).ReplaceID, e.CallerID)
+	}
+	if b.Len() > 0 {
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return false, classify(fmt.Errorf("inbox: apply %s: %w", e.EventID, err))
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return false, fmt.Errorf("inbox: commit %s: %w", e.EventID, err)
+	}
+	return true, nil
+}
+
+// classify marks the ledger's refusals of the event's values (data
+// exceptions, constraint violations) as poison.
+func classify(err error) error {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && len(pgErr.Code) == 5 && (pgErr.Code[:2] == "22" || pgErr.Code[:2] == "23") {
+		return fmt.Errorf("%w: %w", ErrPoison, err)
+	}
+	return err
+}
+
+func (w *Worker) notifPending(ctx context.Context, e event.Event) (bool, error) {
+	var state string
+	err := w.db.QueryRow(ctx, `SELECT state FROM notif WHERE event_id = $1 AND channel = $2`, e.EventID, w.cfg.Channel).Scan(&state)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil // processed before notifications were recorded: nothing owed
+	}
+	if err != nil {
+		return false, fmt.Errorf("inbox: read notif %s: %w", e.EventID, err)
+	}
+	return state == NotifPending, nil
+}
+
+// Handle processes an SQS batch with FIFO semantics and blocks until every
+// group is done. It reports each message that failed, or that follows a
+// failed message of its group, as a batch item failure; the others are
+// acknowledged by the event source deleting them. It never returns an error
+// for a message: a failure of one message is not a failure of the batch.
+func (w *Worker) Handle(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+	groups := map[string][]int{}
+	var order []string
+	for i, m := range ev.Records {
+		g, ok := m.Attributes["MessageGroupId"]
+		if !ok {
+			g = "\x00" + m.MessageId // not FIFO: every message stands alone
+		}
+		if _, seen := groups[g]; !seen {
+			order = append(order, g)
+		}
+		groups[g] = append(groups[g], i)
+	}
+	failed := make([]bool, len(ev.Records))
+	sem := make(chan struct{}, w.cfg.GroupConcurrency)
+	var wg sync.WaitGroup
+	for _, g := range order {
+		sem <- struct{}{}
+		wg.Add(1)
+		go func(idx []int) {
+			defer func() { <-sem; wg.Done() }()
+			for k, i := range idx {
+				if err := w.handleMessage(ctx, ev.Records[i]); err != nil {
+					for _, j := range idx[k:] {
+						failed[j] = true
+					}
+					w.heldBack(ctx, ev, idx[k+1:])
+					return
+				}
+			}
+		}(groups[g])
+	}
+	wg.Wait()
+	var resp events.SQSEventResponse
+	for i, f := range failed {
+		if f {
+			resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: ev.Records[i].MessageId})
+		}
+	}
+	return resp, nil
+}
+
+// handleMessage decodes and processes one message, logging and counting the
+// outcome.
+func (w *Worker) handleMessage(ctx context.Context, m events.SQSMessage) error {
+	receives, _ := strconv.Atoi(m.Attributes["ApproximateReceiveCount"])
+	e, err := event.Unmarshal([]byte(m.Body))
+	if err != nil {
+		err = fmt.Errorf("%w: message %s: %w", ErrPoison, m.MessageId, err)
+	} else {
+		var res Result
+		res, err = w.Process(ctx, e)
+		if err == nil {
+			w.done(ctx, m, e, res, receives)
+			return nil
+		}
+	}
+	w.cfg.Metrics.Count("EventsFailed", 1)
+	attrs := []slog.Attr{
+		slog.String("event_id", e.EventID), slog.String("payment_id", e.PaymentID),
+		slog.String("message_id", m.MessageId), slog.Int("receive_count", receives),
+		slog.Bool("poison", errors.Is(err, ErrPoison)), slog.String("error", err.Error()),
+	}
+	if w.cfg.MaxReceiveCount > 0 && receives >= w.cfg.MaxReceiveCount {
+		w.cfg.Metrics.Count("EventsDeadLettered", 1)
+		w.cfg.Logger.LogAttrs(ctx, slog.LevelError, "event failed on its last delivery: SQS moves it to the DLQ", attrs...)
+		return err
+	}
+	w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "event failed; it will be delivered again", attrs...)
+	return err
+}
+
+func (w *Worker) done(ctx context.Context, m events.SQSMessage, e event.Event, res Result, receives int) {
+	switch {
+	case res.Credited:
+		w.cfg.Metrics.Count("EventsCredited", 1)
+	case res.Duplicate:
+		w.cfg.Metrics.Count("EventsDuplicate", 1)
+	}
+	if res.Pushed {
+		w.cfg.Metrics.Count("PushesSent", 1)
+	}
+	w.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "event processed",
+		slog.String("event_id", e.EventID), slog.String("payment_id", e.PaymentID),
+		slog.String("message_id", m.MessageId), slog.Int("receive_count", receives),
+		slog.Bool("duplicate", res.Duplicate), slog.Bool("pushed", res.Pushed))
+}
+
+// heldBack logs the messages reported failed only because an earlier message
+// of their group failed. They were received too, so their receive counts
+// rose with it: on their last delivery they go to the DLQ behind it, and are
+// counted so.
+func (w *Worker) heldBack(ctx context.Context, ev events.SQSEvent, idx []int) {
+	for _, i := range idx {
+		m := ev.Records[i]
+		receives, _ := strconv.Atoi(m.Attributes["ApproximateReceiveCount"])
+		attrs := []slog.Attr{slog.String("message_id", m.MessageId), slog.Int("receive_count", receives)}
+		if w.cfg.MaxReceiveCount > 0 && receives >= w.cfg.MaxReceiveCount {
+			w.cfg.Metrics.Count("EventsDeadLettered", 1)
+			w.cfg.Logger.LogAttrs(ctx, slog.LevelError, "event held back on its last delivery: SQS moves it to the DLQ behind the failed event of its group", attrs...)
+			continue
+		}
+		w.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "event held back behind a failed event of its group", attrs...)
+	}
+}

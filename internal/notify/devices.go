@@ -1,0 +1,85 @@
+package notify
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Device is one registered push target of a caller.
+type Device struct {
+	CallerID    string
+	Platform    Platform
+	EndpointArn string // the SNS platform endpoint
+}
+
+// DB is the part of a pgx pool the DeviceStore uses.
+type DB interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// DeviceStore keeps devices in the ledger database's devices table.
+type DeviceStore struct {
+	db DB
+}
+
+// NewDeviceStore returns a DeviceStore over db.
+func NewDeviceStore(db DB) *DeviceStore { return &DeviceStore{db: db} }
+
+// Register records (or re-enables) d. It blocks for one statement.
+func (s *DeviceStore) Register(ctx context.Context, d Device) error {
+	switch d.Platform {
+	case APNS, APNSSandbox, GCM:
+	default:
+		return fmt.Errorf("notify: register device: unknown platform %q", d.Platform)
+	}
+	if d.CallerID == "" || d.EndpointArn == "" {
+		return errors.New("notify: register device: caller id and endpoint ARN are required")
+	}
+	_, err := s.db.Exec(ctx, `
+		INSERT INTO devices (caller_id, endpoint_arn, platform) VALUES ($1, $2, $3)
+		ON CONFLICT (caller_id, endpoint_arn)
+		DO UPDATE SET platform = EXCLUDED.platform, disabled_at = NULL, updated_at = now()`,
+		d.CallerID, d.EndpointArn, string(d.Platform))
+	if err != nil {
+		return fmt.Errorf("notify: register device: %w", err)
+	}
+	return nil
+}
+
+// Endpoints returns the caller's enabled devices. It blocks for one query.
+func (s *DeviceStore) Endpoints(ctx context.Context, callerID string) ([]Device, error) {
+	rows, err := s.db.Query(ctx, `
+		SELECT caller_id, platform, endpoint_arn FROM devices
+		WHERE caller_id = $1 AND disabled_at IS NULL
+		ORDER BY created_at, endpoint_arn`, callerID)
+	if err != nil {
+		return nil, fmt.Errorf("notify: read devices: %w", err)
+	}
+	devs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Device, error) {
+		var d Device
+		var platform string
+		err := r.Scan(&d.CallerID, &platform, &d.EndpointArn)
+		d.Platform = Platform(platform)
+		return d, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("notify: read devices: %w", err)
+	}
+	return devs, nil
+}
+
+// Disable marks d disabled. It blocks for one statement.
+func (s *DeviceStore) Disable(ctx context.Context, d Device) error {
+	_, err := s.db.Exec(ctx, `
+		UPDATE devices SET disabled_at = now(), updated_at = now()
+		WHERE caller_id = $1 AND endpoint_arn = $2 AND disabled_at IS NULL`, d.CallerID, d.EndpointArn)
+	if err != nil {
+		return fmt.Errorf("notify: disable device: %w", err)
+	}
+	return nil
+}

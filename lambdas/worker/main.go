@@ -1,0 +1,52 @@
+// Command worker is the inbox worker Lambda: the events FIFO queue in, the
+// ledger's consumer tables and the push out (packages inbox and notify).
+// Clients and the ledger pool are built once per execution environment.
+package main
+
+import (
+	"context"
+	"os"
+
+	"github.com/aws/aws-lambda-go/lambda"
+
+	"github.com/oncepay/oncepay/internal/awsclient"
+	"github.com/oncepay/oncepay/internal/boot"
+	"github.com/oncepay/oncepay/internal/eventsource"
+	"github.com/oncepay/oncepay/internal/inbox"
+	"github.com/oncepay/oncepay/internal/localenv"
+	"github.com/oncepay/oncepay/internal/metrics"
+	"github.com/oncepay/oncepay/internal/notify"
+)
+
+func main() {
+	ctx := context.Background()
+	log := boot.Logger("worker")
+	fail := func(err error) { log.Error("init", "err", err); os.Exit(1) }
+	cfg, err := boot.AWS(ctx)
+	if err != nil {
+		fail(err)
+	}
+	topic, err := boot.Require(localenv.PushTopicArn)
+	if err != nil {
+		fail(err)
+	}
+	pool, err := boot.Ledger(ctx)
+	if err != nil {
+		fail(err)
+	}
+	m := metrics.New(os.Stdout, "worker")
+	n, err := notify.New(awsclient.SNS(cfg), notify.NewDeviceStore(pool), notify.Config{TopicArn: topic, Logger: log, Metrics: m})
+	if err != nil {
+		fail(err)
+	}
+	w, err := inbox.New(pool, n, inbox.Config{
+		MaxReceiveCount:  eventsource.Default().Worker.MaxReceiveCount,
+		GroupConcurrency: int(pool.Config().MaxConns), // one connection per group in flight
+		Logger:           log,
+		Metrics:          m,
+	})
+	if err != nil {
+		fail(err)
+	}
+	lambda.Start(w.Handle)
+}
