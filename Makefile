@@ -74,8 +74,8 @@ demo: up ## bring the local cloud up and run the story on it
 BENCHTIME ?= 300x
 bench: up ## benchmarks on the local cloud; writes BENCHMARKS.md (ratios against same-run baselines)
 	@mkdir -p bench-out
-	@go test -count=1 -run '^$$' -bench . -benchtime $(BENCHTIME) ./internal/api/ | tee bench-out/api.txt
-	@go run ./cmd/benchreport -cmd "make bench" < bench-out/api.txt > BENCHMARKS.md
+	@go test -count=1 -run '^$$' -bench . -benchtime $(BENCHTIME) ./internal/api/ ./internal/inbox/ ./infra-tests/messaging/ | tee bench-out/bench.txt
+	@go run ./cmd/benchreport -cmd "make bench" < bench-out/bench.txt > BENCHMARKS.md
 	@echo "bench: wrote BENCHMARKS.md"
 
 token: ## print a local bearer token: make -s token CALLER=u1

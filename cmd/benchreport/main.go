@@ -75,5 +75,39 @@ func run(in io.Reader, out io.Writer, command string) error {
 			fmt.Fprintf(out, "| %s | %d | %s | %.3f | %s |\n", name, res.Iters, v.Unit, v.Value, target)
 		}
 	}
+	fmt.Fprint(out, notes)
 	return nil
 }
+
+// notes explains the figures against their targets; the numbers above are
+// this run's, the reasoning holds across runs.
+const notes = `
+## Reading the figures
+
+- **FirstCall** interleaves one bare floor operation (the claim's conditional
+  put, the guard insert, the PSP call, the final commit as one statement) with
+  one full API call. The API adds, after its commit, the outbox put and the
+  key-record completion — run side by side, so they cost one DynamoDB round
+  trip, not two. **Steps** times each write bare: claim + insert + PSP + settle
+  add up to the floor, and the completion (the fifth durable write, outside the
+  floor by definition) is the difference. Against the simulator the PSP answers
+  in under a millisecond, so the floor is a few milliseconds and one extra
+  DynamoDB round trip weighs 30–45%: the 1.3x target is missed here. Against a
+  real PSP (Stripe answers in hundreds of milliseconds) the same round trip is
+  under 1%. Dropping the completion from the happy path (completing lazily on the
+  first repeat) would meet the ratio but turn every repeat inside the lease into
+  a 409 or a ledger read; the design keeps it.
+- **Replay** interleaves one bare GetItem, one bare failing conditional put
+  (what a repeat's claim is) and one API replay. A repeat's claim is a
+  conditional put that fails and returns the holder (ALL_OLD) — the read is
+  saved on every first call. On DynamoDB Local a failing conditional put costs
+  more than a GetItem (compare failedput and getitem); the API's own overhead is
+  replay over failedput. Reading first would make replays one GetItem but first
+  calls one round trip longer.
+- **WorkerTransaction**: a first delivery commits the inbox row, the credit,
+  the balance and the notification intent, then marks the notification SENT
+  (two commits); a duplicate is one insert that conflicts.
+- **RelayToWorker**: events per second through relay -> SQS FIFO -> worker for
+  one hot merchant (one message group, serialised) and for 32 merchants;
+  moto's queue bounds the absolute rates.
+`
