@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/feature/rds/auth"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/awsclient"
@@ -63,11 +65,42 @@ func Ledger(ctx context.Context) (*pgxpool.Pool, error) {
 		cfg.MaxConns = 2
 	}
 	cfg.ConnConfig.ConnectTimeout = 2 * time.Second
+	if os.Getenv(LedgerIAMUser) != "" {
+		if err := iamAuth(ctx, cfg); err != nil {
+			return nil, err
+		}
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("boot: ledger pool: %w", err)
 	}
 	return pool, nil
+}
+
+// LedgerIAMUser names the database user that logs in with IAM
+// authentication (set by the stack): each new connection then signs a
+// short-lived token instead of carrying a password.
+const LedgerIAMUser = "ONCEPAY_LEDGER_APP_USER"
+
+// iamAuth makes every new connection of the pool log in as the IAM user with
+// a fresh RDS auth token (valid 15 minutes, so one per connection).
+func iamAuth(ctx context.Context, pc *pgxpool.Config) error {
+	awsCfg, err := AWS(ctx)
+	if err != nil {
+		return err
+	}
+	user := os.Getenv(LedgerIAMUser)
+	pc.ConnConfig.User = user
+	endpoint := fmt.Sprintf("%s:%d", pc.ConnConfig.Host, pc.ConnConfig.Port)
+	pc.BeforeConnect = func(ctx context.Context, cc *pgx.ConnConfig) error {
+		token, err := auth.BuildAuthToken(ctx, endpoint, awsCfg.Region, user, awsCfg.Credentials)
+		if err != nil {
+			return fmt.Errorf("boot: rds auth token: %w", err)
+		}
+		cc.Password = token
+		return nil
+	}
+	return nil
 }
 
 // PSP returns the PSP client for ONCEPAY_PSP_URL (empty: Stripe itself) with

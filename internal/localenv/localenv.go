@@ -7,6 +7,7 @@ package localenv
 
 import (
 	"bufio"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -90,6 +91,9 @@ func Path() (string, error) {
 // Load reads the env file and overlays the process environment's values for
 // the same keys. It returns ErrNotProvisioned if the file is absent.
 func Load() (Env, error) {
+	if outputs := os.Getenv("ONCEPAY_OUTPUTS"); outputs != "" {
+		return LoadOutputs(outputs)
+	}
 	p, err := Path()
 	if err != nil {
 		return nil, err
@@ -160,4 +164,36 @@ func (e Env) Format() string {
 		fmt.Fprintf(&b, "%s=%s\n", k, e[k])
 	}
 	return b.String()
+}
+
+// LoadOutputs reads a deployed stack's outputs file (`cdk deploy
+// --outputs-file`: {"<stack>": {"<output id>": "<value>"}}) and maps each
+// known output onto its variable. Endpoints are AWS's own: the SDK's default
+// resolution applies, and the process environment still wins.
+func LoadOutputs(path string) (Env, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("localenv: outputs: %w", err)
+	}
+	var stacks map[string]map[string]string
+	if err := json.Unmarshal(b, &stacks); err != nil {
+		return nil, fmt.Errorf("localenv: outputs %s: %w", path, err)
+	}
+	if len(stacks) != 1 {
+		return nil, fmt.Errorf("localenv: outputs %s: want exactly one stack, found %d", path, len(stacks))
+	}
+	env := Env{}
+	for _, outputs := range stacks {
+		for id, v := range outputs {
+			if name, ok := OutputVars[id]; ok {
+				env[name] = v
+			}
+		}
+	}
+	for k := range env {
+		if v, ok := os.LookupEnv(k); ok {
+			env[k] = v
+		}
+	}
+	return env, nil
 }
