@@ -1,4 +1,20 @@
 // Command cdk is the oncepay CDK app; cdk.json runs it.
+//
+// Context (cdk synth|deploy -c key=value) selects the deployment:
+//
+//	oncepay:profile                  sandbox (default) or prod
+//	oncepay:pspSecretArn             complete ARN of an existing PSP secret (default: a placeholder secret is created)
+//	oncepay:pspUrl                   a Stripe-compatible base URL (default: Stripe)
+//	oncepay:pspSecretRevision        any label; change it to make the functions re-read the PSP secret
+//	oncepay:jwtIssuer                an external JWT issuer (default: a Cognito user pool in the stack)
+//	oncepay:jwtAudience              its audiences, comma-separated
+//	oncepay:albCertificateArn        ACM certificate: adds the ALB front door
+//	oncepay:albDomainName            the name the certificate covers
+//	oncepay:albCognitoDomainPrefix   hosted sign-in prefix for the ALB's Cognito action
+//	oncepay:platformApplicationArns  SNS platform applications, comma-separated
+//	oncepay:ledgerProxy              true/false: override the profile's RDS Proxy choice
+//	oncepay:resolverReservedConcurrency  default 1; 0 for accounts whose concurrency quota is 10
+//	oncepay:assets                   where build/<fn>/bootstrap live (default build)
 package main
 
 import (
@@ -19,19 +35,15 @@ func run() int {
 	defer jsii.Close()
 	app := awscdk.NewApp(nil)
 
-	profile, err := oncepay.ProfileFromContext(app)
+	props, err := oncepay.StackPropsFromContext(app)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
 	// No Env: an environment-agnostic stack needs no lookups (no network at
 	// synth) and deploys to whatever account and region the CLI targets.
-	oncepay.NewStack(app, "Oncepay", &oncepay.StackProps{
-		StackProps: awscdk.StackProps{
-			Description: jsii.String(fmt.Sprintf("oncepay: idempotency keys and effectively-once payments (%s)", profile)),
-		},
-		Profile: profile,
-	})
+	props.Description = jsii.String(fmt.Sprintf("oncepay: idempotency keys and effectively-once payments (%s)", props.Profile))
+	oncepay.NewStack(app, "Oncepay", props)
 
 	// cdk synth fails on a finding at error level; the stack tests fail on
 	// any finding.

@@ -1,9 +1,23 @@
 // Package oncepay holds the CDK constructs of the oncepay stack, written to be
-// copied: each takes props with safe defaults, exposes what it creates as
-// exported fields, and accepts an Override hook that sees the final L2 props
-// before the resource is made.
+// copied: each takes props with safe defaults (encryption with a
+// customer-managed key, TLS-only policies, RETAIN, deletion protection,
+// DLQs), exposes what it creates as exported fields, and accepts Override
+// hooks that see the final L2 props before a resource is made.
 //
-// Data plane (this file set): the claim table (idem), the outbox table, the
-// FIFO event queue with its DLQ, the push topic, the VPC and the Aurora
-// PostgreSQL ledger, all encrypted with one customer-managed KMS key.
+// The constructs an architect lifts into another stack, each usable alone in
+// an empty stack:
+//   - IdempotentApi: the claim table, the api function and the HTTP API front
+//     door with a JWT authorizer (a Cognito user pool by default).
+//   - OutboxRelay: the outbox table's stream -> relay function -> events FIFO
+//     queue, with an on-failure destination.
+//   - InboxWorker: the events FIFO queue (with its DLQ) -> worker function ->
+//     push topic.
+//
+// Their parts: ClaimTable, OutboxTable, EventQueue, PushTopic, Network and
+// Ledger (Aurora PostgreSQL Serverless v2 with IAM authentication, RDS Proxy
+// optional), GoFunction (arm64 provided.al2023 with its own role and log
+// group), Psp (the Stripe secret), LedgerMigration (the deploy-time schema
+// migration), AlbFrontDoor (the alternative front door). NewStack wires them
+// into the deployable stack with alarms and a dashboard; Profile picks
+// sandbox or prod settings.
 package oncepay

@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"path/filepath"
+	"sort"
 	"testing"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -14,9 +16,28 @@ import (
 	"github.com/oncepay/oncepay/cdk/oncepay"
 )
 
+// assets is a folder of placeholder build/<fn>/bootstrap files: the tests
+// read the template, never the binaries, so they need not depend on
+// `make lambdas` having run.
+var assets string
+
 func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "oncepay-assets-")
+	if err != nil {
+		panic(err)
+	}
+	for _, fn := range []string{oncepay.FnAPI, oncepay.FnRelay, oncepay.FnWorker, oncepay.FnResolver, oncepay.FnWebhook, oncepay.FnMigrate} {
+		if err := os.MkdirAll(filepath.Join(dir, fn), 0o755); err != nil {
+			panic(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, fn, "bootstrap"), []byte("placeholder "+fn), 0o755); err != nil {
+			panic(err)
+		}
+	}
+	assets = dir
 	code := m.Run()
 	jsii.Close() // removes the jsii runtime's temp folder
+	os.RemoveAll(dir)
 	os.Exit(code)
 }
 
@@ -39,6 +60,7 @@ func cdkContext(t *testing.T, profile oncepay.Profile) *map[string]any {
 	if profile != "" {
 		cfg.Context[oncepay.ProfileContextKey] = string(profile)
 	}
+	cfg.Context[oncepay.AssetsContextKey] = assets
 	return &cfg.Context
 }
 
@@ -48,25 +70,54 @@ type synthesized struct {
 	json  map[string]any
 }
 
-var synthCache = map[oncepay.Profile]*synthesized{}
+var synthCache = map[string]*synthesized{}
 
-// synth builds the app the way cdk/main.go does (context -> profile ->
+// synth builds the app the way cdk/main.go does (context -> props ->
 // stack, nag packs on the app) and caches it per profile: a synth costs
 // seconds and the tests only read it.
 func synth(t *testing.T, profile oncepay.Profile) *synthesized {
 	t.Helper()
-	if s, ok := synthCache[profile]; ok {
+	return synthVariant(t, string(profile), profile, nil)
+}
+
+// albCertificate is a certificate ARN for the ALB variant (never deployed).
+const albCertificate = "arn:aws:acm:eu-west-1:111111111111:certificate/00000000-0000-0000-0000-000000000000"
+
+// pushApp is a platform application ARN for the ALB variant.
+const pushApp = "arn:aws:sns:eu-west-1:111111111111:app/APNS/oncepay"
+
+// synthALB is the sandbox with the ALB front door and a push platform
+// application, chosen through context as `cdk deploy -c` would.
+func synthALB(t *testing.T) *synthesized {
+	t.Helper()
+	return synthVariant(t, "alb", oncepay.ProfileSandbox, map[string]any{
+		oncepay.ContextAlbCertificateArn:       albCertificate,
+		oncepay.ContextAlbCognitoDomainPrefix:  "oncepay-test",
+		oncepay.ContextAlbDomainName:           "pay.example.com",
+		oncepay.ContextPlatformApplicationArns: pushApp,
+	})
+}
+
+// synthVariant synthesizes (once per name) the stack for profile with
+// extra context.
+func synthVariant(t *testing.T, name string, profile oncepay.Profile, extra map[string]any) *synthesized {
+	t.Helper()
+	if s, ok := synthCache[name]; ok {
 		return s
 	}
-	app := awscdk.NewApp(&awscdk.AppProps{Context: cdkContext(t, profile)})
-	p, err := oncepay.ProfileFromContext(app)
+	ctx := cdkContext(t, profile)
+	for k, v := range extra {
+		(*ctx)[k] = v
+	}
+	app := awscdk.NewApp(&awscdk.AppProps{Context: ctx})
+	props, err := oncepay.StackPropsFromContext(app)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p != profile {
-		t.Fatalf("context gave profile %q, want %q", p, profile)
+	if props.Profile != profile {
+		t.Fatalf("context gave profile %q, want %q", props.Profile, profile)
 	}
-	stack := oncepay.NewStack(app, "Oncepay", &oncepay.StackProps{Profile: p})
+	stack := oncepay.NewStack(app, "Oncepay", props)
 	oncepay.AddNagPacks(app)
 	s := &synthesized{stack: stack}
 	check(t, "synthesize", func() {
@@ -76,8 +127,34 @@ func synth(t *testing.T, profile oncepay.Profile) *synthesized {
 	if s.tmpl == nil {
 		t.FailNow()
 	}
-	synthCache[profile] = s
+	synthCache[name] = s
 	return s
+}
+
+// synthAlone synthesizes one construct in an empty stack of its own, with
+// the nag packs on, the way an architect would lift it.
+func synthAlone(t *testing.T, build func(stack awscdk.Stack)) (awscdk.Stack, assertions.Template, map[string]any) {
+	t.Helper()
+	return synthAloneIn(t, nil, build)
+}
+
+// synthAloneIn is synthAlone in a given environment (nil: agnostic).
+func synthAloneIn(t *testing.T, env *awscdk.Environment, build func(stack awscdk.Stack)) (awscdk.Stack, assertions.Template, map[string]any) {
+	t.Helper()
+	app := awscdk.NewApp(&awscdk.AppProps{Context: cdkContext(t, "")})
+	stack := awscdk.NewStack(app, jsii.String("Alone"), &awscdk.StackProps{Env: env})
+	build(stack)
+	oncepay.AddNagPacks(app)
+	var tmpl assertions.Template
+	var js map[string]any
+	check(t, "synthesize", func() {
+		tmpl = assertions.Template_FromStack(stack, nil)
+		js = *tmpl.ToJSON()
+	})
+	if tmpl == nil {
+		t.FailNow()
+	}
+	return stack, tmpl, js
 }
 
 // check runs an assertions call; a failed match panics inside jsii, which
@@ -95,11 +172,19 @@ func check(t *testing.T, what string, f func()) {
 // logicalID of the L1 resource behind an L2 construct.
 func (s *synthesized) logicalID(t *testing.T, c constructs.IConstruct) string {
 	t.Helper()
-	el, ok := c.Node().DefaultChild().(awscdk.CfnElement)
+	return logicalIDIn(t, s.stack.Stack, c)
+}
+
+func logicalIDIn(t *testing.T, stack awscdk.Stack, c constructs.IConstruct) string {
+	t.Helper()
+	el, ok := c.(awscdk.CfnElement)
+	if !ok {
+		el, ok = c.Node().DefaultChild().(awscdk.CfnElement)
+	}
 	if !ok {
 		t.Fatalf("%s has no CloudFormation resource", *c.Node().Path())
 	}
-	return *s.stack.GetLogicalId(el)
+	return *stack.GetLogicalId(el)
 }
 
 // resource returns the template's resource by logical id.
@@ -147,4 +232,121 @@ func show(v any) string {
 		return fmt.Sprint(v)
 	}
 	return string(b)
+}
+
+// ofType: logical id -> resource, in a template's JSON.
+func ofType(js map[string]any, typ string) map[string]map[string]any {
+	out := map[string]map[string]any{}
+	for id, r := range js["Resources"].(map[string]any) {
+		if m := r.(map[string]any); m["Type"] == typ {
+			out[id] = m
+		}
+	}
+	return out
+}
+
+// props of a resource in a template's JSON.
+func propsOf(t *testing.T, js map[string]any, id string) map[string]any {
+	t.Helper()
+	r, ok := js["Resources"].(map[string]any)[id].(map[string]any)
+	if !ok {
+		t.Fatalf("no resource %s", id)
+	}
+	p, _ := r["Properties"].(map[string]any)
+	return p
+}
+
+// render turns a CloudFormation value into a readable string: Ref X is
+// ${X}, GetAtt X.A is ${X.A}, Fn::Join concatenates, anything else is ${?}.
+func render(v any) string {
+	switch x := v.(type) {
+	case string:
+		return x
+	case float64:
+		return fmt.Sprint(x)
+	case bool:
+		return fmt.Sprint(x)
+	case []any:
+		out := ""
+		for i, e := range x {
+			if i > 0 {
+				out += ","
+			}
+			out += render(e)
+		}
+		return "[" + out + "]"
+	case map[string]any:
+		if r, ok := x["Ref"].(string); ok {
+			return "${" + r + "}"
+		}
+		if ga, ok := x["Fn::GetAtt"].([]any); ok && len(ga) == 2 {
+			return fmt.Sprintf("${%v.%v}", ga[0], ga[1])
+		}
+		if j, ok := x["Fn::Join"].([]any); ok && len(j) == 2 {
+			sep, _ := j[0].(string)
+			parts, _ := j[1].([]any)
+			out := ""
+			for i, p := range parts {
+				if i > 0 {
+					out += sep
+				}
+				out += render(p)
+			}
+			return out
+		}
+	}
+	return "${?}"
+}
+
+func strs(v any) []string {
+	switch x := v.(type) {
+	case []any:
+		var out []string
+		for _, e := range x {
+			out = append(out, render(e))
+		}
+		return out
+	case nil:
+		return nil
+	default:
+		return []string{render(x)}
+	}
+}
+
+// grantsOf collects the Allow statements of every identity policy attached
+// to role (by logical id) as action -> sorted, distinct resources.
+func grantsOf(js map[string]any, role string) map[string][]string {
+	out := map[string][]string{}
+	for _, r := range ofType(js, "AWS::IAM::Policy") {
+		p := r["Properties"].(map[string]any)
+		attached := false
+		for _, x := range p["Roles"].([]any) {
+			if render(x) == "${"+role+"}" {
+				attached = true
+			}
+		}
+		if !attached {
+			continue
+		}
+		for _, st := range p["PolicyDocument"].(map[string]any)["Statement"].([]any) {
+			st := st.(map[string]any)
+			if st["Effect"] != "Allow" {
+				continue
+			}
+			for _, a := range strs(st["Action"]) {
+				out[a] = append(out[a], strs(st["Resource"])...)
+			}
+		}
+	}
+	for a, rs := range out {
+		sort.Strings(rs)
+		var uniq []string
+		for i, r := range rs {
+			if i == 0 || r != rs[i-1] {
+				uniq = append(uniq, r)
+			}
+		}
+		out[a] = uniq
+	}
+	return out
 }

@@ -2,9 +2,11 @@ package oncepay
 
 import (
 	"fmt"
+	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsrds"
 	"github.com/aws/constructs-go/constructs/v10"
@@ -15,6 +17,11 @@ import (
 const (
 	LedgerDatabase = "oncepay"
 	LedgerUsername = "oncepay_admin" // owner of the schema; handlers log in with IAM tokens
+	// LedgerAppUser is the database user the handlers log in as with IAM
+	// tokens (GRANT rds_iam); the migration function creates it.
+	LedgerAppUser = "oncepay_app"
+	// LedgerPort is PostgreSQL's.
+	LedgerPort = 5432
 )
 
 // LedgerEngineVersion is the Aurora PostgreSQL release the cluster runs.
@@ -35,6 +42,10 @@ type LedgerProps struct {
 	Readers int
 	// BackupRetention; nil means 7 days.
 	BackupRetention awscdk.Duration
+	// Proxy puts an RDS Proxy with end-to-end IAM authentication in front
+	// of the writer: connection pooling for bursts of Lambda instances and
+	// faster failover. The handlers then connect to the proxy.
+	Proxy bool
 	// Override sees the final cluster props before the cluster is created.
 	Override func(*awsrds.DatabaseClusterProps)
 }
@@ -48,6 +59,10 @@ type Ledger struct {
 	Secret        awsrds.DatabaseSecret
 	SecurityGroup awsec2.SecurityGroup
 	Key           awskms.IKey
+	// Proxy, its role and security group are nil unless props.Proxy.
+	Proxy              awsrds.DatabaseProxy
+	ProxyRole          awsiam.Role
+	ProxySecurityGroup awsec2.SecurityGroup
 }
 
 // NewLedger creates the cluster, its secret and its security group.
@@ -134,7 +149,97 @@ func NewLedger(scope constructs.Construct, id string, props *LedgerProps) *Ledge
 		suppress(cfn(c.Cluster), "AwsSolutions-RDS10",
 			"Deletion protection is off only when the deployer asks (the sandbox profile, whose stack is removed with cdk destroy); the prod profile and this construct's default turn it on.")
 	}
+	if props.Proxy {
+		c.addProxy(props)
+	}
 	suppress(cfn(c.Secret), "AwsSolutions-SMG4",
 		"The admin secret is not on the payment path: handlers authenticate with short-lived IAM tokens. It is used by the migration function and operators; rotation (Ledger.Cluster.AddRotationSingleUser) needs a SAR-hosted Lambda and is left to the deployer.")
 	return c
+}
+
+// addProxy creates the proxy: IAM from the client to the proxy and from the
+// proxy to the database (DefaultAuthScheme IAM_AUTH), so no password exists
+// for the application user anywhere.
+func (c *Ledger) addProxy(props *LedgerProps) {
+	c.ProxySecurityGroup = awsec2.NewSecurityGroup(c.Construct, jsii.String("ProxySecurityGroup"), &awsec2.SecurityGroupProps{
+		Vpc:              props.Vpc,
+		Description:      jsii.String("oncepay ledger proxy: PostgreSQL from the functions, to the cluster"),
+		AllowAllOutbound: jsii.Bool(false),
+	})
+	c.ProxyRole = awsiam.NewRole(c.Construct, jsii.String("ProxyRole"), &awsiam.RoleProps{
+		AssumedBy:   awsiam.NewServicePrincipal(jsii.String("rds.amazonaws.com"), nil),
+		Description: jsii.String("oncepay ledger proxy: IAM login to the cluster as the application user"),
+	})
+	c.Cluster.GrantConnect(c.ProxyRole, jsii.String(LedgerAppUser))
+	c.Proxy = awsrds.NewDatabaseProxy(c.Construct, jsii.String("Proxy"), &awsrds.DatabaseProxyProps{
+		ProxyTarget:       awsrds.ProxyTarget_FromCluster(c.Cluster),
+		Vpc:               props.Vpc,
+		VpcSubnets:        &awsec2.SubnetSelection{SubnetType: awsec2.SubnetType_PRIVATE_WITH_EGRESS},
+		SecurityGroups:    &[]awsec2.ISecurityGroup{c.ProxySecurityGroup},
+		Role:              c.ProxyRole,
+		DefaultAuthScheme: awsrds.DefaultAuthScheme_IAM_AUTH,
+		RequireTLS:        jsii.Bool(true),
+		// A payment waits at most the deadline for a connection.
+		BorrowTimeout: seconds(5 * time.Second),
+	})
+	c.Cluster.Connections().AllowDefaultPortFrom(c.ProxySecurityGroup, jsii.String("from the ledger proxy"))
+	// CDK makes the target group depend on the cluster it already names.
+	c.Proxy.Node().FindChild(jsii.String("ProxyTargetGroup")).(awscdk.CfnResource).AddMetadata(jsii.String("cfn-lint"),
+		map[string]any{"config": map[string]any{"ignore_checks": []string{"W3005"}}})
+}
+
+// Endpoint is the host handlers connect to: the proxy's, else the writer's.
+func (c *Ledger) Endpoint() *string {
+	if c.Proxy != nil {
+		return c.Proxy.Endpoint()
+	}
+	return c.Cluster.ClusterEndpoint().Hostname()
+}
+
+// DSN is the connection string of user on Endpoint: no password (the
+// handler signs an IAM token for it), TLS required.
+func (c *Ledger) DSN(user string) *string {
+	return awscdk.Fn_Join(jsii.String(""), jsii.Strings(
+		"postgres://"+user+"@", *c.Endpoint(), fmt.Sprintf(":%d/%s?sslmode=require", LedgerPort, LedgerDatabase)))
+}
+
+// Connect lets fn (a function in the ledger's VPC) log in as user with an
+// IAM token: rds-db:connect on that one database user, and PostgreSQL's
+// port open from fn's security group to the proxy or the cluster. It sets
+// ONCEPAY_LEDGER_DSN, ONCEPAY_LEDGER_ENDPOINT and ONCEPAY_LEDGER_APP_USER.
+func (c *Ledger) Connect(fn *GoFunction, user string) {
+	if fn.SecurityGroup == nil {
+		panic("oncepay: Ledger.Connect needs a function in the ledger's VPC")
+	}
+	if c.Proxy != nil {
+		c.Proxy.GrantConnect(fn.Role, jsii.String(user))
+		c.ProxySecurityGroup.AddIngressRule(fn.SecurityGroup, awsec2.Port_Tcp(jsii.Number(LedgerPort)),
+			jsii.String("PostgreSQL from the "+fn.Name+" function"), nil)
+	} else {
+		c.Cluster.GrantConnect(fn.Role, jsii.String(user))
+		c.SecurityGroup.AddIngressRule(fn.SecurityGroup, awsec2.Port_Tcp(jsii.Number(LedgerPort)),
+			jsii.String("PostgreSQL from the "+fn.Name+" function"), nil)
+	}
+	fn.SetEnv(map[string]*string{
+		EnvLedgerDSN:      c.DSN(user),
+		EnvLedgerEndpoint: c.Endpoint(),
+		EnvLedgerAppUser:  jsii.String(user),
+	})
+}
+
+// ConnectAdmin lets fn (the migration function) log in to the writer as the
+// admin with the secret's password: GetSecretValue on that one secret and
+// the port open to the cluster itself (never through the IAM-only proxy).
+func (c *Ledger) ConnectAdmin(fn *GoFunction) {
+	if fn.SecurityGroup == nil {
+		panic("oncepay: Ledger.ConnectAdmin needs a function in the ledger's VPC")
+	}
+	c.SecurityGroup.AddIngressRule(fn.SecurityGroup, awsec2.Port_Tcp(jsii.Number(LedgerPort)),
+		jsii.String("PostgreSQL from the "+fn.Name+" function"), nil)
+	fn.Grant([]string{"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}, c.Secret.SecretArn())
+	fn.grantKey(c.Key, []string{"kms:Decrypt"})
+	fn.SetEnv(map[string]*string{
+		EnvLedgerSecretArn: c.Secret.SecretArn(),
+		EnvLedgerEndpoint:  c.Cluster.ClusterEndpoint().Hostname(),
+	})
 }

@@ -9,11 +9,14 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
+
+	"github.com/oncepay/oncepay/internal/eventsource"
 )
 
 const (
-	// WorkerTimeout is the inbox worker's Lambda timeout.
-	WorkerTimeout = 30 * time.Second
+	// WorkerTimeout is the inbox worker's Lambda timeout (one number with
+	// the local harness: internal/eventsource).
+	WorkerTimeout = eventsource.WorkerTimeout
 	// EventsVisibilityTimeout is 6x the worker timeout, as AWS advises for an
 	// SQS event source: the poller may hold a batch while it retries a
 	// throttled invoke, and a message must not reappear while a worker still

@@ -2,8 +2,11 @@ package oncepay
 
 import (
 	"fmt"
+	"strconv"
+	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscognito"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
@@ -92,4 +95,110 @@ func ProfileFromContext(scope constructs.Construct) (Profile, error) {
 		return "", fmt.Errorf("oncepay: context %s must be a string, got %v", ProfileContextKey, v)
 	}
 	return ParseProfile(s)
+}
+
+// LedgerProxy: prod pools connections through RDS Proxy; a sandbox's few
+// functions connect to the writer directly (the proxy bills per vCPU hour).
+func (p Profile) LedgerProxy() bool { return p.IsProd() }
+
+// UserPoolMfa: prod requires TOTP; a sandbox's test users may skip it so the
+// curl smoke test can sign in with a password.
+func (p Profile) UserPoolMfa() awscognito.Mfa {
+	if p.IsProd() {
+		return awscognito.Mfa_REQUIRED
+	}
+	return awscognito.Mfa_OPTIONAL
+}
+
+// UserPoolFeaturePlan: prod turns threat protection on (Plus); a sandbox's
+// handful of users stays on Essentials.
+func (p Profile) UserPoolFeaturePlan() awscognito.FeaturePlan {
+	if p.IsProd() {
+		return awscognito.FeaturePlan_PLUS
+	}
+	return awscognito.FeaturePlan_ESSENTIALS
+}
+
+// Context keys cdk/main.go reads into StackProps (see StackPropsFromContext).
+const (
+	ContextPSPSecretArn            = "oncepay:pspSecretArn"
+	ContextPSPURL                  = "oncepay:pspUrl"
+	ContextPSPSecretRevision       = "oncepay:pspSecretRevision"
+	ContextJWTIssuer               = "oncepay:jwtIssuer"
+	ContextJWTAudience             = "oncepay:jwtAudience"
+	ContextAlbCertificateArn       = "oncepay:albCertificateArn"
+	ContextAlbDomainName           = "oncepay:albDomainName"
+	ContextAlbCognitoDomainPrefix  = "oncepay:albCognitoDomainPrefix"
+	ContextPlatformApplicationArns = "oncepay:platformApplicationArns"
+	ContextLedgerProxy             = "oncepay:ledgerProxy"
+	ContextResolverConcurrency     = "oncepay:resolverReservedConcurrency"
+)
+
+// StackPropsFromContext reads the profile and the deployment's choices from
+// the construct tree's context (cdk.json or -c key=value).
+func StackPropsFromContext(scope constructs.Construct) (*StackProps, error) {
+	profile, err := ProfileFromContext(scope)
+	if err != nil {
+		return nil, err
+	}
+	str := func(key string) (string, error) {
+		v := scope.Node().TryGetContext(jsii.String(key))
+		if v == nil {
+			return "", nil
+		}
+		s, ok := v.(string)
+		if !ok {
+			return "", fmt.Errorf("oncepay: context %s must be a string, got %v", key, v)
+		}
+		return strings.TrimSpace(s), nil
+	}
+	list := func(s string) []string {
+		var out []string
+		for _, x := range strings.Split(s, ",") {
+			if x = strings.TrimSpace(x); x != "" {
+				out = append(out, x)
+			}
+		}
+		return out
+	}
+	get := map[string]string{}
+	for _, k := range []string{ContextPSPSecretArn, ContextPSPURL, ContextPSPSecretRevision, ContextJWTIssuer, ContextJWTAudience, ContextAlbCertificateArn,
+		ContextAlbDomainName, ContextAlbCognitoDomainPrefix, ContextPlatformApplicationArns, ContextLedgerProxy, ContextResolverConcurrency} {
+		if get[k], err = str(k); err != nil {
+			return nil, err
+		}
+	}
+	p := &StackProps{
+		Profile:                 profile,
+		Psp:                     PspProps{SecretArn: get[ContextPSPSecretArn], URL: get[ContextPSPURL], Revision: get[ContextPSPSecretRevision]},
+		Auth:                    AuthProps{Issuer: get[ContextJWTIssuer], Audience: list(get[ContextJWTAudience])},
+		PlatformApplicationArns: list(get[ContextPlatformApplicationArns]),
+	}
+	if p.Auth.Issuer != "" && len(p.Auth.Audience) == 0 {
+		return nil, fmt.Errorf("oncepay: %s needs %s", ContextJWTIssuer, ContextJWTAudience)
+	}
+	if cert := get[ContextAlbCertificateArn]; cert != "" {
+		p.Alb = &AlbProps{CertificateArn: cert, DomainName: get[ContextAlbDomainName], CognitoDomainPrefix: get[ContextAlbCognitoDomainPrefix]}
+		if p.Auth.Issuer != "" {
+			return nil, fmt.Errorf("oncepay: the ALB front door's authenticate action with an external issuer needs OIDC endpoints and a client secret: set StackProps.Alb.Oidc in code")
+		}
+		if p.Alb.CognitoDomainPrefix == "" {
+			return nil, fmt.Errorf("oncepay: %s needs %s", ContextAlbCertificateArn, ContextAlbCognitoDomainPrefix)
+		}
+	}
+	if v := get[ContextResolverConcurrency]; v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return nil, fmt.Errorf("oncepay: context %s must be a whole number >= 0, got %q", ContextResolverConcurrency, v)
+		}
+		p.ResolverReservedConcurrency = &n
+	}
+	switch v := get[ContextLedgerProxy]; v {
+	case "":
+	case "true", "false":
+		p.LedgerProxy = jsii.Bool(v == "true")
+	default:
+		return nil, fmt.Errorf("oncepay: context %s must be true or false, got %q", ContextLedgerProxy, v)
+	}
+	return p, nil
 }

@@ -85,3 +85,15 @@ func AddNagPacks(scope constructs.IConstruct) {
 	awscdk.Aspects_Of(scope).Add(cdknag.NewAwsSolutionsChecks(verbose), nil)
 	awscdk.Aspects_Of(scope).Add(cdknag.NewServerlessChecks(verbose), nil)
 }
+
+// suppressApplies records a cdk-nag exception on one resource for the named
+// findings only (e.g. "Resource::*"), not for the rule as a whole.
+func suppressApplies(resource constructs.IConstruct, rule, reason string, appliesTo ...string) {
+	var applies []interface{}
+	for _, a := range appliesTo {
+		applies = append(applies, a)
+	}
+	cdknag.NagSuppressions_AddResourceSuppressions(resource,
+		&[]*cdknag.NagPackSuppression{{Id: jsii.String(rule), Reason: jsii.String(reason), AppliesTo: &applies}},
+		jsii.Bool(false))
+}

@@ -2,28 +2,74 @@ package oncepay
 
 import (
 	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
+
+	"github.com/oncepay/oncepay/internal/config"
 )
 
-// StackProps configures the deployable stack.
+// StackProps configures the deployable stack. The zero value (with a
+// Profile) is the sandbox the README deploys.
 type StackProps struct {
 	awscdk.StackProps
 	// Profile: "" or "sandbox", or "prod". It sets removal policies, deletion
-	// protection, NAT count, ledger readers, backup and log retention.
+	// protection, NAT count, ledger readers and proxy, backup and log
+	// retention, and the user pool's MFA and feature plan.
 	Profile Profile
 	// NatGateways overrides the profile's count (sandbox 1, prod 2).
 	NatGateways *float64
 	// DataPlane: fields left zero come from the profile.
 	DataPlane DataPlaneProps
+	// Timing: the deadline rules the api's timeout derives from (nil:
+	// internal/config.Default()).
+	Timing *config.Timing
+	// Auth: an external JWT issuer/audience; empty creates a Cognito user
+	// pool (MFA and feature plan from the profile unless set).
+	Auth AuthProps
+	// Alb adds the ALB front door; nil (or no CertificateArn) adds none.
+	Alb *AlbProps
+	// LedgerProxy overrides the profile's choice (sandbox off, prod on).
+	LedgerProxy *bool
+	// Psp: the Stripe secret (an existing one by ARN, or a created
+	// placeholder) and an optional Stripe-compatible base URL.
+	Psp PspProps
+	// PlatformApplicationArns: SNS mobile push applications whose
+	// endpoints the worker may publish to (the push topic is always there).
+	PlatformApplicationArns []string
+	// ResolverReservedConcurrency: nil is ResolverReservedConcurrency (1);
+	// 0 reserves none (accounts whose concurrency quota is 10 cannot
+	// reserve any).
+	ResolverReservedConcurrency *int
+	// Throttle of the HTTP API's stage.
+	Throttle *awsapigatewayv2.ThrottleSettings
 }
 
-// Stack is the oncepay deployment. Later steps add the functions and the
-// front door on top of Data.
+// Stack is the oncepay deployment.
 type Stack struct {
 	awscdk.Stack
-	Profile Profile
-	Data    *DataPlane
+	Profile   Profile
+	Timing    config.Timing
+	Data      *DataPlane
+	Psp       *Psp
+	Api       *IdempotentApi
+	Relay     *OutboxRelay
+	Worker    *InboxWorker
+	Resolver  *GoFunction
+	Webhook   *GoFunction
+	Migration *LedgerMigration
+	// ResolverSchedule runs the resolver every ResolverRate.
+	ResolverSchedule awsevents.Rule
+	// AsyncFailures receives failed asynchronous invocations of the resolver
+	// and the migration function, and schedule events EventBridge could not
+	// deliver.
+	AsyncFailures awssqs.Queue
+	// Alb is nil unless StackProps.Alb has a certificate.
+	Alb        *AlbFrontDoor
+	Monitoring *Monitoring
 }
 
 // Output ids: the local provisioner and the integration tests read these.
@@ -38,6 +84,15 @@ const (
 	OutputPushTopicArn    = "PushTopicArn"
 	OutputLedgerSecretArn = "LedgerSecretArn"
 	OutputLedgerEndpoint  = "LedgerEndpoint"
+
+	OutputHTTPAPIURL       = "HttpApiUrl"
+	OutputWebhookURL       = "WebhookUrl"
+	OutputUserPoolID       = "UserPoolId"
+	OutputUserPoolClientID = "UserPoolClientId"
+	OutputPSPSecretArn     = "PspSecretArn"
+	OutputAlarmTopicArn    = "AlarmTopicArn"
+	OutputDashboardName    = "DashboardName"
+	OutputAlbURL           = "AlbUrl"
 )
 
 // NewStack creates the stack. It panics on an unknown profile, as CDK
@@ -73,9 +128,152 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) *Stack {
 	if dp.Ledger.BackupRetention == nil {
 		dp.Ledger.BackupRetention = days(profile.BackupRetentionDays())
 	}
+	switch {
+	case props.LedgerProxy != nil:
+		dp.Ledger.Proxy = *props.LedgerProxy
+	case !dp.Ledger.Proxy:
+		dp.Ledger.Proxy = profile.LedgerProxy()
+	}
 	s.Data = NewDataPlane(s.Stack, "Data", &dp)
+	s.Timing = timingOrDefault(props.Timing)
+	s.addFunctions(props)
+	s.Monitoring = newMonitoring(s)
 	s.addOutputs()
 	return s
+}
+
+// addFunctions wires the five functions (and the migration) to the data
+// plane, each with only what it touches.
+func (s *Stack) addFunctions(props *StackProps) {
+	d := s.Data
+	protection := ProtectionFor(s.Profile, d.Key)
+	retention := props.DataPlane.LogRetention
+	if retention == "" {
+		retention = s.Profile.LogRetention()
+	}
+	removal := s.Profile.RemovalPolicy()
+	sizes := SizingsFor(s.Timing)
+
+	psp := props.Psp
+	psp.Protection = psp.Protection.inherit(protection)
+	s.Psp = NewPsp(s.Stack, "Psp", &psp)
+
+	auth := props.Auth
+	if auth.Issuer == "" {
+		if auth.Mfa == "" {
+			auth.Mfa = s.Profile.UserPoolMfa()
+		}
+		if auth.FeaturePlan == "" {
+			auth.FeaturePlan = s.Profile.UserPoolFeaturePlan()
+		}
+	}
+	timing := s.Timing
+	s.Api = NewIdempotentApi(s.Stack, "Api", &IdempotentApiProps{
+		Protection:   protection,
+		Claims:       d.Claims,
+		Outbox:       d.Outbox,
+		Ledger:       d.Ledger,
+		Psp:          s.Psp,
+		Timing:       &timing,
+		Auth:         auth,
+		Throttle:     props.Throttle,
+		LogRetention: retention,
+	})
+	s.Relay = NewOutboxRelay(s.Stack, "Relay", &OutboxRelayProps{
+		Protection:   protection,
+		Outbox:       d.Outbox,
+		Events:       d.Events,
+		LogRetention: retention,
+	})
+	s.Worker = NewInboxWorker(s.Stack, "Worker", &InboxWorkerProps{
+		Protection:              protection,
+		Events:                  d.Events,
+		Push:                    d.Push,
+		PlatformApplicationArns: props.PlatformApplicationArns,
+		Ledger:                  d.Ledger,
+		LogRetention:            retention,
+	})
+
+	s.AsyncFailures = newFailureQueue(s.Stack, "AsyncFailures", protection, nil)
+	suppress(cfn(s.AsyncFailures), "Serverless-SQSRedrivePolicy",
+		"This is the dead-letter queue of the resolver's and the migration's asynchronous invocations and of the resolver's schedule target; an alarm fires on its depth.")
+
+	// The resolver: a sweep a minute, one at a time.
+	reserved := ResolverReservedConcurrency
+	if props.ResolverReservedConcurrency != nil {
+		reserved = *props.ResolverReservedConcurrency
+	}
+	s.Resolver = NewGoFunction(s.Stack, "Resolver", &GoFunctionProps{
+		Name:                FnResolver,
+		Sizing:              sizes.Resolver,
+		Environment:         timingEnv(timing),
+		Vpc:                 d.Vpc,
+		ReservedConcurrency: reserved,
+		DeadLetterQueue:     s.AsyncFailures,
+		LogRetention:        retention,
+		RemovalPolicy:       removal,
+		Description:         "oncepay resolver: settles UNKNOWN and stale PENDING payments by replaying the PSP call with the same key; re-puts unpublished events",
+	})
+	d.Ledger.Connect(s.Resolver, LedgerAppUser)
+	s.Psp.InjectAPIKey(s.Resolver)
+	s.grantOutboxPut(s.Resolver)
+	// Finalize: a stored pointer becomes the final answer (conditional update).
+	s.Resolver.Grant([]string{"dynamodb:UpdateItem"}, d.Claims.Table.TableArn())
+	s.Resolver.grantKey(d.Claims.Key, kmsWrite)
+	s.Resolver.SetEnv(map[string]*string{EnvIdemTable: d.Claims.Table.TableName()})
+	s.ResolverSchedule = awsevents.NewRule(s.Stack, jsii.String("ResolverSchedule"), &awsevents.RuleProps{
+		Description: jsii.String("oncepay: run the resolver's sweep"),
+		Schedule:    awsevents.Schedule_Rate(seconds(ResolverRate)),
+		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(s.Resolver.Function, &awseventstargets.LambdaFunctionProps{
+			DeadLetterQueue: s.AsyncFailures,
+			// A tick is worth nothing once the next one is due.
+			MaxEventAge:   seconds(ResolverRate),
+			RetryAttempts: jsii.Number(2),
+		})},
+	})
+
+	// The webhook: the PSP's signed events, no JWT.
+	s.Webhook = NewGoFunction(s.Stack, "Webhook", &GoFunctionProps{
+		Name:          FnWebhook,
+		Sizing:        sizes.Webhook,
+		Vpc:           d.Vpc,
+		LogRetention:  retention,
+		RemovalPolicy: removal,
+		Description:   "oncepay webhook: POST /webhooks/psp, Stripe-signed events -> inbox + allowed state moves",
+	})
+	d.Ledger.Connect(s.Webhook, LedgerAppUser)
+	s.Psp.InjectWebhookSecret(s.Webhook)
+	s.grantOutboxPut(s.Webhook)
+	suppress(cfn(s.Webhook.Function), "Serverless-LambdaDLQ",
+		"Invoked synchronously by API Gateway (or the ALB): a failure answers the PSP with a 5xx and the PSP redelivers the event (Stripe retries for days); Lambda never queues these events.")
+	s.Api.AddUnauthenticatedRoute(RouteWebhook, s.Webhook.Function,
+		"The PSP cannot present a JWT: each webhook is authenticated by its Stripe-Signature (HMAC-SHA256 over the timestamp and body with the endpoint secret, timestamp tolerance enforced), verified by the webhook function before anything changes; a forged or stale one gets 400.")
+
+	s.Migration = NewLedgerMigration(s.Stack, "Migration", &LedgerMigrationProps{
+		Ledger:          d.Ledger,
+		DeadLetterQueue: s.AsyncFailures,
+		LogRetention:    retention,
+		RemovalPolicy:   removal,
+	})
+
+	if props.Alb != nil && props.Alb.CertificateArn != "" {
+		s.Alb = NewAlbFrontDoor(s.Stack, "Alb", &AlbFrontDoorProps{
+			AlbProps:   *props.Alb,
+			Protection: protection,
+			Vpc:        d.Vpc,
+			Api:        s.Api.Function.Function,
+			Webhook:    s.Webhook.Function,
+			UserPool:   s.Api.UserPool,
+		})
+	}
+}
+
+// grantOutboxPut lets fn put outbox items (the event id is derived, so a
+// re-put is the same item).
+func (s *Stack) grantOutboxPut(fn *GoFunction) {
+	fn.Grant([]string{"dynamodb:PutItem"}, s.Data.Outbox.Table.TableArn())
+	fn.grantKey(s.Data.Outbox.Key, kmsWrite)
+	fn.SetEnv(map[string]*string{EnvOutboxTable: s.Data.Outbox.Table.TableName()})
 }
 
 // addOutputs: each value is a plain Ref or Fn::GetAtt so the local
@@ -95,4 +293,17 @@ func (s *Stack) addOutputs() {
 	out(OutputPushTopicArn, "push notifications topic", d.Push.Topic.TopicArn())
 	out(OutputLedgerSecretArn, "ledger admin secret (Secrets Manager)", d.Ledger.Secret.SecretArn())
 	out(OutputLedgerEndpoint, "ledger writer endpoint (host)", d.Ledger.Cluster.ClusterEndpoint().Hostname())
+
+	out(OutputHTTPAPIURL, "payment API base URL (POST payments with a JWT)", s.Api.Url())
+	out(OutputWebhookURL, "PSP webhook endpoint (register it with Stripe)", awscdk.Fn_Join(jsii.String(""), jsii.Strings(*s.Api.Url(), "webhooks/psp")))
+	if s.Api.UserPool != nil {
+		out(OutputUserPoolID, "Cognito user pool of the API's callers", s.Api.UserPool.UserPoolId())
+		out(OutputUserPoolClientID, "Cognito app client (the JWT audience)", s.Api.UserPoolClient.UserPoolClientId())
+	}
+	out(OutputPSPSecretArn, "PSP credentials secret: put the Stripe test key and webhook secret here", s.Psp.Secret.SecretArn())
+	out(OutputAlarmTopicArn, "alarm notifications topic (subscribe to it)", s.Monitoring.Topic.TopicArn())
+	out(OutputDashboardName, "CloudWatch dashboard", s.Monitoring.Dashboard.DashboardName())
+	if s.Alb != nil {
+		out(OutputAlbURL, "ALB front door (point the certificate's name at it)", awscdk.Fn_Join(jsii.String(""), jsii.Strings("https://", *s.Alb.LoadBalancer.LoadBalancerDnsName(), "/")))
+	}
 }

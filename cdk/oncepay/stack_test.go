@@ -10,6 +10,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/oncepay/oncepay/cdk/oncepay"
+	"github.com/oncepay/oncepay/internal/localenv"
 )
 
 func TestClaimTable(t *testing.T) {
@@ -223,6 +224,10 @@ func TestOutputs(t *testing.T) {
 	d := s.stack.Data
 	claims, outbox := s.logicalID(t, d.Claims.Table), s.logicalID(t, d.Outbox.Table)
 	queue, dlq := s.logicalID(t, d.Events.Queue), s.logicalID(t, d.Events.Dlq)
+	api := s.logicalID(t, s.stack.Api.HttpApi)
+	url := "https://${" + api + "}.execute-api.${AWS::Region}.${AWS::URLSuffix}/"
+	// The provisioner's contract (internal/localenv.OutputVars): a plain Ref
+	// or GetAtt it can resolve against the local cloud.
 	want := map[string]any{
 		"IdemTableName":   ref(claims),
 		"OutboxTableName": ref(outbox),
@@ -234,6 +239,17 @@ func TestOutputs(t *testing.T) {
 		"PushTopicArn":    ref(s.logicalID(t, d.Push.Topic)),
 		"LedgerSecretArn": ref(s.logicalID(t, d.Ledger.Secret)),
 		"LedgerEndpoint":  getAtt(s.logicalID(t, d.Ledger.Cluster), "Endpoint.Address"),
+		// For a deployed stack's users (the local cloud has no API Gateway,
+		// Cognito or dashboard, and skips them).
+		"UserPoolId":       ref(s.logicalID(t, s.stack.Api.UserPool)),
+		"UserPoolClientId": ref(s.logicalID(t, s.stack.Api.UserPoolClient)),
+		"PspSecretArn":     ref(s.logicalID(t, s.stack.Psp.Secret)),
+		"AlarmTopicArn":    ref(s.logicalID(t, s.stack.Monitoring.Topic)),
+		"DashboardName":    ref(s.logicalID(t, s.stack.Monitoring.Dashboard)),
+	}
+	rendered := map[string]string{
+		"HttpApiUrl": url,
+		"WebhookUrl": url + "webhooks/psp",
 	}
 	outputs, _ := s.json["Outputs"].(map[string]any)
 	for id, value := range want {
@@ -245,13 +261,38 @@ func TestOutputs(t *testing.T) {
 		if !jsonEqual(o["Value"], value) {
 			t.Errorf("output %s = %s, want %s", id, show(o["Value"]), show(value))
 		}
-		if _, ok := o["Export"]; ok {
-			t.Errorf("output %s is exported; exports pin the resource to this stack", id)
+	}
+	for id, value := range rendered {
+		o, ok := outputs[id].(map[string]any)
+		if !ok {
+			t.Errorf("output %s missing", id)
+			continue
+		}
+		if got := render(o["Value"]); got != value {
+			t.Errorf("output %s = %s, want %s", id, got, value)
 		}
 	}
-	for id := range outputs {
-		if _, ok := want[id]; !ok {
-			t.Errorf("unexpected output %s: add it to the provisioner's contract first", id)
+	for id, o := range outputs {
+		if _, ok := o.(map[string]any)["Export"]; ok {
+			t.Errorf("output %s is exported; exports pin the resource to this stack", id)
+		}
+		_, a := want[id]
+		_, b := rendered[id]
+		if !a && !b {
+			t.Errorf("unexpected output %s: add it here (and to the provisioner's contract if the local cloud needs it)", id)
+		}
+	}
+	for _, local := range []string{"IdemTableName", "OutboxTableName", "OutboxStreamArn", "EventsQueueUrl", "EventsQueueArn",
+		"EventsDlqUrl", "EventsDlqArn", "PushTopicArn", "LedgerSecretArn", "LedgerEndpoint"} {
+		if _, ok := localenv.OutputVars[local]; !ok {
+			t.Errorf("output %s is not in localenv.OutputVars", local)
+		}
+	}
+	if alb := synthALB(t); alb.stack.Alb != nil {
+		o, _ := alb.json["Outputs"].(map[string]any)["AlbUrl"].(map[string]any)
+		lb := alb.logicalID(t, alb.stack.Alb.LoadBalancer)
+		if got := render(o["Value"]); got != "https://${"+lb+".DNSName}/" {
+			t.Errorf("AlbUrl = %s", got)
 		}
 	}
 }
@@ -260,7 +301,7 @@ func TestOutputs(t *testing.T) {
 var stateful = []string{
 	"AWS::DynamoDB::Table", "AWS::SQS::Queue", "AWS::SNS::Topic", "AWS::KMS::Key",
 	"AWS::RDS::DBCluster", "AWS::RDS::DBInstance", "AWS::SecretsManager::Secret",
-	"AWS::Logs::LogGroup",
+	"AWS::Logs::LogGroup", "AWS::Cognito::UserPool",
 }
 
 func TestProfiles(t *testing.T) {
@@ -291,14 +332,25 @@ func TestProfiles(t *testing.T) {
 			}
 			if c.profile.IsProd() {
 				// A retained cluster keeps what it needs to be usable.
-				for _, typ := range []string{"AWS::RDS::DBClusterParameterGroup", "AWS::RDS::DBSubnetGroup", "AWS::EC2::SecurityGroup"} {
+				for _, typ := range []string{"AWS::RDS::DBClusterParameterGroup", "AWS::RDS::DBSubnetGroup"} {
 					for id, r := range s.resourcesOfType(typ) {
 						if r["DeletionPolicy"] != "Retain" {
 							t.Errorf("prod %s %s: DeletionPolicy %v, want Retain", typ, id, r["DeletionPolicy"])
 						}
 					}
 				}
+				l := s.stack.Data.Ledger
+				for _, sg := range []string{s.logicalID(t, l.SecurityGroup), s.logicalID(t, l.ProxySecurityGroup)} {
+					if r := s.resource(t, sg); r["DeletionPolicy"] != "Retain" {
+						t.Errorf("prod ledger security group %s: DeletionPolicy %v, want Retain", sg, r["DeletionPolicy"])
+					}
+				}
 			}
+			check(t, "user pool deletion protection", func() {
+				s.tmpl.HasResourceProperties(jsii.String("AWS::Cognito::UserPool"), obj(map[string]any{
+					"DeletionProtection": map[bool]string{true: "ACTIVE", false: "INACTIVE"}[c.protect],
+				}))
+			})
 			check(t, "cluster deletion protection", func() {
 				s.tmpl.HasResourceProperties(jsii.String("AWS::RDS::DBCluster"), obj(map[string]any{
 					"DeletionProtection":    c.protect,

@@ -26,6 +26,8 @@ func (h *Handler) Serve(ctx context.Context, r Request) Response {
 			return problemResponse(problem.MethodNotAllowed())
 		}
 		return h.pay(ctx, r)
+	case strings.HasPrefix(r.Path, "/payments/"):
+		return h.subresource(ctx, r) // /payments/{key}/resolve, /payments/{key}/refund
 	}
 	return problemResponse(problem.NotFound())
 }

@@ -276,12 +276,28 @@ WITH moved AS (
 SELECT ` + columns + ` FROM moved`
 
 func (s *Store) settleOne(ctx context.Context, paymentID string, o Outcome, now time.Time) (Payment, *event.Event, bool, error) {
+	p, e, moved, err := settleIn(ctx, s.pool, paymentID, o, now)
+	if err == nil && !moved {
+		p, err = s.Get(ctx, paymentID)
+	}
+	return p, e, moved, err
+}
+
+// rowQuerier is a pool or a transaction.
+type rowQuerier interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// settleIn runs settleStatement on q (the pool, or a transaction that
+// writes something else first, as the webhook's inbox row). moved is false,
+// and nothing is written, when the row had left PENDING and UNKNOWN or does
+// not exist.
+func settleIn(ctx context.Context, q rowQuerier, paymentID string, o Outcome, now time.Time) (Payment, *event.Event, bool, error) {
 	occurred := now.UTC()
-	p, err := scan(s.pool.QueryRow(ctx, settleStatement, paymentID, string(o.State), o.PSPCharge, o.DeclineCode,
+	p, err := scan(q.QueryRow(ctx, settleStatement, paymentID, string(o.State), o.PSPCharge, o.DeclineCode,
 		occurred.Format(time.RFC3339Nano)))
 	if errors.Is(err, pgx.ErrNoRows) {
-		p, err = s.Get(ctx, paymentID)
-		return p, nil, false, err
+		return Payment{}, nil, false, nil
 	}
 	if err != nil {
 		return Payment{}, nil, false, unavailable("settle", err)

@@ -1,0 +1,332 @@
+package oncepay
+
+import (
+	"encoding/json"
+	"strings"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2authorizers"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2integrations"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscognito"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/oncepay/oncepay/internal/config"
+)
+
+// The routes of the payment API (DESIGN §2). The webhook route is added by
+// whoever wires the webhook function (AddUnauthenticatedRoute).
+const (
+	RoutePayments = "/payments"
+	RouteResolve  = "/payments/{key}/resolve"
+	RouteRefund   = "/payments/{key}/refund"
+	RouteWebhook  = "/webhooks/psp"
+)
+
+// Default throttling of the HTTP API's stage: far above a sandbox's needs,
+// far below what would exhaust the ledger's connections.
+const (
+	DefaultRateLimit  = 50
+	DefaultBurstLimit = 100
+)
+
+// AuthProps selects who may call the API. The caller is the token's `sub`.
+type AuthProps struct {
+	// Issuer and Audience of the JWTs to accept (any OIDC provider). Empty
+	// Issuer: a Cognito user pool and an app client are created, and the
+	// audience is that client.
+	Issuer   string
+	Audience []string
+	// Mfa of a created user pool; "" means REQUIRED (TOTP).
+	Mfa awscognito.Mfa
+	// FeaturePlan of a created user pool; "" means PLUS (threat protection).
+	FeaturePlan awscognito.FeaturePlan
+	// OverrideUserPool sees the final user pool props.
+	OverrideUserPool func(*awscognito.UserPoolProps)
+}
+
+// IdempotentApiProps configures the API. Only the zero value is needed for a
+// working construct; each part can be handed in or overridden.
+type IdempotentApiProps struct {
+	// Protection of what the construct creates (claim table, user pool, logs).
+	Protection
+	// Claims is the claim table to use; nil creates one from ClaimsProps.
+	Claims      *ClaimTable
+	ClaimsProps ClaimTableProps
+	// Outbox, when set, is where the api puts each final event (PutItem only).
+	Outbox *OutboxTable
+	// Ledger, when set, places the function in the ledger's VPC and lets it
+	// log in as LedgerUser ("" means LedgerAppUser) with an IAM token.
+	Ledger     *Ledger
+	LedgerUser string
+	// Psp, when set, gives the function the PSP's API key and URL.
+	Psp *Psp
+	// Timing: the deadline rules (nil: config.Default()). The function's
+	// timeout is Timing.FunctionTimeout() and its environment carries Timing.
+	Timing *config.Timing
+	// Auth: JWT issuer/audience, or a Cognito user pool (default).
+	Auth AuthProps
+	// Throttle of the stage; nil means DefaultRateLimit/DefaultBurstLimit.
+	Throttle *awsapigatewayv2.ThrottleSettings
+	// LogRetention of the function's and the access logs; "" is one year.
+	LogRetention awslogs.RetentionDays
+	// Code of the api function; nil is build/api.
+	Code awslambda.Code
+	// Environment adds variables (e.g. ONCEPAY_LEDGER_DSN when no Ledger).
+	Environment map[string]string
+	// OverrideFunction sees the final function props.
+	OverrideFunction func(*awslambda.FunctionProps)
+}
+
+// IdempotentApi is the front door and the claim: an HTTP API with a JWT
+// authorizer routing POST /payments (and resolve, refund) to the api
+// function, which claims each idempotency key in the claim table.
+type IdempotentApi struct {
+	constructs.Construct
+	Claims   *ClaimTable
+	Function *GoFunction
+	HttpApi  awsapigatewayv2.HttpApi
+	Stage    awsapigatewayv2.HttpStage
+	// Authorizer is the JWT authorizer every payment route uses.
+	Authorizer awsapigatewayv2authorizers.HttpJwtAuthorizer
+	// UserPool and UserPoolClient are nil with an external issuer.
+	UserPool       awscognito.UserPool
+	UserPoolClient awscognito.UserPoolClient
+	AccessLogs     awslogs.LogGroup
+	Routes         []awsapigatewayv2.HttpRoute
+	Timing         config.Timing
+}
+
+// NewIdempotentApi creates the API.
+func NewIdempotentApi(scope constructs.Construct, id string, props *IdempotentApiProps) *IdempotentApi {
+	if props == nil {
+		props = &IdempotentApiProps{}
+	}
+	c := &IdempotentApi{Construct: constructs.NewConstruct(scope, jsii.String(id)), Timing: timingOrDefault(props.Timing)}
+
+	c.Claims = props.Claims
+	if c.Claims == nil {
+		cp := props.ClaimsProps
+		cp.Protection = cp.Protection.inherit(props.Protection)
+		c.Claims = NewClaimTable(c.Construct, "Claims", &cp)
+	}
+
+	var vpc awsec2.IVpc
+	if props.Ledger != nil {
+		vpc = props.Ledger.Cluster.Vpc()
+	}
+	env := timingEnv(c.Timing)
+	for k, v := range props.Environment {
+		env[k] = v
+	}
+	c.Function = NewGoFunction(c.Construct, "Function", &GoFunctionProps{
+		Name:          FnAPI,
+		Code:          props.Code,
+		Sizing:        SizingsFor(c.Timing).API,
+		Environment:   env,
+		Vpc:           vpc,
+		LogRetention:  props.LogRetention,
+		RemovalPolicy: props.removalPolicy(),
+		Description:   "oncepay api: POST /payments with an Idempotency-Key (HTTP API or ALB events)",
+		Override:      props.OverrideFunction,
+	})
+	fn := c.Function
+	// The claim: conditional put, owner-conditional updates, a consistent
+	// read of the record, and the delete that releases a claim.
+	fn.Grant([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}, c.Claims.Table.TableArn())
+	fn.grantKey(c.Claims.Key, kmsWrite)
+	fn.SetEnv(map[string]*string{EnvIdemTable: c.Claims.Table.TableName()})
+	if props.Outbox != nil {
+		fn.Grant([]string{"dynamodb:PutItem"}, props.Outbox.Table.TableArn())
+		fn.grantKey(props.Outbox.Key, kmsWrite)
+		fn.SetEnv(map[string]*string{EnvOutboxTable: props.Outbox.Table.TableName()})
+	}
+	if props.Ledger != nil {
+		user := props.LedgerUser
+		if user == "" {
+			user = LedgerAppUser
+		}
+		props.Ledger.Connect(fn, user)
+	}
+	if props.Psp != nil {
+		props.Psp.InjectAPIKey(fn)
+	}
+	suppress(cfn(fn.Function), "Serverless-LambdaDLQ",
+		"Invoked synchronously by API Gateway (or the ALB): the caller gets the error and retries with the same Idempotency-Key; Lambda never queues these events, so a DLQ would stay empty.")
+
+	c.addFrontDoor(props)
+	return c
+}
+
+func (c *IdempotentApi) addFrontDoor(props *IdempotentApiProps) {
+	issuer, audience := props.Auth.Issuer, props.Auth.Audience
+	if issuer == "" {
+		c.addUserPool(props)
+		issuer = *c.UserPool.UserPoolProviderUrl()
+		audience = []string{*c.UserPoolClient.UserPoolClientId()}
+	}
+	if len(audience) == 0 {
+		panic("oncepay: AuthProps.Issuer needs an Audience")
+	}
+	c.Authorizer = awsapigatewayv2authorizers.NewHttpJwtAuthorizer(jsii.String("JwtAuthorizer"), jsii.String(issuer),
+		&awsapigatewayv2authorizers.HttpJwtAuthorizerProps{
+			JwtAudience:    jsii.Strings(audience...),
+			IdentitySource: jsii.Strings("$request.header.Authorization"),
+		})
+
+	c.HttpApi = awsapigatewayv2.NewHttpApi(c.Construct, jsii.String("HttpApi"), &awsapigatewayv2.HttpApiProps{
+		Description:        jsii.String("oncepay payment API"),
+		CreateDefaultStage: jsii.Bool(false),
+	})
+	throttle := props.Throttle
+	if throttle == nil {
+		throttle = &awsapigatewayv2.ThrottleSettings{RateLimit: jsii.Number(DefaultRateLimit), BurstLimit: jsii.Number(DefaultBurstLimit)}
+	}
+	c.Stage = awsapigatewayv2.NewHttpStage(c.Construct, jsii.String("Stage"), &awsapigatewayv2.HttpStageProps{
+		HttpApi:    c.HttpApi,
+		StageName:  jsii.String("$default"),
+		AutoDeploy: jsii.Bool(true),
+		Throttle:   throttle,
+	})
+	retention := props.LogRetention
+	if retention == "" {
+		retention = awslogs.RetentionDays_ONE_YEAR
+	}
+	c.AccessLogs = awslogs.NewLogGroup(c.Construct, jsii.String("AccessLogs"), &awslogs.LogGroupProps{
+		Retention:     retention,
+		RemovalPolicy: props.removalPolicy(),
+	})
+	c.Stage.Node().DefaultChild().(awsapigatewayv2.CfnStage).SetAccessLogSettings(&awsapigatewayv2.CfnStage_AccessLogSettingsProperty{
+		DestinationArn: c.AccessLogs.LogGroupArn(),
+		Format:         jsii.String(AccessLogFormat),
+	})
+
+	integration := awsapigatewayv2integrations.NewHttpLambdaIntegration(jsii.String("ApiIntegration"), c.Function.Function,
+		&awsapigatewayv2integrations.HttpLambdaIntegrationProps{PayloadFormatVersion: awsapigatewayv2.PayloadFormatVersion_VERSION_2_0()})
+	for _, path := range []string{RoutePayments, RouteResolve, RouteRefund} {
+		routes := c.HttpApi.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
+			Path:        jsii.String(path),
+			Methods:     &[]awsapigatewayv2.HttpMethod{awsapigatewayv2.HttpMethod_POST},
+			Integration: integration,
+			Authorizer:  c.Authorizer,
+		})
+		c.Routes = append(c.Routes, *routes...)
+	}
+}
+
+// AccessLogFormat is the stage's JSON access log line. It carries no
+// caller identity and no client address: the request id joins it to the
+// api function's log line, which carries the scope and payment_id.
+var AccessLogFormat = func() string {
+	b, err := json.Marshal(map[string]string{
+		"requestId":          "$context.requestId",
+		"requestTime":        "$context.requestTimeEpoch",
+		"routeKey":           "$context.routeKey",
+		"status":             "$context.status",
+		"responseLength":     "$context.responseLength",
+		"latencyMs":          "$context.responseLatency",
+		"integrationLatency": "$context.integrationLatency",
+		"integrationError":   "$context.integrationErrorMessage",
+		"authorizerError":    "$context.authorizer.error",
+	})
+	if err != nil {
+		panic(err)
+	}
+	return string(b)
+}()
+
+// addUserPool creates the Cognito user pool the JWT authorizer trusts, with
+// an app client for the phone app (SRP) and the operator's smoke test
+// (admin user/password auth, which needs IAM credentials to call).
+func (c *IdempotentApi) addUserPool(props *IdempotentApiProps) {
+	mfa := props.Auth.Mfa
+	if mfa == "" {
+		mfa = awscognito.Mfa_REQUIRED
+	}
+	plan := props.Auth.FeaturePlan
+	if plan == "" {
+		plan = awscognito.FeaturePlan_PLUS
+	}
+	up := &awscognito.UserPoolProps{
+		SelfSignUpEnabled: jsii.Bool(false), // users are created by the operator
+		SignInAliases:     &awscognito.SignInAliases{Username: jsii.Bool(true), Email: jsii.Bool(true)},
+		Mfa:               mfa,
+		MfaSecondFactor:   &awscognito.MfaSecondFactor{Otp: jsii.Bool(true), Sms: jsii.Bool(false)},
+		PasswordPolicy: &awscognito.PasswordPolicy{
+			MinLength: jsii.Number(12), RequireLowercase: jsii.Bool(true), RequireUppercase: jsii.Bool(true),
+			RequireDigits: jsii.Bool(true), RequireSymbols: jsii.Bool(true),
+		},
+		AccountRecovery:    awscognito.AccountRecovery_EMAIL_ONLY,
+		FeaturePlan:        plan,
+		DeletionProtection: jsii.Bool(props.deletionProtection()),
+		RemovalPolicy:      props.removalPolicy(),
+	}
+	if plan == awscognito.FeaturePlan_PLUS {
+		up.StandardThreatProtectionMode = awscognito.StandardThreatProtectionMode_FULL_FUNCTION
+	}
+	if props.Auth.OverrideUserPool != nil {
+		props.Auth.OverrideUserPool(up)
+	}
+	c.UserPool = awscognito.NewUserPool(c.Construct, jsii.String("UserPool"), up)
+	c.UserPoolClient = c.UserPool.AddClient(jsii.String("AppClient"), &awscognito.UserPoolClientOptions{
+		AuthFlows:                  &awscognito.AuthFlow{UserSrp: jsii.Bool(true), AdminUserPassword: jsii.Bool(true)},
+		GenerateSecret:             jsii.Bool(false), // a phone app cannot keep a secret
+		PreventUserExistenceErrors: jsii.Bool(true),
+		AccessTokenValidity:        awscdk.Duration_Hours(jsii.Number(1)),
+		IdTokenValidity:            awscdk.Duration_Hours(jsii.Number(1)),
+		DisableOAuth:               jsii.Bool(true),
+	})
+	if mfa != awscognito.Mfa_REQUIRED {
+		suppress(cfn(c.UserPool), "AwsSolutions-COG2",
+			"MFA is optional only where the deployer chose it (the sandbox profile: test identities created by the operator for the curl smoke test); the construct's default and the prod profile require TOTP MFA.")
+	}
+	if plan != awscognito.FeaturePlan_PLUS {
+		suppress(cfn(c.UserPool), "AwsSolutions-COG8",
+			"Threat protection (the Plus plan, billed per active user) is off only where the deployer chose it (the sandbox profile, whose users are a handful of test identities); the construct's default and the prod profile turn it on.")
+	}
+}
+
+// AddUnauthenticatedRoute routes POST path to fn with no authorizer, for a
+// caller that proves itself in the request (a signed webhook). reason is
+// recorded with the cdk-nag exception on that one route.
+func (c *IdempotentApi) AddUnauthenticatedRoute(path string, fn awslambda.IFunction, reason string) awsapigatewayv2.HttpRoute {
+	routes := *c.HttpApi.AddRoutes(&awsapigatewayv2.AddRoutesOptions{
+		Path:    jsii.String(path),
+		Methods: &[]awsapigatewayv2.HttpMethod{awsapigatewayv2.HttpMethod_POST},
+		Integration: awsapigatewayv2integrations.NewHttpLambdaIntegration(jsii.String(idFromPath(path)+"Integration"), fn,
+			&awsapigatewayv2integrations.HttpLambdaIntegrationProps{PayloadFormatVersion: awsapigatewayv2.PayloadFormatVersion_VERSION_2_0()}),
+		Authorizer: awsapigatewayv2.NewHttpNoneAuthorizer(),
+	})
+	for _, r := range routes {
+		suppress(cfn(r), "AwsSolutions-APIG4", reason)
+		c.Routes = append(c.Routes, r)
+	}
+	return routes[0]
+}
+
+// Url is the API's base URL (the $default stage), ending in "/".
+func (c *IdempotentApi) Url() *string { return c.Stage.Url() }
+
+// idFromPath turns "/webhooks/psp" into "WebhooksPsp".
+func idFromPath(path string) string {
+	var b strings.Builder
+	up := true
+	for _, r := range path {
+		switch {
+		case r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9':
+			if up {
+				b.WriteString(strings.ToUpper(string(r)))
+			} else {
+				b.WriteRune(r)
+			}
+			up = false
+		default:
+			up = true
+		}
+	}
+	return b.String()
+}

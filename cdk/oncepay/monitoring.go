@@ -1,0 +1,160 @@
+package oncepay
+
+import (
+	"sort"
+	"time"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatchactions"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/interfaces/interfacesawscloudwatch"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/oncepay/oncepay/internal/metrics"
+)
+
+// Metrics the handlers emit (EMF, namespace metrics.Namespace, dimension
+// Function) that the alarms watch.
+const (
+	// MetricUnknownOverHorizon: the resolver's count of UNKNOWN payments older
+	// than its horizon — money in doubt that replays have not settled.
+	MetricUnknownOverHorizon = "UnknownOverHorizon"
+	// MetricKeyStoreDegraded: the api carried on without the claim table.
+	MetricKeyStoreDegraded = "KeyStoreDegraded"
+)
+
+// AlarmPeriod is the evaluation period of every alarm.
+const AlarmPeriod = 5 * time.Minute
+
+// Alarm names (construct ids; CloudFormation names them).
+const (
+	AlarmEventsDlq           = "EventsDlqNotEmpty"
+	AlarmRelayFailures       = "RelayFailuresNotEmpty"
+	AlarmAsyncFailures       = "AsyncFailuresNotEmpty"
+	AlarmRelayErrors         = "RelayErrors"
+	AlarmWorkerErrors        = "WorkerErrors"
+	AlarmResolverErrors      = "ResolverErrors"
+	AlarmRelayIteratorAge    = "RelayIteratorAge"
+	AlarmUnknownOverHorizon  = "UnknownOverHorizon"
+	AlarmKeyStoreDegraded    = "KeyStoreDegraded"
+	RelayIteratorAgeMaxMilli = 60_000 // a minute behind the outbox is an outage of the event path
+)
+
+// Monitoring is the alarm topic, the alarms and the dashboard.
+type Monitoring struct {
+	constructs.Construct
+	// Topic receives every alarm's ALARM and OK; subscribe to it.
+	Topic     awssns.Topic
+	Alarms    map[string]awscloudwatch.Alarm
+	Dashboard awscloudwatch.Dashboard
+}
+
+// newMonitoring wires alarms for s (called by NewStack once every part exists).
+func newMonitoring(s *Stack) *Monitoring {
+	c := &Monitoring{Construct: constructs.NewConstruct(s.Stack, jsii.String("Monitoring")), Alarms: map[string]awscloudwatch.Alarm{}}
+	key := s.Data.Key
+	c.Topic = awssns.NewTopic(c.Construct, jsii.String("AlarmTopic"), &awssns.TopicProps{
+		MasterKey:  key,
+		EnforceSSL: jsii.Bool(true),
+	})
+	c.Topic.ApplyRemovalPolicy(s.Profile.RemovalPolicy())
+	// CloudWatch publishes alarms to the KMS-encrypted topic with the key.
+	key.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:        jsii.String("CloudWatchAlarmsPublishToTheEncryptedAlarmTopic"),
+		Principals: &[]awsiam.IPrincipal{awsiam.NewServicePrincipal(jsii.String("cloudwatch.amazonaws.com"), nil)},
+		Actions:    jsii.Strings("kms:Decrypt", "kms:GenerateDataKey"),
+		Resources:  jsii.Strings("*"), // in a key policy, "*" is this key
+	}), nil)
+
+	period := seconds(AlarmPeriod)
+	depth := func(q awssqs.IQueue) awscloudwatch.IMetric {
+		return q.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")})
+	}
+	errs := func(fn *GoFunction) awscloudwatch.IMetric {
+		return fn.Function.MetricErrors(&awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Sum")})
+	}
+	custom := func(name, function, stat string) awscloudwatch.IMetric {
+		return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
+			Namespace:     jsii.String(metrics.Namespace),
+			MetricName:    jsii.String(name),
+			DimensionsMap: &map[string]*string{"Function": jsii.String(function)},
+			Statistic:     jsii.String(stat),
+			Period:        period,
+		})
+	}
+	atLeastOne := func(id, desc string, m awscloudwatch.IMetric) {
+		c.alarm(id, desc, m, 1)
+	}
+	atLeastOne(AlarmEventsDlq, "Events parked in the events DLQ after 5 deliveries: a consumer-side failure (ledger, push) needs a look and a redrive.", depth(s.Data.Events.Dlq))
+	atLeastOne(AlarmRelayFailures, "The relay mapping gave up on a stream batch: events are recorded as intents in the ledger and the resolver re-puts them, but the cause needs a look.", depth(s.Relay.FailureQueue))
+	atLeastOne(AlarmAsyncFailures, "A scheduled resolver run or a migration run failed after its retries.", depth(s.AsyncFailures))
+	atLeastOne(AlarmRelayErrors, "The relay function failed invocations (partial batch failures retry; errors mean whole batches).", errs(s.Relay.Function))
+	atLeastOne(AlarmWorkerErrors, "The worker function failed invocations.", errs(s.Worker.Function))
+	atLeastOne(AlarmResolverErrors, "The resolver's sweep failed.", errs(s.Resolver))
+	atLeastOne(AlarmUnknownOverHorizon, "UNKNOWN payments older than the resolver's horizon: money in doubt that replays have not settled.", custom(MetricUnknownOverHorizon, FnResolver, "Maximum"))
+	atLeastOne(AlarmKeyStoreDegraded, "The api answered without the claim table (the ledger's unique key alone guarded those payments).", custom(MetricKeyStoreDegraded, FnAPI, "Sum"))
+	c.alarm(AlarmRelayIteratorAge, "The relay is more than a minute behind the outbox stream.",
+		s.Relay.Function.Function.Metric(jsii.String("IteratorAge"), &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")}),
+		RelayIteratorAgeMaxMilli)
+
+	c.Dashboard = awscloudwatch.NewDashboard(c.Construct, jsii.String("Dashboard"), &awscloudwatch.DashboardProps{
+		DefaultInterval: awscdk.Duration_Hours(jsii.Number(3)),
+	})
+	fns := []*GoFunction{s.Api.Function, s.Webhook, s.Relay.Function, s.Worker.Function, s.Resolver}
+	var invocations, errors, durations []awscloudwatch.IMetric
+	for _, fn := range fns {
+		invocations = append(invocations, fn.Function.MetricInvocations(&awscloudwatch.MetricOptions{Period: period}))
+		errors = append(errors, errs(fn))
+		durations = append(durations, fn.Function.MetricDuration(&awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("p99")}))
+	}
+	graph := func(title string, ms ...awscloudwatch.IMetric) awscloudwatch.IWidget {
+		return awscloudwatch.NewGraphWidget(&awscloudwatch.GraphWidgetProps{Title: jsii.String(title), Left: &ms, Width: jsii.Number(8)})
+	}
+	c.Dashboard.AddWidgets(
+		graph("Invocations", invocations...),
+		graph("Errors", errors...),
+		graph("Duration p99 (ms)", durations...),
+	)
+	c.Dashboard.AddWidgets(
+		graph("Queue depth: events, events DLQ, relay failures, async failures",
+			depth(s.Data.Events.Queue), depth(s.Data.Events.Dlq), depth(s.Relay.FailureQueue), depth(s.AsyncFailures)),
+		graph("Money in doubt and degraded answers",
+			custom(MetricUnknownOverHorizon, FnResolver, "Maximum"), custom(MetricKeyStoreDegraded, FnAPI, "Sum")),
+		graph("Relay iterator age (ms)",
+			s.Relay.Function.Function.Metric(jsii.String("IteratorAge"), &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")})),
+	)
+	var names []string
+	for n := range c.Alarms {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var alarms []interfacesawscloudwatch.IAlarmRef
+	for _, n := range names {
+		alarms = append(alarms, c.Alarms[n])
+	}
+	c.Dashboard.AddWidgets(awscloudwatch.NewAlarmStatusWidget(&awscloudwatch.AlarmStatusWidgetProps{
+		Title: jsii.String("Alarms"), Alarms: &alarms, Width: jsii.Number(24),
+	}))
+	return c
+}
+
+// alarm fires when the metric reaches threshold in one period; no data is
+// good news (no errors, no messages, nothing UNKNOWN reported).
+func (c *Monitoring) alarm(id, desc string, m awscloudwatch.IMetric, threshold float64) {
+	a := awscloudwatch.NewAlarm(c.Construct, jsii.String(id), &awscloudwatch.AlarmProps{
+		AlarmDescription:   jsii.String(desc),
+		Metric:             m,
+		Threshold:          jsii.Number(threshold),
+		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+		EvaluationPeriods:  jsii.Number(1),
+		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
+	})
+	action := awscloudwatchactions.NewSnsAction(c.Topic)
+	a.AddAlarmAction(action)
+	a.AddOkAction(action)
+	c.Alarms[id] = a
+}

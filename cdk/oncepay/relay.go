@@ -1,0 +1,157 @@
+package oncepay
+
+import (
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdaeventsources"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/oncepay/oncepay/internal/eventsource"
+)
+
+// OutboxRelayProps configures the relay. The zero value is a working relay
+// with its own outbox table, events queue and failure queue.
+type OutboxRelayProps struct {
+	// Protection of what the construct creates.
+	Protection
+	// Outbox is the table whose stream feeds the relay; nil creates one.
+	Outbox      *OutboxTable
+	OutboxProps OutboxTableProps
+	// Events is the FIFO queue the relay sends to; nil creates one.
+	Events      *EventQueue
+	EventsProps EventQueueProps
+	// Settings of the stream mapping; nil is eventsource.Default().Relay,
+	// the numbers the local harness plays too.
+	Settings *eventsource.Stream
+	// LogRetention of the function's logs; "" is one year.
+	LogRetention awslogs.RetentionDays
+	// Code of the relay function; nil is build/relay.
+	Code             awslambda.Code
+	OverrideFunction func(*awslambda.FunctionProps)
+	// OverrideFailureQueue sees the failure queue's props.
+	OverrideFailureQueue func(*awssqs.QueueProps)
+}
+
+// OutboxRelay forwards the outbox table's stream to the events FIFO queue:
+// stream -> relay function (partial batch failures, bisect on error,
+// bounded retries) -> SQS FIFO, with an on-failure destination that records
+// any batch the mapping gives up on.
+type OutboxRelay struct {
+	constructs.Construct
+	Outbox   *OutboxTable
+	Events   *EventQueue
+	Function *GoFunction
+	Mapping  awslambda.EventSourceMapping
+	// FailureQueue receives, for a batch given up on, its shard and
+	// sequence-number range (never the records), so an operator can read
+	// them from the stream or re-put them from the ledger's intents.
+	FailureQueue awssqs.Queue
+	Settings     eventsource.Stream
+}
+
+// NewOutboxRelay creates the relay.
+func NewOutboxRelay(scope constructs.Construct, id string, props *OutboxRelayProps) *OutboxRelay {
+	if props == nil {
+		props = &OutboxRelayProps{}
+	}
+	c := &OutboxRelay{Construct: constructs.NewConstruct(scope, jsii.String(id))}
+	c.Settings = eventsource.Default().Relay
+	if props.Settings != nil {
+		c.Settings = *props.Settings
+	}
+	if err := c.Settings.Validate(); err != nil {
+		panic(err)
+	}
+	c.Outbox = props.Outbox
+	if c.Outbox == nil {
+		op := props.OutboxProps
+		op.Protection = op.Protection.inherit(props.Protection)
+		c.Outbox = NewOutboxTable(c.Construct, "Outbox", &op)
+	}
+	c.Events = props.Events
+	if c.Events == nil {
+		ep := props.EventsProps
+		ep.Protection = ep.Protection.inherit(props.Protection)
+		c.Events = NewEventQueue(c.Construct, "Events", &ep)
+	}
+
+	c.Function = NewGoFunction(c.Construct, "Function", &GoFunctionProps{
+		Name:          FnRelay,
+		Code:          props.Code,
+		Sizing:        SizingsFor(timingOrDefault(nil)).Relay,
+		LogRetention:  props.LogRetention,
+		RemovalPolicy: props.removalPolicy(),
+		Description:   "oncepay relay: outbox stream -> events FIFO queue",
+		Override:      props.OverrideFunction,
+	})
+	fn := c.Function
+	// Reading the stream: Lambda's poller uses these with the function's
+	// role. ListStreams has no resource type; Lambda checks for it when it
+	// creates the mapping.
+	fn.Grant([]string{"dynamodb:DescribeStream", "dynamodb:GetRecords", "dynamodb:GetShardIterator"}, c.Outbox.Table.TableStreamArn())
+	fn.Grant([]string{"dynamodb:ListStreams"}, jsii.String("*"))
+	fn.grantKey(c.Outbox.Key, kmsRead)
+	// Sending: SendMessageBatch is authorized as sqs:SendMessage.
+	fn.Grant([]string{"sqs:SendMessage"}, c.Events.Queue.QueueArn())
+	fn.grantKey(c.Events.Key, kmsProduce)
+	fn.SetEnv(map[string]*string{EnvEventsQueueURL: c.Events.Queue.QueueUrl()})
+	suppress(cfn(fn.Function), "Serverless-LambdaDLQ",
+		"Invoked by the stream's event-source mapping, never asynchronously: a failed batch is retried by the mapping and then recorded in its on-failure destination (FailureQueue), which is what a DLQ would hold.")
+
+	c.FailureQueue = newFailureQueue(c.Construct, "FailureQueue", props.Protection, props.OverrideFailureQueue)
+	terminal := "This is the relay mapping's on-failure destination, the end of the line for a stream batch Lambda gave up on; it holds only shard and sequence numbers, and an alarm fires on its depth."
+	suppress(cfn(c.FailureQueue), "AwsSolutions-SQS3", terminal)
+	suppress(cfn(c.FailureQueue), "Serverless-SQSRedrivePolicy", terminal)
+
+	s := c.Settings
+	mp := &awslambda.EventSourceMappingProps{
+		Target:                  fn.Function,
+		EventSourceArn:          c.Outbox.Table.TableStreamArn(),
+		StartingPosition:        awslambda.StartingPosition(s.StartingPosition),
+		BatchSize:               jsii.Number(float64(s.BatchSize)),
+		BisectBatchOnError:      jsii.Bool(s.BisectOnError),
+		ReportBatchItemFailures: jsii.Bool(s.ReportBatchItemFailures),
+		ParallelizationFactor:   jsii.Number(float64(s.ParallelizationFactor)),
+		OnFailure:               awslambdaeventsources.NewSqsDlq(c.FailureQueue),
+	}
+	if s.MaxBatchingWindow > 0 {
+		mp.MaxBatchingWindow = seconds(s.MaxBatchingWindow)
+	}
+	if s.MaxRetryAttempts != eventsource.Forever {
+		mp.RetryAttempts = jsii.Number(float64(s.MaxRetryAttempts))
+	}
+	if s.MaxRecordAgeSeconds != eventsource.Forever {
+		mp.MaxRecordAge = awscdk.Duration_Seconds(jsii.Number(float64(s.MaxRecordAgeSeconds)))
+	}
+	c.Mapping = awslambda.NewEventSourceMapping(c.Construct, jsii.String("Mapping"), mp)
+	// "Forever" is Lambda's -1, which the L2 props cannot express; the
+	// template states it rather than leaving it to a default.
+	m := cfn(c.Mapping).(awscdk.CfnResource)
+	if s.MaxRetryAttempts == eventsource.Forever {
+		m.AddPropertyOverride(jsii.String("MaximumRetryAttempts"), -1)
+	}
+	if s.MaxRecordAgeSeconds == eventsource.Forever {
+		m.AddPropertyOverride(jsii.String("MaximumRecordAgeInSeconds"), -1)
+	}
+	return c
+}
+
+// newFailureQueue is a terminal queue for failure records: standard, TLS
+// only, 14 days, SQS-managed encryption (it carries Lambda's failure records
+// — ids, shard positions, error messages — not payment data, and services
+// that write to it need no grant on a customer key).
+func newFailureQueue(scope constructs.Construct, id string, p Protection, override func(*awssqs.QueueProps)) awssqs.Queue {
+	qp := &awssqs.QueueProps{
+		Encryption:      awssqs.QueueEncryption_SQS_MANAGED,
+		EnforceSSL:      jsii.Bool(true),
+		RetentionPeriod: seconds(DlqRetention),
+		RemovalPolicy:   p.removalPolicy(),
+	}
+	if override != nil {
+		override(qp)
+	}
+	return awssqs.NewQueue(scope, jsii.String(id), qp)
+}

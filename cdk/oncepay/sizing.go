@@ -1,0 +1,86 @@
+package oncepay
+
+import (
+	"fmt"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/config"
+	"github.com/oncepay/oncepay/internal/eventsource"
+)
+
+// Function names: lambdas/<name> is the main package, build/<name>/bootstrap
+// the binary `make lambdas` builds for it.
+const (
+	FnAPI      = "api"
+	FnRelay    = "relay"
+	FnWorker   = "worker"
+	FnResolver = "resolver"
+	FnWebhook  = "webhook"
+	FnMigrate  = "migrate"
+)
+
+// Sizing is one function's timeout and memory.
+type Sizing struct {
+	Timeout  time.Duration
+	MemoryMB float64
+}
+
+// Sizings holds every function's numbers, in one place. The two functions
+// on a caller's request path (api, webhook) are bound by the payment
+// deadline: their timeout is config.Timing.FunctionTimeout() (deadline +
+// clock margin, 6 s with the defaults), so a function can never outlive the
+// deadline by more than the margin (DESIGN §3).
+type Sizings struct {
+	API, Webhook, Relay, Worker, Resolver, Migrate Sizing
+}
+
+// ResolverRate is how often EventBridge runs the resolver's sweep.
+const ResolverRate = time.Minute
+
+// ResolverReservedConcurrency: one sweep at a time. The resolver replays PSP
+// calls; two overlapping sweeps would only double the PSP traffic, and a
+// burst of replays is what a PSP rate-limits first.
+const ResolverReservedConcurrency = 1
+
+// SizingsFor derives the sizings from t (config.Default() for the defaults).
+//
+// Memory buys CPU on Lambda: 512 MB for the api keeps TLS handshakes and
+// JSON work off the deadline; the background functions need less.
+func SizingsFor(t config.Timing) Sizings {
+	return Sizings{
+		API:     Sizing{Timeout: t.FunctionTimeout(), MemoryMB: 512},
+		Webhook: Sizing{Timeout: t.FunctionTimeout(), MemoryMB: 256},
+		// A relay batch is at most 100 records sent 10 per SendMessageBatch.
+		Relay: Sizing{Timeout: 30 * time.Second, MemoryMB: 256},
+		// The events queue's visibility timeout is six times this.
+		Worker: Sizing{Timeout: eventsource.WorkerTimeout, MemoryMB: 256},
+		// A sweep ends before the next tick starts one.
+		Resolver: Sizing{Timeout: ResolverRate - 10*time.Second, MemoryMB: 256},
+		// Migrations hold an advisory lock; a slow DDL must not time out
+		// half-way through a deploy.
+		Migrate: Sizing{Timeout: 5 * time.Minute, MemoryMB: 256},
+	}
+}
+
+// timingOrDefault validates t (nil: config.Default()).
+func timingOrDefault(t *config.Timing) config.Timing {
+	if t == nil {
+		return config.Default()
+	}
+	if err := t.Validate(); err != nil {
+		panic(fmt.Errorf("oncepay: %w", err))
+	}
+	return *t
+}
+
+// timingEnv is the environment that gives a handler the same Timing the
+// stack derived its timeouts from (internal/config.FromEnv reads it).
+func timingEnv(t config.Timing) map[string]string {
+	return map[string]string{
+		"ONCEPAY_DEADLINE":       t.Deadline.String(),
+		"ONCEPAY_CLIENT_TIMEOUT": t.ClientTimeout.String(),
+		"ONCEPAY_PRESTAMP_WAIT":  t.PreStampWait.String(),
+		"ONCEPAY_CLOCK_MARGIN":   t.Margin.String(),
+		"ONCEPAY_KEY_WINDOW":     t.KeyWindow.String(),
+	}
+}

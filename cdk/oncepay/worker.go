@@ -1,0 +1,163 @@
+package oncepay
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/constructs-go/constructs/v10"
+	"github.com/aws/jsii-runtime-go"
+
+	"github.com/oncepay/oncepay/internal/eventsource"
+)
+
+// InboxWorkerProps configures the worker. The zero value is a working
+// worker with its own events queue (and DLQ) and push topic; it needs a
+// ledger (Ledger, or ONCEPAY_LEDGER_DSN in Environment) to run.
+type InboxWorkerProps struct {
+	// Protection of what the construct creates.
+	Protection
+	// Events is the FIFO queue (with its DLQ) to consume; nil creates one.
+	Events      *EventQueue
+	EventsProps EventQueueProps
+	// Push is the topic notifications go to; nil creates one.
+	Push      *PushTopic
+	PushProps PushTopicProps
+	// PlatformApplicationArns (SNS mobile push, literal ARNs): the worker may
+	// publish to the endpoints of these applications.
+	PlatformApplicationArns []string
+	// Ledger, when set, places the worker in the ledger's VPC and lets it
+	// log in as LedgerUser ("" means LedgerAppUser) with an IAM token.
+	Ledger     *Ledger
+	LedgerUser string
+	// Settings of the queue mapping; nil is eventsource.Default().Worker.
+	Settings *eventsource.Queue
+	// LogRetention of the function's logs; "" is one year.
+	LogRetention awslogs.RetentionDays
+	// Code of the worker function; nil is build/worker.
+	Code             awslambda.Code
+	Environment      map[string]string
+	OverrideFunction func(*awslambda.FunctionProps)
+}
+
+// InboxWorker consumes the events FIFO queue: inbox row + credit +
+// notification intent in one ledger transaction, then the push. Failed
+// messages are retried by visibility timeout and park in the queue's DLQ
+// after maxReceiveCount deliveries.
+type InboxWorker struct {
+	constructs.Construct
+	Events   *EventQueue
+	Push     *PushTopic
+	Function *GoFunction
+	Mapping  awslambda.EventSourceMapping
+	Settings eventsource.Queue
+}
+
+// NewInboxWorker creates the worker.
+func NewInboxWorker(scope constructs.Construct, id string, props *InboxWorkerProps) *InboxWorker {
+	if props == nil {
+		props = &InboxWorkerProps{}
+	}
+	c := &InboxWorker{Construct: constructs.NewConstruct(scope, jsii.String(id))}
+	c.Settings = eventsource.Default().Worker
+	if props.Settings != nil {
+		c.Settings = *props.Settings
+	}
+	if err := c.Settings.Validate(); err != nil {
+		panic(err)
+	}
+	sizing := SizingsFor(timingOrDefault(nil)).Worker
+	if c.Settings.VisibilityTimeout < 6*sizing.Timeout {
+		panic(fmt.Sprintf("oncepay: the events queue's visibility timeout %s is under 6x the worker timeout %s", c.Settings.VisibilityTimeout, sizing.Timeout))
+	}
+	c.Events = props.Events
+	if c.Events == nil {
+		ep := props.EventsProps
+		ep.Protection = ep.Protection.inherit(props.Protection)
+		c.Events = NewEventQueue(c.Construct, "Events", &ep)
+	}
+	c.Push = props.Push
+	if c.Push == nil {
+		pp := props.PushProps
+		pp.Protection = pp.Protection.inherit(props.Protection)
+		c.Push = NewPushTopic(c.Construct, "Push", &pp)
+	}
+
+	var vpc awsec2.IVpc
+	if props.Ledger != nil {
+		vpc = props.Ledger.Cluster.Vpc()
+	}
+	c.Function = NewGoFunction(c.Construct, "Function", &GoFunctionProps{
+		Name:          FnWorker,
+		Code:          props.Code,
+		Sizing:        sizing,
+		Environment:   props.Environment,
+		Vpc:           vpc,
+		LogRetention:  props.LogRetention,
+		RemovalPolicy: props.removalPolicy(),
+		Description:   "oncepay worker: events FIFO queue -> inbox, credit, notification",
+		Override:      props.OverrideFunction,
+	})
+	fn := c.Function
+	fn.Grant([]string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"}, c.Events.Queue.QueueArn())
+	fn.grantKey(c.Events.Key, []string{"kms:Decrypt"})
+	fn.Grant([]string{"sns:Publish"}, c.Push.Topic.TopicArn())
+	fn.grantKey(c.Push.Key, kmsProduce)
+	env := map[string]*string{EnvPushTopicArn: c.Push.Topic.TopicArn()}
+	if len(props.PlatformApplicationArns) > 0 {
+		var endpoints []*string
+		for _, app := range props.PlatformApplicationArns {
+			endpoints = append(endpoints, jsii.String(PlatformEndpointsArn(app)))
+		}
+		fn.Grant([]string{"sns:Publish"}, endpoints...)
+		env[EnvPushPlatformApps] = jsii.String(strings.Join(props.PlatformApplicationArns, ","))
+		suppressApplies(fn.Role.Node().FindChild(jsii.String("DefaultPolicy")).Node().DefaultChild(), "AwsSolutions-IAM5",
+			"sns:Publish to the endpoints of the configured platform applications only: SNS creates an endpoint ARN per device at registration, so the application's endpoint prefix is the narrowest name known at deploy time.",
+			endpointFindings(props.PlatformApplicationArns)...)
+	}
+	fn.SetEnv(env)
+	if props.Ledger != nil {
+		user := props.LedgerUser
+		if user == "" {
+			user = LedgerAppUser
+		}
+		props.Ledger.Connect(fn, user)
+	}
+	suppress(cfn(fn.Function), "Serverless-LambdaDLQ",
+		"Invoked by the SQS event-source mapping, never asynchronously: a failed message returns to the queue and, after maxReceiveCount deliveries, parks in the queue's own DLQ (EventQueue.Dlq).")
+
+	s := c.Settings
+	mp := &awslambda.EventSourceMappingProps{
+		Target:                  fn.Function,
+		EventSourceArn:          c.Events.Queue.QueueArn(),
+		BatchSize:               jsii.Number(float64(s.BatchSize)),
+		ReportBatchItemFailures: jsii.Bool(s.ReportBatchItemFailures),
+	}
+	if s.MaxConcurrency > 0 {
+		mp.MaxConcurrency = jsii.Number(float64(s.MaxConcurrency))
+	}
+	c.Mapping = awslambda.NewEventSourceMapping(c.Construct, jsii.String("Mapping"), mp)
+	suppress(cfn(c.Mapping), "Serverless-LambdaEventSourceMappingDestination",
+		"Lambda has no on-failure destination for SQS mappings: the queue's redrive policy moves a message that failed maxReceiveCount times to its DLQ, which an alarm watches.")
+	return c
+}
+
+// PlatformEndpointsArn is the ARN pattern of every endpoint of an SNS
+// platform application: arn:…:app/APNS/name -> arn:…:endpoint/APNS/name/*.
+func PlatformEndpointsArn(app string) string {
+	if *awscdk.Token_IsUnresolved(jsii.String(app)) || !strings.Contains(app, ":app/") {
+		panic(fmt.Sprintf("oncepay: platform application ARN must be a literal arn:…:app/<platform>/<name>, got %q", app))
+	}
+	return strings.Replace(app, ":app/", ":endpoint/", 1) + "/*"
+}
+
+func endpointFindings(apps []string) []string {
+	var out []string
+	for _, a := range apps {
+		out = append(out, "Resource::"+PlatformEndpointsArn(a))
+	}
+	return out
+}

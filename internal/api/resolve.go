@@ -1,0 +1,148 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/idem"
+	"github.com/oncepay/oncepay/internal/ids"
+	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/payment"
+	"github.com/oncepay/oncepay/internal/problem"
+)
+
+// Resolver is what the resolve call needs from the ledger beyond Ledger
+// (internal/ledger.Store has it).
+type Resolver interface {
+	GetByKey(ctx context.Context, caller, key string) (ledger.Payment, error)
+	InsertVoid(ctx context.Context, paymentID, caller, key string) (ledger.Payment, bool, error)
+}
+
+// voider is the key store's insert-if-absent VOID (internal/idem.Store).
+type voider interface {
+	Void(ctx context.Context, scope, paymentID string, now, expires time.Time) error
+}
+
+// subresource routes POST /payments/{key}/resolve and
+// POST /payments/{key}/refund. The key is the rest of the path between
+// "/payments/" and the last "/": the path is taken as decoded (what the HTTP
+// API and the local front door deliver), so a key may even contain "/".
+func (h *Handler) subresource(ctx context.Context, r Request) Response {
+	rest := strings.TrimPrefix(r.Path, "/payments/")
+	i := strings.LastIndexByte(rest, '/')
+	if i <= 0 {
+		return problemResponse(problem.NotFound())
+	}
+	key, action := rest[:i], rest[i+1:]
+	if action != "resolve" && action != "refund" {
+		return problemResponse(problem.NotFound())
+	}
+	if r.Method != http.MethodPost {
+		resp := problemResponse(problem.MethodNotAllowed())
+		resp.Headers.Set("Allow", http.MethodPost)
+		return resp
+	}
+	if err := payment.ValidateKey(key); err != nil {
+		// The path's key is the payment's Idempotency-Key: same rules.
+		return problemResponse(problem.BadRequest("key", "the key in the path is not a valid Idempotency-Key"))
+	}
+	if action == "refund" {
+		return h.refund(ctx, r, key)
+	}
+	return h.resolve(ctx, r, key)
+}
+
+// resolve is seed Part 4 RESOLVE: "did it go through?" that changes the
+// state, not just reads it. Found: the payment's state. Absent (or only an
+// expired key record): insert-if-absent VOID in BOTH stores, the ledger
+// first — its unique (caller, key) decides, racing fairly with a late
+// original's InsertPending — and answer "not found, and it never will be".
+// Only the caller's own key is ever looked at: the scope is the caller's.
+func (h *Handler) resolve(ctx context.Context, r Request, key string) Response {
+	led, ok := h.d.Ledger.(Resolver)
+	if !ok {
+		h.d.Log.Error("resolve: the ledger does not support GetByKey/InsertVoid")
+		return problemResponse(problem.Internal())
+	}
+	now := h.d.Clock.Now()
+	scope := ids.Scope(r.Caller, key)
+	pid := ids.PaymentID(scope)
+	log := h.d.Log.With("scope", scope, "payment_id", pid, "op", "resolve")
+
+	// 1. The key record first: cheap, and it tells the log what the
+	// accelerator believed. The ledger row decides.
+	rec, recFound, err := h.d.Claims.Get(ctx, scope, now)
+	degraded := false
+	if err != nil {
+		degraded = true
+		log.Warn("key store unavailable; resolving on the durable guard alone", "err", err)
+		h.d.Metrics.Count("KeyStoreDegraded", 1)
+	}
+	row, err := led.GetByKey(ctx, r.Caller, key)
+	switch {
+	case err == nil:
+		if row.State == ledger.Void && !recFound && !degraded {
+			// An earlier resolve died between its two inserts, or the
+			// record's window passed: finish what it started.
+			h.voidRecord(ctx, scope, pid, now, log)
+		}
+		resp := resolved(row)
+		log.Info("resolve: found", "state", row.State, "record_state", rec.State, "status", resp.Status)
+		return resp
+	case !errors.Is(err, ledger.ErrNotFound):
+		log.Error("resolve: ledger unavailable", "err", err)
+		return problemResponse(problem.LedgerUnavailable())
+	}
+
+	// 2. Absent: the ledger's insert-if-absent decides.
+	row, inserted, err := led.InsertVoid(ctx, pid, r.Caller, key)
+	if err != nil {
+		log.Error("resolve: could not record the void", "err", err)
+		return problemResponse(problem.LedgerUnavailable())
+	}
+	if !inserted {
+		// A late original's InsertPending got there first: it runs, and
+		// the app keeps waiting instead of making a new key.
+		resp := resolved(row)
+		log.Info("resolve: the original won the race", "state", row.State, "status", resp.Status)
+		return resp
+	}
+	if !degraded {
+		h.voidRecord(ctx, scope, pid, now, log)
+	}
+	h.d.Metrics.Count("KeyVoided", 1)
+	log.Info("resolve: voided: not found, and it never will be", "record_state", rec.State)
+	return resolved(row)
+}
+
+// voidRecord is the key store's half of the void. A record that holds the
+// scope (an original that claimed it but had not written its row when the
+// void won) is left alone: that original meets the VOID row, answers 409
+// and marks its own record VOID.
+func (h *Handler) voidRecord(ctx context.Context, scope, pid string, now time.Time, log *slog.Logger) {
+	v, ok := h.d.Claims.(voider)
+	if !ok {
+		return
+	}
+	err := v.Void(ctx, scope, pid, now, now.Add(h.d.Timing.KeyWindow))
+	var exists *idem.ExistsError
+	switch {
+	case err == nil, errors.As(err, &exists):
+	default:
+		log.Warn("resolve: could not write the VOID key record; the ledger's VOID row answers", "err", err)
+	}
+}
+
+// resolved is the resolve call's answer for a row: 200 VOID for a voided
+// key, the payment's own answer otherwise (202 PROCESSING while PENDING or
+// UNKNOWN, "still confirming"; 201 or 402 once final).
+func resolved(p ledger.Payment) Response {
+	if p.State == ledger.Void {
+		return jsonResponse(http.StatusOK, nil, paymentBody{PaymentID: p.ID, State: string(ledger.Void)})
+	}
+	return render(p)
+}

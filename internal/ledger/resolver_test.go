@@ -1,0 +1,157 @@
+package ledger_test
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/testenv"
+)
+
+func claimIDs(us []ledger.Unsettled) []string {
+	out := make([]string, 0, len(us))
+	for _, u := range us {
+		out = append(out, u.ID)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// The resolver takes UNKNOWN rows and PENDING rows past deadline + margin,
+// never final or VOID ones, and not again while its lease holds.
+func TestClaimUnsettledTakesOpenRowsAndLeasesThem(t *testing.T) {
+	pool, _ := testenv.MigratedLedger(t)
+	st := ledger.New(pool)
+	ctx := context.Background()
+	for _, p := range []ledger.Payment{pending("pay_pending_stale", "K1"), pending("pay_pending_fresh", "K2"),
+		pending("pay_unknown", "K3"), pending("pay_done", "K4")} {
+		if _, _, err := st.InsertPending(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := pool.Exec(ctx, `UPDATE payments SET deadline_at = $1 WHERE payment_id = 'pay_pending_fresh'`, now.Add(time.Hour)); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.MarkUnknown(ctx, "pay_unknown"); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := st.Settle(ctx, "pay_done", ledger.Outcome{State: ledger.Succeeded, PSPCharge: "ch"}, now); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := st.InsertVoid(ctx, "pay_void", "u1", "K5"); err != nil {
+		t.Fatal(err)
+	}
+	c := ledger.Claim{Now: now.Add(10 * time.Second), Margin: time.Second, Lease: time.Minute, KeyWindow: 24 * time.Hour, Limit: 10}
+	got, err := st.ClaimUnsettled(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids := claimIDs(got); !slices.Equal(ids, []string{"pay_pending_stale", "pay_unknown"}) {
+		t.Fatalf("claimed %v", ids)
+	}
+	for _, u := range got {
+		if !u.InKeyWindow || u.Attempts != 1 {
+			t.Fatalf("%+v: want inside the key window, first attempt", u)
+		}
+	}
+	if again, _ := st.ClaimUnsettled(ctx, c); len(again) != 0 {
+		t.Fatalf("claimed %v again under a live lease", claimIDs(again))
+	}
+	if err := st.ReleaseUnsettled(ctx, []string{"pay_unknown"}); err != nil {
+		t.Fatal(err)
+	}
+	if again, _ := st.ClaimUnsettled(ctx, c); !slices.Equal(claimIDs(again), []string{"pay_unknown"}) {
+		t.Fatalf("after release: claimed %v", claimIDs(again))
+	}
+	c.Now = c.Now.Add(2 * time.Minute) // every lease lapsed
+	c.KeyWindow = time.Second          // and the window is gone
+	got, _ = st.ClaimUnsettled(ctx, c)
+	if len(got) != 2 || got[0].InKeyWindow || got[1].InKeyWindow {
+		t.Fatalf("after the lease and window: %+v", got)
+	}
+	if n, err := st.CountOpenBefore(ctx, now.Add(time.Minute)); err != nil || n != 2 {
+		t.Fatalf("open before = %d, %v (the fresh PENDING row's deadline is later)", n, err)
+	}
+}
+
+func pgCode(err error) string {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code
+	}
+	return ""
+}
+
+// A refund moves only along the allowed edges, whoever attempts it.
+func TestRefundMovesAreGuarded(t *testing.T) {
+	pool, _ := testenv.MigratedLedger(t)
+	st := ledger.New(pool)
+	ctx := context.Background()
+	if _, _, err := st.InsertPending(ctx, pending("pay_7", "K1")); err != nil {
+		t.Fatal(err)
+	}
+	r, inserted, err := st.InsertRefund(ctx, ledger.Refund{PaymentID: "pay_7", CallerID: "u1", RefundKey: "RK1", Fingerprint: "F",
+		Amount: 3000, Currency: "USD", MerchantID: "m1", DeadlineAt: now})
+	if err != nil || !inserted || r.State != ledger.RefundPending {
+		t.Fatalf("insert: %+v %v %v", r, inserted, err)
+	}
+	// A second refund of the same payment, or the same key again: nothing written.
+	if _, inserted, _ := st.InsertRefund(ctx, ledger.Refund{PaymentID: "pay_7", CallerID: "u1", RefundKey: "RK2", Fingerprint: "F",
+		Amount: 3000, Currency: "USD", MerchantID: "m1", DeadlineAt: now}); inserted {
+		t.Fatal("a second refund of one payment")
+	}
+	r, err = st.RecordRefundAttempt(ctx, "pay_7", true, now.Add(time.Minute))
+	if err != nil || r.State != ledger.RefundUnknown || r.Attempts != 1 || !r.NextAttemptAt.Equal(now.Add(time.Minute)) {
+		t.Fatalf("attempt: %+v %v", r, err)
+	}
+	r, moved, err := st.SettleRefund(ctx, "pay_7", ledger.RefundOutcome{State: ledger.RefundSucceeded, PSPRefund: "re_1"})
+	if err != nil || !moved || r.State != ledger.RefundSucceeded || !r.NextAttemptAt.IsZero() {
+		t.Fatalf("settle: %+v %v %v", r, moved, err)
+	}
+	if _, moved, _ := st.SettleRefund(ctx, "pay_7", ledger.RefundOutcome{State: ledger.RefundFailed}); moved {
+		t.Fatal("a settled refund moved again")
+	}
+	for _, to := range []string{"UNKNOWN", "PENDING", "FAILED"} {
+		if _, err := pool.Exec(ctx, `UPDATE refunds SET state = $1 WHERE payment_id = 'pay_7'`, to); pgCode(err) != "23514" {
+			t.Errorf("SUCCEEDED -> %s: err = %v, want check_violation", to, err)
+		}
+	}
+}
+
+// The webhook's inbox row is written first and decides: a repeat writes
+// nothing at all; an event for no known payment is still recorded.
+func TestApplyWebhookRecordsTheInboxRowFirst(t *testing.T) {
+	pool, _ := testenv.MigratedLedger(t)
+	st := ledger.New(pool)
+	ctx := context.Background()
+	if _, _, err := st.InsertPending(ctx, pending("pay_7", "K1")); err != nil {
+		t.Fatal(err)
+	}
+	o := &ledger.Outcome{State: ledger.Succeeded, PSPCharge: "ch_1"}
+	res, err := st.ApplyWebhook(ctx, ledger.InboxEvent{ID: "evt_1", Type: "payment_intent.succeeded", PaymentID: "pay_7"}, o, now)
+	if err != nil || res.Duplicate || !res.Moved || res.Event == nil || res.Payment.State != ledger.Succeeded {
+		t.Fatalf("first delivery: %+v %v", res, err)
+	}
+	res, err = st.ApplyWebhook(ctx, ledger.InboxEvent{ID: "evt_1", Type: "payment_intent.succeeded", PaymentID: "pay_7"}, o, now)
+	if err != nil || !res.Duplicate || res.Moved {
+		t.Fatalf("repeat: %+v %v", res, err)
+	}
+	res, err = st.ApplyWebhook(ctx, ledger.InboxEvent{ID: "evt_2", Type: "payment_intent.succeeded", PaymentID: "pay_nobody"}, o, now)
+	if err != nil || res.Duplicate || res.Found || res.Moved {
+		t.Fatalf("unknown payment: %+v %v", res, err)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM webhook_inbox`); n != 2 {
+		t.Fatalf("inbox rows = %d", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM outbox_intents`); n != 1 {
+		t.Fatalf("outbox intents = %d", n)
+	}
+	if n := count(t, pool, `SELECT count(*) FROM journal_entries`); n != 2 {
+		t.Fatalf("journal entries = %d", n)
+	}
+}

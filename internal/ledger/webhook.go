@@ -1,0 +1,94 @@
+package ledger
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/event"
+)
+
+// InboxEvent is a verified PSP webhook event, as the inbox records it.
+type InboxEvent struct {
+	ID        string // the PSP's event id (evt_...): the inbox key
+	Type      string // e.g. payment_intent.succeeded
+	PaymentID string // our reference from the object's metadata; "" if none
+}
+
+// WebhookResult says what ApplyWebhook did.
+type WebhookResult struct {
+	// Duplicate: the inbox already held the event, so nothing was written.
+	Duplicate bool
+	// Found: the payment the event names exists (Payment is its row as it
+	// stands after the transaction).
+	Found   bool
+	Payment Payment
+	// Moved: this event moved the payment's state; Event is then the event
+	// to publish after the commit.
+	Moved bool
+	Event *event.Event
+}
+
+// ApplyWebhook records a PSP event in the webhook inbox and, only if the
+// inbox did not hold it yet, applies o (nil: no state move for this event
+// type) as the allowed compare-and-set with the journal entries and the
+// outbox intent: the statements Settle runs, in the same transaction as the
+// inbox row (seed Part 6). A repeat of the event changes nothing. A move that
+// is no longer allowed (the resolver or the API settled first) is not an
+// error: the inbox row is committed and Moved is false.
+func (s *Store) ApplyWebhook(ctx context.Context, in InboxEvent, o *Outcome, now time.Time) (WebhookResult, error) {
+	if in.ID == "" || in.Type == "" {
+		return WebhookResult{}, fmt.Errorf("ledger: webhook event without id or type")
+	}
+	if o != nil {
+		if err := o.check(in.PaymentID); err != nil {
+			return WebhookResult{}, err
+		}
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return WebhookResult{}, unavailable("begin webhook", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after commit
+	tag, err := tx.Exec(ctx, `
+		INSERT INTO webhook_inbox (psp_event_id, event_type, payment_id) VALUES ($1, $2, NULLIF($3, ''))
+		ON CONFLICT (psp_event_id) DO NOTHING`, in.ID, in.Type, in.PaymentID)
+	if err != nil {
+		return WebhookResult{}, unavailable("webhook inbox", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return WebhookResult{Duplicate: true}, nil
+	}
+	var res WebhookResult
+	if o != nil && in.PaymentID != "" {
+		p, ev, moved, err := settleIn(ctx, tx, in.PaymentID, *o, now)
+		if err != nil {
+			return WebhookResult{}, err
+		}
+		res = WebhookResult{Found: moved, Payment: p, Moved: moved, Event: ev}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return WebhookResult{}, unavailable("commit webhook", err)
+	}
+	if !res.Moved && in.PaymentID != "" {
+		p, err := s.Get(ctx, in.PaymentID)
+		switch {
+		case errors.Is(err, ErrNotFound):
+		case err != nil:
+			// The inbox row is committed; only the report is incomplete.
+			return res, err
+		default:
+			res.Found, res.Payment = true, p
+		}
+	}
+	return res, nil
+}
+
+// check refuses an outcome that is not final, as Settle does.
+func (o Outcome) check(paymentID string) error {
+	if o.State != Succeeded && o.State != Failed {
+		return fmt.Errorf("ledger: settle %s to %s: not a final PSP outcome", paymentID, o.State)
+	}
+	return nil
+}

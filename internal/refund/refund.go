@@ -1,0 +1,290 @@
+// Package refund is the compensation that undoes a charge, done the way the
+// seed asks of every compensation (Part 4, "When a compensation times out";
+// Part 10, "What a saga gives up"): the intent is recorded before the first
+// PSP call, every attempt carries the derived key <payment_id>:cancel:refund
+// with the same parameters, so every retry is the same refund, and an
+// attempt whose outcome is open leaves the refund UNKNOWN — never a guess —
+// to be retried with exponential backoff. After the retry budget a human is
+// alerted (metric RefundStuck and an error log) while the retries go on and
+// the state stays UNKNOWN; the nightly reconciliation has the last word.
+//
+// The API makes the first attempt (POST /payments/{key}/refund); the
+// resolver makes the others. Both use an Attempter.
+package refund
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/ids"
+	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/metrics"
+	"github.com/oncepay/oncepay/internal/psp"
+)
+
+// Fingerprint is the meaning of a refund request: a full refund of the
+// payment. A refund key reused for another payment has another fingerprint.
+func Fingerprint(paymentID string) string {
+	sum := sha256.Sum256([]byte("refund:full\x00" + paymentID))
+	return hex.EncodeToString(sum[:])
+}
+
+// Backoff is the retry schedule of an open refund.
+//
+// The zero value schedules the next attempt at once (the resolver's next
+// run) and never alerts: what the API uses for its own first attempt, which
+// leaves the schedule and the budget to the resolver.
+type Backoff struct {
+	// Base is the wait after the first open attempt; it doubles per attempt.
+	Base time.Duration
+	// Max caps the wait.
+	Max time.Duration
+	// Budget is the number of open attempts after which every further open
+	// attempt alerts; 0: never.
+	Budget int
+}
+
+// DefaultBackoff is 30 s doubling up to an hour, with a budget of 8
+// attempts (about an hour of retries) before the alert.
+func DefaultBackoff() Backoff { return Backoff{Base: 30 * time.Second, Max: time.Hour, Budget: 8} }
+
+// Delay is the wait after the attempts-th open attempt (1-based): Base,
+// 2 Base, 4 Base, ..., never more than Max (when Max > 0).
+func (b Backoff) Delay(attempts int) time.Duration {
+	if b.Base <= 0 {
+		return 0
+	}
+	d := b.Base
+	for i := 1; i < attempts; i++ {
+		if b.Max > 0 && d >= b.Max {
+			break
+		}
+		if d > time.Duration(1<<62)/2 { // no overflow, whatever the count
+			break
+		}
+		d *= 2
+	}
+	if b.Max > 0 && d > b.Max {
+		d = b.Max
+	}
+	return d
+}
+
+// Exhausted reports whether attempts open attempts have used up the budget:
+// from then on every open attempt alerts.
+func (b Backoff) Exhausted(attempts int) bool { return b.Budget > 0 && attempts >= b.Budget }
+
+// Validate checks the schedule's values.
+func (b Backoff) Validate() error {
+	if b.Base < 0 || b.Max < 0 || b.Budget < 0 || (b.Max > 0 && b.Max < b.Base) {
+		return fmt.Errorf("refund: backoff base %s, max %s, budget %d: must be non-negative with max >= base", b.Base, b.Max, b.Budget)
+	}
+	return nil
+}
+
+// Ledger is the part of internal/ledger.Store an Attempter writes.
+type Ledger interface {
+	SetRefundIntent(ctx context.Context, paymentID, paymentIntentID string) error
+	SettleRefund(ctx context.Context, paymentID string, o ledger.RefundOutcome) (ledger.Refund, bool, error)
+	RecordRefundAttempt(ctx context.Context, paymentID string, sent bool, next time.Time) (ledger.Refund, error)
+	MarkRefundAlerted(ctx context.Context, paymentID string, at time.Time) error
+}
+
+// PSP is the part of internal/psp.Client an Attempter calls.
+type PSP interface {
+	Refund(ctx context.Context, req psp.RefundRequest) (psp.Result, error)
+	Lookup(ctx context.Context, paymentID string) (psp.Result, error)
+}
+
+// Attempter makes one refund attempt at a time. Its zero Wait, CallTimeout,
+// Log and Metrics are fine.
+type Attempter struct {
+	Ledger  Ledger
+	PSP     PSP
+	Backoff Backoff
+	// Wait is called before every PSP call: the resolver's rate cap. nil:
+	// no cap (the API's live path).
+	Wait func(ctx context.Context) error
+	// CallTimeout bounds one PSP call; 0: the caller's context alone.
+	CallTimeout time.Duration
+	// WriteTimeout bounds the ledger writes that record a PSP answer; they
+	// run even when the caller's context has ended, so an answer that came
+	// back is never lost. 0: 2 s.
+	WriteTimeout time.Duration
+	Log          *slog.Logger     // nil: slog.Default()
+	Metrics      *metrics.Emitter // nil: none
+}
+
+// ErrNoIntent means the PaymentIntent to refund could not be found yet;
+// the attempt sent nothing and was recorded as open.
+var ErrNoIntent = errors.New("refund: the payment's PaymentIntent is not known yet")
+
+// Attempt makes one attempt at r (an open refund): it finds the
+// PaymentIntent to refund if the row does not name it yet (a GET by our
+// reference), calls the PSP's refund with the derived key and the row's
+// parameters, and records the answer: SUCCEEDED or FAILED by
+// compare-and-set, or, for any open answer, the attempt and the next
+// attempt's time. It returns the row as it stands afterwards. An error
+// means the ledger could not be written; the PSP's own failures are open
+// answers, never errors.
+func (a *Attempter) Attempt(ctx context.Context, r ledger.Refund, now time.Time) (ledger.Refund, error) {
+	log := a.log().With("payment_id", r.PaymentID, "attempts", r.Attempts)
+	if r.State.Final() {
+		return r, nil
+	}
+	pi := r.PSPPaymentIntent
+	if pi == "" {
+		var err error
+		pi, err = a.findIntent(ctx, r, log)
+		if ctx.Err() != nil {
+			// The caller's time is up before anything was sent: no attempt
+			// to count; the run's lease lapses and a later run takes it.
+			return r, ctx.Err()
+		}
+		if err != nil {
+			log.Warn("refund not sent: the PaymentIntent is not known yet", "err", err)
+			return a.open(ctx, r, false, now, log)
+		}
+	}
+	if err := a.wait(ctx); err != nil {
+		return r, err
+	}
+	cctx, cancel := a.callContext(ctx)
+	res, err := a.PSP.Refund(cctx, psp.RefundRequest{
+		IdempotencyKey: ids.RefundKey(r.PaymentID), PaymentIntentID: pi, Amount: r.Amount, PaymentID: r.PaymentID,
+	})
+	cancel()
+	switch {
+	case err != nil:
+		// A refusal under our own key is not proof either way (another
+		// path may have refunded the charge): keep it open, never guess.
+		log.Error("refund call refused; the refund stays open", "err", err)
+		return a.open(ctx, r, true, now, log)
+	case res.Outcome == psp.Succeeded:
+		return a.settle(ctx, r, ledger.RefundOutcome{State: ledger.RefundSucceeded, PSPRefund: res.RefundID}, log)
+	case res.Outcome == psp.Declined:
+		return a.settle(ctx, r, ledger.RefundOutcome{State: ledger.RefundFailed, PSPRefund: res.RefundID, FailureReason: res.DeclineCode}, log)
+	default: // Unknown, Pending
+		cause := ""
+		if res.Cause != nil {
+			cause = res.Cause.Error()
+		}
+		log.Warn("refund outcome open; it will be retried with the same key", "outcome", res.Outcome.String(), "cause", cause)
+		return a.open(ctx, r, true, now, log)
+	}
+}
+
+// findIntent returns the PaymentIntent whose charge the refund undoes: the
+// payment's psp_charge when it is one, otherwise a look-up by our reference
+// whose charge must be the payment's.
+func (a *Attempter) findIntent(ctx context.Context, r ledger.Refund, log *slog.Logger) (string, error) {
+	if strings.HasPrefix(r.PSPCharge, "pi_") {
+		return r.PSPCharge, a.setIntent(ctx, r.PaymentID, r.PSPCharge)
+	}
+	if err := a.wait(ctx); err != nil {
+		return "", err
+	}
+	cctx, cancel := a.callContext(ctx)
+	res, err := a.PSP.Lookup(cctx, r.PaymentID)
+	cancel()
+	switch {
+	case err != nil:
+		return "", err
+	case res.Outcome != psp.Succeeded || res.PaymentIntentID == "":
+		return "", fmt.Errorf("%w: look-up answered %s", ErrNoIntent, res.Outcome)
+	case r.PSPCharge != "" && res.ChargeID != r.PSPCharge:
+		log.Error("the PaymentIntent found by our reference holds another charge than the ledger's; not refunding it",
+			"payment_intent", res.PaymentIntentID, "found_charge", res.ChargeID, "ledger_charge", r.PSPCharge)
+		return "", fmt.Errorf("%w: charge mismatch", ErrNoIntent)
+	}
+	return res.PaymentIntentID, a.setIntent(ctx, r.PaymentID, res.PaymentIntentID)
+}
+
+func (a *Attempter) setIntent(ctx context.Context, paymentID, pi string) error {
+	wctx, cancel := a.writeContext(ctx)
+	defer cancel()
+	return a.Ledger.SetRefundIntent(wctx, paymentID, pi)
+}
+
+func (a *Attempter) settle(ctx context.Context, r ledger.Refund, o ledger.RefundOutcome, log *slog.Logger) (ledger.Refund, error) {
+	wctx, cancel := a.writeContext(ctx)
+	defer cancel()
+	row, moved, err := a.Ledger.SettleRefund(wctx, r.PaymentID, o)
+	if err != nil {
+		log.Error("the PSP answered but the refund could not be settled; it stays open", "state", o.State, "err", err)
+		return r, err
+	}
+	if moved {
+		log.Info("refund settled", "state", row.State, "psp_refund", row.PSPRefund)
+		a.Metrics.Count("Refund"+titleCase(string(row.State)), 1)
+	}
+	return row, nil
+}
+
+// open records an attempt that left the refund open, and alerts once the
+// budget is used up.
+func (a *Attempter) open(ctx context.Context, r ledger.Refund, sent bool, now time.Time, log *slog.Logger) (ledger.Refund, error) {
+	wctx, cancel := a.writeContext(ctx)
+	defer cancel()
+	attempts := r.Attempts + 1
+	next := now.Add(a.Backoff.Delay(attempts))
+	row, err := a.Ledger.RecordRefundAttempt(wctx, r.PaymentID, sent, next)
+	if err != nil {
+		log.Error("could not record the refund attempt", "err", err)
+		return r, err
+	}
+	a.Metrics.Count("RefundRetried", 1)
+	if !row.State.Final() && a.Backoff.Exhausted(row.Attempts) {
+		a.Metrics.Count("RefundStuck", 1)
+		log.Error("refund still open after its retry budget; alerting a human. The state stays UNKNOWN and retries go on; reconciliation has the last word",
+			"alert", "RefundStuck", "attempts", row.Attempts, "budget", a.Backoff.Budget, "state", row.State,
+			"refund_idempotency_key", ids.RefundKey(r.PaymentID), "next_attempt_at", next)
+		if err := a.Ledger.MarkRefundAlerted(wctx, r.PaymentID, now); err != nil {
+			log.Warn("could not stamp the alert", "err", err)
+		}
+	}
+	return row, nil
+}
+
+func (a *Attempter) wait(ctx context.Context) error {
+	if a.Wait == nil {
+		return ctx.Err()
+	}
+	return a.Wait(ctx)
+}
+
+func (a *Attempter) callContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	if a.CallTimeout > 0 {
+		return context.WithTimeout(ctx, a.CallTimeout)
+	}
+	return context.WithCancel(ctx)
+}
+
+func (a *Attempter) writeContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	d := a.WriteTimeout
+	if d <= 0 {
+		d = 2 * time.Second
+	}
+	return context.WithTimeout(context.WithoutCancel(ctx), d)
+}
+
+func (a *Attempter) log() *slog.Logger {
+	if a.Log == nil {
+		return slog.Default()
+	}
+	return a.Log
+}
+
+// titleCase turns SUCCEEDED into Succeeded for a metric name.
+func titleCase(s string) string {
+	if s == "" {
+		return s
+	}
+	return s[:1] + strings.ToLower(s[1:])
+}

@@ -1,0 +1,314 @@
+// Package webhook receives the PSP's webhooks: POST /webhooks/psp, in a
+// Lambda function of its own behind the HTTP API, with no JWT (the PSP
+// signs instead). DESIGN §2, seed Parts 5 and 6.
+//
+// Every event is verified the way Stripe signs (stripe-go's webhook package
+// through psp.ParseWebhook: the Stripe-Signature HMAC and a timestamp
+// tolerance, 300 s by default). A forged or stale signature, or a body that
+// is not an event, gets 400 problem+json and changes nothing.
+//
+// A verified event is applied in ONE PostgreSQL transaction
+// (ledger.ApplyWebhook): INSERT INTO webhook_inbox ... ON CONFLICT DO
+// NOTHING, keyed by the PSP's event id and, only if that inserted a row, the
+// allowed state move by compare-and-set (payment_intent.succeeded ->
+// SUCCEEDED with the charge id, payment_intent.payment_failed -> FAILED)
+// with the journal entries and the outbox intent, written exactly as
+// ledger.Settle writes them. The PSP delivers at least once (Stripe retries
+// for up to three days): a repeat is acknowledged with 200 and changes
+// nothing. A move that is no longer allowed (the API or the resolver settled
+// first) is acknowledged too. After the commit, the event is published.
+//
+// The event's payment is found by our own reference, the PaymentIntent's
+// metadata payment_id.
+package webhook
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/oncepay/oncepay/internal/clock"
+	"github.com/oncepay/oncepay/internal/event"
+	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/metrics"
+	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/psp"
+)
+
+// Path is the route the handler serves.
+const Path = "/webhooks/psp"
+
+// MaxBodyBytes bounds a webhook body (Stripe's events are a few KiB).
+const MaxBodyBytes = 256 << 10
+
+// The event types that move a payment.
+const (
+	TypeSucceeded = "payment_intent.succeeded"
+	TypeFailed    = "payment_intent.payment_failed"
+)
+
+// Ledger applies a verified event (internal/ledger.Store).
+type Ledger interface {
+	ApplyWebhook(ctx context.Context, in ledger.InboxEvent, o *ledger.Outcome, now time.Time) (ledger.WebhookResult, error)
+}
+
+// Publisher puts a committed event's outbox item (internal/outbox.Publisher).
+type Publisher interface {
+	Publish(ctx context.Context, e event.Event) error
+}
+
+// Config configures a Handler.
+type Config struct {
+	// Secret is the endpoint's signing secret (whsec_...), required.
+	Secret string
+	// Tolerance is how old a signature's timestamp may be (default 300 s):
+	// an older one is a replay and is refused.
+	Tolerance time.Duration
+}
+
+// Deps are the Handler's collaborators. Publisher may be nil: the
+// resolver's outbox sweep puts the event later.
+type Deps struct {
+	Ledger    Ledger
+	Publisher Publisher
+	Clock     clock.Clock      // nil: the system clock
+	Log       *slog.Logger     // nil: slog.Default()
+	Metrics   *metrics.Emitter // nil: none
+}
+
+// Handler serves POST /webhooks/psp. It is safe for concurrent use.
+type Handler struct {
+	cfg Config
+	d   Deps
+}
+
+// New returns a Handler.
+func New(cfg Config, d Deps) (*Handler, error) {
+	if cfg.Secret == "" {
+		return nil, errors.New("webhook: Config.Secret is required")
+	}
+	if cfg.Tolerance == 0 {
+		cfg.Tolerance = 300 * time.Second
+	}
+	if cfg.Tolerance < 0 {
+		return nil, fmt.Errorf("webhook: tolerance %s is negative", cfg.Tolerance)
+	}
+	if d.Ledger == nil {
+		return nil, errors.New("webhook: Deps.Ledger is required")
+	}
+	if d.Clock == nil {
+		d.Clock = clock.System{}
+	}
+	if d.Log == nil {
+		d.Log = slog.Default()
+	}
+	return &Handler{cfg: cfg, d: d}, nil
+}
+
+// Response is the answer to one delivery.
+type Response struct {
+	Status  int
+	Headers http.Header
+	Body    []byte
+}
+
+// Serve answers one delivery. It blocks for one ledger transaction and, after
+// a move, one outbox put.
+func (h *Handler) Serve(ctx context.Context, method, path string, hdr http.Header, body []byte) Response {
+	switch {
+	case path != Path:
+		return problemResponse(problem.NotFound())
+	case method != http.MethodPost:
+		r := problemResponse(problem.MethodNotAllowed())
+		r.Headers.Set("Allow", http.MethodPost)
+		return r
+	case len(body) > MaxBodyBytes:
+		return problemResponse(problem.TooLarge(MaxBodyBytes))
+	}
+	ev, err := psp.ParseWebhook(body, hdr.Get("Stripe-Signature"), h.cfg.Secret, h.cfg.Tolerance)
+	if err != nil {
+		// The reason goes to the log, not to whoever sent it.
+		h.d.Log.Warn("webhook refused", "err", err)
+		h.d.Metrics.Count("WebhookRejected", 1)
+		return problemResponse(problem.BadRequest("Stripe-Signature", "The signature, its timestamp or the event does not verify. Nothing was changed."))
+	}
+	log := h.d.Log.With("psp_event_id", ev.ID, "event_type", ev.Type, "payment_id", ev.PaymentID, "payment_intent", ev.PaymentIntentID)
+	o := outcomeOf(ev)
+	res, err := h.d.Ledger.ApplyWebhook(ctx, ledger.InboxEvent{ID: ev.ID, Type: ev.Type, PaymentID: ev.PaymentID}, o, h.d.Clock.Now())
+	if err != nil {
+		// Not acknowledged: the PSP delivers it again, and the inbox makes
+		// that harmless.
+		log.Error("webhook not applied; the PSP will deliver it again", "err", err)
+		h.d.Metrics.Count("WebhookErrors", 1)
+		return problemResponse(problem.LedgerUnavailable())
+	}
+	switch {
+	case res.Duplicate:
+		log.Info("webhook: a repeat of an event already received; nothing changed")
+		h.d.Metrics.Count("WebhookDuplicate", 1)
+		return ack(true)
+	case res.Moved:
+		log.Info("webhook: payment settled", "state", res.Payment.State, "psp_charge", res.Payment.PSPCharge)
+		h.d.Metrics.Count("WebhookSettled", 1)
+		if res.Event != nil && h.d.Publisher != nil {
+			if err := h.d.Publisher.Publish(ctx, *res.Event); err != nil {
+				log.Warn("outbox put failed; the sweep will re-put it", "event_id", res.Event.EventID, "err", err)
+			}
+		}
+	case o == nil:
+		log.Info("webhook: recorded; this event type moves nothing")
+	case !res.Found:
+		log.Warn("webhook: recorded; no payment carries this reference")
+	default:
+		log.Info("webhook: recorded; the payment had already left an open state", "state", res.Payment.State)
+		h.d.Metrics.Count("WebhookLate", 1)
+	}
+	return ack(false)
+}
+
+// outcomeOf is the state move an event type allows; nil: none.
+func outcomeOf(ev psp.Event) *ledger.Outcome {
+	switch ev.Type {
+	case TypeSucceeded:
+		charge := ev.ChargeID
+		if charge == "" {
+			charge = ev.PaymentIntentID
+		}
+		return &ledger.Outcome{State: ledger.Succeeded, PSPCharge: charge}
+	case TypeFailed:
+		return &ledger.Outcome{State: ledger.Failed, PSPCharge: ev.PaymentIntentID, DeclineCode: ev.DeclineCode}
+	}
+	return nil
+}
+
+// Handle serves an HTTP API (payload format 2.0) event.
+func (h *Handler) Handle(ctx context.Context, e events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+	hdr := http.Header{}
+	for k, v := range e.Headers {
+		hdr.Set(k, v)
+	}
+	resp := h.serveEvent(ctx, e.RequestContext.HTTP.Method, e.RawPath, hdr, e.Body, e.IsBase64Encoded)
+	return events.APIGatewayV2HTTPResponse{StatusCode: resp.Status, Headers: flat(resp.Headers), Body: string(resp.Body)}, nil
+}
+
+// HandleALB serves an Application Load Balancer event (the stack's
+// alternative front door forwards /webhooks/psp here).
+func (h *Handler) HandleALB(ctx context.Context, e events.ALBTargetGroupRequest) (events.ALBTargetGroupResponse, error) {
+	hdr := http.Header{}
+	for k, v := range e.Headers {
+		hdr.Set(k, v)
+	}
+	for k, vs := range e.MultiValueHeaders {
+		hdr.Del(k)
+		for _, v := range vs {
+			hdr.Add(k, v)
+		}
+	}
+	resp := h.serveEvent(ctx, e.HTTPMethod, e.Path, hdr, e.Body, e.IsBase64Encoded)
+	return events.ALBTargetGroupResponse{
+		StatusCode: resp.Status, StatusDescription: fmt.Sprintf("%d %s", resp.Status, http.StatusText(resp.Status)),
+		Headers: flat(resp.Headers), Body: string(resp.Body),
+	}, nil
+}
+
+// Invoke is the Lambda entry point: it accepts either event shape.
+func (h *Handler) Invoke(ctx context.Context, raw json.RawMessage) (any, error) {
+	var probe struct {
+		RequestContext struct {
+			ELB *json.RawMessage `json:"elb"`
+		} `json:"requestContext"`
+	}
+	if err := json.Unmarshal(raw, &probe); err != nil {
+		return nil, fmt.Errorf("webhook: decode event: %w", err)
+	}
+	if probe.RequestContext.ELB != nil {
+		var e events.ALBTargetGroupRequest
+		if err := json.Unmarshal(raw, &e); err != nil {
+			return nil, fmt.Errorf("webhook: decode ALB event: %w", err)
+		}
+		return h.HandleALB(ctx, e)
+	}
+	var e events.APIGatewayV2HTTPRequest
+	if err := json.Unmarshal(raw, &e); err != nil {
+		return nil, fmt.Errorf("webhook: decode HTTP API event: %w", err)
+	}
+	return h.Handle(ctx, e)
+}
+
+func (h *Handler) serveEvent(ctx context.Context, method, path string, hdr http.Header, body string, b64 bool) Response {
+	if len(body) > 2*MaxBodyBytes {
+		return problemResponse(problem.TooLarge(MaxBodyBytes))
+	}
+	raw := []byte(body)
+	if b64 {
+		b, err := base64.StdEncoding.DecodeString(body)
+		if err != nil {
+			return problemResponse(problem.BadRequest("body", "invalid base64 body"))
+		}
+		raw = b
+	}
+	return h.Serve(ctx, method, path, hdr, raw)
+}
+
+func flat(h http.Header) map[string]string {
+	out := make(map[string]string, len(h))
+	for k, v := range h {
+		out[k] = strings.Join(v, ", ")
+	}
+	return out
+}
+
+// ServeHTTP serves a plain HTTP request by building the event the HTTP API
+// would send and passing it to Handle: the local front door and the tests
+// reach the Lambda's own entry point this way.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(io.LimitReader(r.Body, MaxBodyBytes+1))
+	if err != nil {
+		http.Error(w, "read body", http.StatusBadRequest)
+		return
+	}
+	e := events.APIGatewayV2HTTPRequest{
+		Version: "2.0", RouteKey: r.Method + " " + r.URL.Path, RawPath: r.URL.Path,
+		Headers: map[string]string{}, Body: base64.StdEncoding.EncodeToString(body), IsBase64Encoded: true,
+	}
+	e.RequestContext.HTTP.Method = r.Method
+	e.RequestContext.HTTP.Path = r.URL.Path
+	for k, v := range r.Header {
+		e.Headers[strings.ToLower(k)] = strings.Join(v, ",")
+	}
+	resp, _ := h.Handle(r.Context(), e)
+	for k, v := range resp.Headers {
+		w.Header().Set(k, v)
+	}
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.WriteString(w, resp.Body)
+}
+
+func ack(duplicate bool) Response {
+	b, _ := json.Marshal(struct {
+		Received  bool `json:"received"`
+		Duplicate bool `json:"duplicate,omitempty"`
+	}{true, duplicate})
+	h := http.Header{}
+	h.Set("Content-Type", "application/json")
+	return Response{Status: http.StatusOK, Headers: h, Body: b}
+}
+
+func problemResponse(p problem.Problem) Response {
+	b, err := json.Marshal(p)
+	if err != nil {
+		b = []byte(`{"title":"internal error","status":500}`)
+	}
+	h := http.Header{}
+	h.Set("Content-Type", problem.ContentType)
+	return Response{Status: p.Status, Headers: h, Body: b}
+}

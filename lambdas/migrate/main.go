@@ -1,0 +1,163 @@
+// Command migrate is the deploy-time migration function: a CloudFormation
+// custom resource (Custom::LedgerMigrations) that applies the ledger's
+// embedded migrations (internal/ledger/migrations) as the admin, then makes
+// sure the application role exists, logs in with IAM tokens only (rds_iam)
+// and holds no more than data privileges. Create and Update migrate; Delete
+// leaves the schema to the data it holds.
+//
+// The admin password comes from the ledger secret through the AWS
+// Parameters and Secrets Lambda extension on localhost, so the binary needs
+// no Secrets Manager client and the password never sits in the environment.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"os"
+	"regexp"
+	"time"
+
+	"github.com/aws/aws-lambda-go/cfn"
+	"github.com/aws/aws-lambda-go/lambda"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/oncepay/oncepay/internal/boot"
+	"github.com/oncepay/oncepay/internal/ledger/migrations"
+	"github.com/oncepay/oncepay/internal/localenv"
+)
+
+// physicalID names the one schema this resource stands for.
+const physicalID = "oncepay-ledger-schema"
+
+var log = boot.Logger("migrate")
+
+func main() { lambda.Start(cfn.LambdaWrap(handle)) }
+
+func handle(ctx context.Context, ev cfn.Event) (string, map[string]any, error) {
+	log.Info("custom resource", "request", string(ev.RequestType), "logical_id", ev.LogicalResourceID)
+	if ev.RequestType == cfn.RequestDelete {
+		return physicalID, nil, nil
+	}
+	user, _ := ev.ResourceProperties["AppUser"].(string)
+	db, _ := ev.ResourceProperties["Database"].(string)
+	if !identifier.MatchString(user) || !identifier.MatchString(db) {
+		return physicalID, nil, fmt.Errorf("migrate: AppUser %q and Database %q must be plain identifiers", user, db)
+	}
+	dsn, err := adminDSN(ctx, db)
+	if err != nil {
+		return physicalID, nil, err
+	}
+	applied, err := migrations.Apply(ctx, dsn)
+	if err != nil {
+		return physicalID, nil, err
+	}
+	if err := ensureAppRole(ctx, dsn, user); err != nil {
+		return physicalID, nil, err
+	}
+	log.Info("ledger migrated", "applied", applied, "app_user", user)
+	return physicalID, map[string]any{"Applied": fmt.Sprint(applied)}, nil
+}
+
+var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
+
+// adminDSN builds the admin's connection string from the ledger secret
+// (username, password) and the writer's endpoint.
+func adminDSN(ctx context.Context, db string) (string, error) {
+	arn, err := boot.Require(localenv.LedgerSecretArn)
+	if err != nil {
+		return "", err
+	}
+	host, err := boot.Require(localenv.LedgerEndpoint)
+	if err != nil {
+		return "", err
+	}
+	raw, err := secretString(ctx, arn)
+	if err != nil {
+		return "", err
+	}
+	var s struct {
+		Username string `json:"username"`
+		Password string `json:"password"`
+		Port     int    `json:"port"`
+	}
+	if err := json.Unmarshal([]byte(raw), &s); err != nil {
+		return "", fmt.Errorf("migrate: ledger secret is not the RDS JSON shape: %w", err)
+	}
+	if s.Port == 0 {
+		s.Port = 5432
+	}
+	u := url.URL{
+		Scheme:   "postgres",
+		User:     url.UserPassword(s.Username, s.Password),
+		Host:     fmt.Sprintf("%s:%d", host, s.Port),
+		Path:     "/" + db,
+		RawQuery: "sslmode=require&connect_timeout=10",
+	}
+	return u.String(), nil
+}
+
+// secretString asks the Parameters and Secrets extension for the secret.
+func secretString(ctx context.Context, arn string) (string, error) {
+	port := os.Getenv("PARAMETERS_SECRETS_EXTENSION_HTTP_PORT")
+	if port == "" {
+		port = "2773"
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
+		"http://localhost:"+port+"/secretsmanager/get?secretId="+url.QueryEscape(arn), nil)
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("X-Aws-Parameters-Secrets-Token", os.Getenv("AWS_SESSION_TOKEN"))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("migrate: secrets extension: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("migrate: secrets extension: %s", resp.Status)
+	}
+	var out struct {
+		SecretString string `json:"SecretString"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
+		return "", fmt.Errorf("migrate: secrets extension reply: %w", err)
+	}
+	return out.SecretString, nil
+}
+
+// ensureAppRole creates the application role if absent and grants it data
+// privileges on the schema's tables and sequences, nothing on goose's
+// bookkeeping, and IAM login (rds_iam: a password login stops working).
+func ensureAppRole(ctx context.Context, dsn, user string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return fmt.Errorf("migrate: connect: %w", err)
+	}
+	defer conn.Close(ctx)
+	role := pgx.Identifier{user}.Sanitize()
+	if _, err := conn.Exec(ctx, "CREATE ROLE "+role+" LOGIN"); err != nil {
+		var pgErr *pgconn.PgError
+		if !errors.As(err, &pgErr) || pgErr.Code != "42710" { // duplicate_object: a previous run made it
+			return fmt.Errorf("migrate: create role %s: %w", user, err)
+		}
+	}
+	for _, stmt := range []string{
+		"GRANT rds_iam TO " + role,
+		"GRANT USAGE ON SCHEMA public TO " + role,
+		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO " + role,
+		"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO " + role,
+		"REVOKE ALL ON TABLE goose_db_version FROM " + role,
+	} {
+		if _, err := conn.Exec(ctx, stmt); err != nil {
+			return fmt.Errorf("migrate: %s: %w", stmt, err)
+		}
+	}
+	return nil
+}
