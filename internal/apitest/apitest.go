@@ -24,6 +24,7 @@ import (
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/psp"
 	"github.com/oncepay/oncepay/internal/pspsim"
+	"github.com/oncepay/oncepay/internal/resolver"
 	"github.com/oncepay/oncepay/internal/testenv"
 )
 
@@ -83,6 +84,20 @@ func (w *World) Door(t testing.TB, wrap func(http.Handler) http.Handler) *httpte
 	}
 	t.Cleanup(srv.Close)
 	return srv
+}
+
+// Resolver returns a resolver over the world's parts, as the schedule runs
+// it in AWS: it settles what a lost reply or a crash left open.
+func (w *World) Resolver(t testing.TB) *resolver.Resolver {
+	t.Helper()
+	cfg := resolver.DefaultConfig()
+	cfg.Margin = w.Timing.Margin
+	cfg.PSPRate = 500
+	r, err := resolver.New(cfg, resolver.Deps{Ledger: w.Ledger, PSP: w.PSP, Claims: w.Claims, Publisher: w.Outbox, Clock: w.Clock, Log: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return r
 }
 
 // Token mints a front-door token for caller.
