@@ -97,6 +97,12 @@ type StreamConfig struct {
 	PollInterval time.Duration
 	// MaxDrainSteps bounds Drain (default 10,000).
 	MaxDrainSteps int
+	// QuietPolls is how many empty steps in a row, QuietPause apart, Drain
+	// needs before it calls the stream drained (default 2, 100 ms): a
+	// stream's GetRecords may come back empty while a record just written
+	// is still on its way (DynamoDB Local's streams lag under load).
+	QuietPolls int
+	QuietPause time.Duration
 	// Logger receives a line per invocation outcome (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -164,6 +170,12 @@ func NewStreamPoller(api StreamAPI, handler StreamHandler, cfg StreamConfig) (*S
 	if cfg.PollInterval == 0 {
 		cfg.PollInterval = 250 * time.Millisecond
 	}
+	if cfg.QuietPolls == 0 {
+		cfg.QuietPolls = 2
+	}
+	if cfg.QuietPause == 0 {
+		cfg.QuietPause = 100 * time.Millisecond
+	}
 	if cfg.MaxDrainSteps == 0 {
 		cfg.MaxDrainSteps = 10000
 	}
@@ -210,15 +222,28 @@ func (p *StreamPoller) Step(ctx context.Context) (int, error) {
 	return total, nil
 }
 
-// Drain steps until a step hands over nothing. It blocks for every step and
-// fails if MaxDrainSteps steps did not get there (a batch failing forever).
+// Drain steps until QuietPolls steps in a row hand over nothing. It blocks
+// for every step and fails if MaxDrainSteps steps did not get there (a batch
+// failing forever).
 func (p *StreamPoller) Drain(ctx context.Context) (int, error) {
-	total := 0
+	total, quiet := 0, 0
 	for range p.cfg.MaxDrainSteps {
 		n, err := p.Step(ctx)
 		total += n
-		if err != nil || n == 0 {
+		if err != nil {
 			return total, err
+		}
+		if n > 0 {
+			quiet = 0
+			continue
+		}
+		if quiet++; quiet >= p.cfg.QuietPolls {
+			return total, nil
+		}
+		select {
+		case <-ctx.Done():
+			return total, ctx.Err()
+		case <-time.After(p.cfg.QuietPause):
 		}
 	}
 	return total, fmt.Errorf("harness: stream not drained after %d steps", p.cfg.MaxDrainSteps)
