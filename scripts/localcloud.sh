@@ -103,9 +103,14 @@ PSPSIM_ADDR=${ONCEPAY_PSPSIM_ADDR:-127.0.0.1:8090}
 start_app() { # name addr binary args...
   local name=$1 addr=$2; shift 2
   stop_pid "$name" >/dev/null
+  if port_open "${addr##*:}"; then
+    die "$name: $addr is taken by a process this checkout did not start (another checkout's local cloud?); stop it first"
+  fi
   setsid nohup "$@" >"$LOGS/$name.log" 2>&1 &
-  echo $! >"$PIDS/$name.pid"
+  local pid=$!
+  echo $pid >"$PIDS/$name.pid"
   wait_for "$name" port_open "${addr##*:}"
+  kill -0 "$pid" 2>/dev/null || { tail -n 20 "$LOGS/$name.log" >&2; die "$name exited right after it started"; }
 }
 
 start_apps() {
