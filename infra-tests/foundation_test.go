@@ -15,6 +15,8 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/oncepay/oncepay/internal/awsclient"
+	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
+	"github.com/oncepay/oncepay/internal/awsclient/sqsclient"
 	"github.com/oncepay/oncepay/internal/localenv"
 	"github.com/oncepay/oncepay/internal/testenv"
 )
@@ -28,7 +30,7 @@ func TestProvisionedTablesMatchTheTemplate(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := awsclient.DynamoDB(cfg)
+	db := dynamoclient.New(cfg)
 	for _, tc := range []struct {
 		name, pk string
 		stream   bool
@@ -69,7 +71,7 @@ func TestProvisionedQueueIsFIFOWithoutContentDedupAndRedrivesToTheDLQ(t *testing
 	if err != nil {
 		t.Fatal(err)
 	}
-	q := awsclient.SQS(cfg)
+	q := sqsclient.New(cfg)
 	a, err := q.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
 		QueueUrl: aws.String(env.Get(localenv.EventsQueueURL)), AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameAll},
 	})
@@ -116,7 +118,7 @@ func TestClaimConditionTreatsAnExpiredRecordAsAbsent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	db := awsclient.DynamoDB(cfg)
+	db := dynamoclient.New(cfg)
 	table := env.Get(localenv.IdemTable)
 	now := time.Now().Unix()
 	put := func(pk string, expires int64) error {

@@ -1,6 +1,9 @@
 // Command demo runs on the local cloud (after `make up`): it shows what the
-// template provisioned, then plays the seed's opening beat through the front
-// door — the PSP charges but its reply is lost — and checks the count.
+// template provisioned, plays the seed's opening beat through the front
+// door — the PSP charges but its reply is lost — and then the seed's whole
+// story on the real handlers with a fake clock (internal/story), printing its
+// event table and final count. It exits non-zero when any count differs
+// from the seed's.
 package main
 
 import (
@@ -18,6 +21,7 @@ import (
 	"github.com/oncepay/oncepay/internal/frontdoor"
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/localenv"
+	"github.com/oncepay/oncepay/internal/story"
 )
 
 func main() {
@@ -102,6 +106,12 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("the PSP holds %d charges for %s, want exactly 1", n, pid)
 	}
 	fmt.Println("\n== tapped once, charged once: 1 charge; the payment stays UNKNOWN until the resolver settles it")
+
+	fmt.Println("\n== the seed's story end to end (Part 13), on the real handlers over the local cloud, on a fake clock")
+	if _, err := story.Run(ctx, os.Stdout); err != nil {
+		return fmt.Errorf("story: %w", err)
+	}
+	fmt.Println("== the count is the seed's")
 	return nil
 }
 

@@ -13,7 +13,10 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/awsclient"
+	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
+	"github.com/oncepay/oncepay/internal/awsclient/fullconfig"
+	"github.com/oncepay/oncepay/internal/awsclient/snsclient"
+	"github.com/oncepay/oncepay/internal/awsclient/sqsclient"
 	"github.com/oncepay/oncepay/internal/localcloud"
 	"github.com/oncepay/oncepay/internal/localenv"
 )
@@ -68,11 +71,11 @@ func run(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		cfg, err := awsclient.Config(ctx)
+		cfg, err := fullconfig.Load(ctx)
 		if err != nil {
 			return err
 		}
-		p := &localcloud.Provisioner{DynamoDB: awsclient.DynamoDB(cfg), SQS: awsclient.SQS(cfg), SNS: awsclient.SNS(cfg)}
+		p := &localcloud.Provisioner{DynamoDB: dynamoclient.New(cfg), SQS: sqsclient.New(cfg), SNS: snsclient.New(cfg)}
 		out, err := p.Describe(ctx, phys)
 		if err != nil {
 			return err

@@ -27,7 +27,7 @@ import (
 // Claims is the key record store (internal/idem.Store).
 type Claims interface {
 	Claim(ctx context.Context, c idem.Claim) error
-	Takeover(ctx context.Context, scope, readOwner, newOwner string, until, expires time.Time) error
+	Takeover(ctx context.Context, scope, readOwner, newOwner, fingerprint string, until, expires time.Time) error
 	Complete(ctx context.Context, scope, owner string, a *idem.Answer, expires time.Time) error
 	MarkVoid(ctx context.Context, scope, owner string, expires time.Time) error
 	Release(ctx context.Context, scope, owner string) error

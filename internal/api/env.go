@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/oncepay/oncepay/internal/awsclient"
+	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
 	"github.com/oncepay/oncepay/internal/boot"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/ledger"
@@ -40,7 +40,7 @@ func FromEnv(ctx context.Context, log *slog.Logger) (*Handler, error) {
 	}
 	var pub Publisher
 	if table := os.Getenv(localenv.OutboxTable); table != "" {
-		p, err := outbox.NewPublisher(awsclient.DynamoDB(cfg), outbox.Config{Table: table, Logger: log})
+		p, err := outbox.NewPublisher(dynamoclient.New(cfg), outbox.Config{Table: table, Logger: log})
 		if err != nil {
 			return nil, err
 		}

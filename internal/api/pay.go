@@ -142,8 +142,17 @@ func (a *attempt) answerRecord(ctx context.Context, rec idem.Record, now time.Ti
 	switch {
 	case rec.State == idem.Void:
 		return problemResponse(problem.KeyVoided()), true
-	case rec.Fingerprint != a.fp:
-		// Checked on the record the failed condition returned (ALL_OLD).
+	case rec.Fingerprint != a.fp && rec.State == idem.Completed:
+		// Checked on the record the failed condition returned (ALL_OLD). A
+		// completed record's fingerprint passed the ledger's check.
+		return problemResponse(problem.KeyReused()), true
+	case rec.Fingerprint != a.fp && !rec.LeaseExpired(now, h.d.Timing.Margin):
+		// An in-progress claimant's fingerprint has not met the durable
+		// guard yet: it may itself be the key reuse. The ledger row, if
+		// there is one, says which request is the payment.
+		if p, err := h.d.Ledger.Get(ctx, a.pid); err == nil && p.State != ledger.Void && p.Fingerprint == a.fp {
+			return problemResponse(problem.InProgress(rec.InProgressUntil.Add(h.d.Timing.Margin).Sub(now))), true
+		}
 		return problemResponse(problem.KeyReused()), true
 	case rec.State == idem.Completed && rec.Answer != nil:
 		return replay(rec.Answer), true
@@ -159,7 +168,9 @@ func (a *attempt) answerRecord(ctx context.Context, rec idem.Record, now time.Ti
 	if !rec.LeaseExpired(now, h.d.Timing.Margin) {
 		return problemResponse(problem.InProgress(rec.InProgressUntil.Add(h.d.Timing.Margin).Sub(now))), true
 	}
-	err := h.d.Claims.Takeover(ctx, a.scope, rec.Owner, a.owner, a.deadline, now.Add(h.d.Timing.KeyWindow))
+	// The lease has passed: take over, whatever fingerprint the dead owner
+	// claimed with; the ledger row decides between the two requests.
+	err := h.d.Claims.Takeover(ctx, a.scope, rec.Owner, a.owner, a.fp, a.deadline, now.Add(h.d.Timing.KeyWindow))
 	switch {
 	case err == nil:
 		a.claimed = true

@@ -17,6 +17,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/awsclient"
+	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
 	"github.com/oncepay/oncepay/internal/idem"
 	"github.com/oncepay/oncepay/internal/localenv"
 	"github.com/oncepay/oncepay/internal/psp"
@@ -38,7 +39,9 @@ func Require(name string) (string, error) {
 	return v, nil
 }
 
-// AWS loads the SDK configuration.
+// AWS returns the SDK configuration from the environment the Lambda runtime
+// (or .local/env) provides: region, the execution role's credentials and the
+// endpoint variables. See awsclient.Config for what it leaves out, and why.
 func AWS(ctx context.Context) (aws.Config, error) { return awsclient.Config(ctx) }
 
 // Claims returns the key record store over ONCEPAY_IDEM_TABLE.
@@ -47,7 +50,7 @@ func Claims(cfg aws.Config) (*idem.Store, error) {
 	if err != nil {
 		return nil, err
 	}
-	return idem.NewStore(awsclient.DynamoDB(cfg), table), nil
+	return idem.NewStore(dynamoclient.New(cfg), table), nil
 }
 
 // Ledger returns a pool to the ledger at ONCEPAY_LEDGER_DSN. The pool is

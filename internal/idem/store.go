@@ -97,17 +97,20 @@ func (st *Store) conditional(err error, op, scope string, withItem bool) error {
 
 // Takeover moves an IN_PROGRESS record whose lease has passed to a new owner,
 // only if the owner is still the one the caller read (seed Part 3, safeguard 2).
-func (st *Store) Takeover(ctx context.Context, scope, readOwner, newOwner string, until, expires time.Time) error {
+// The record takes the new owner's fingerprint: the dead owner's was never
+// checked against the durable guard (it may have been a key reuse), and a
+// record that kept it would answer the real payment's repeats with 422.
+func (st *Store) Takeover(ctx context.Context, scope, readOwner, newOwner, fingerprint string, until, expires time.Time) error {
 	_, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:           &st.table,
 		Key:                 key(scope),
-		UpdateExpression:    aws.String("SET #o = :new, in_progress_until = :until, expires_at = :exp"),
+		UpdateExpression:    aws.String("SET #o = :new, fp = :fp, in_progress_until = :until, expires_at = :exp"),
 		ConditionExpression: aws.String("#o = :old AND #s = :inprogress"),
 		ExpressionAttributeNames: map[string]string{
 			"#o": attrOwner, "#s": attrState,
 		},
 		ExpressionAttributeValues: map[string]types.AttributeValue{
-			":new": s(newOwner), ":old": s(readOwner), ":inprogress": s(string(InProgress)),
+			":new": s(newOwner), ":old": s(readOwner), ":inprogress": s(string(InProgress)), ":fp": s(fingerprint),
 			":until": n(until.UnixMilli()), ":exp": n(expiresAt(expires)),
 		},
 	})

@@ -79,11 +79,16 @@ func TestOnlyTheOwnerCompletesAndTakeoverIsConditionalOnTheOwnerRead(t *testing.
 		t.Fatal(err)
 	}
 	// A takeover that read a stale owner loses.
-	if err := st.Takeover(ctx, scope, "someone-else", "A2", t0.Add(12*time.Second), t0.Add(time.Hour)); !errors.Is(err, idem.ErrNotOwner) {
+	if err := st.Takeover(ctx, scope, "someone-else", "A2", "H1", t0.Add(12*time.Second), t0.Add(time.Hour)); !errors.Is(err, idem.ErrNotOwner) {
 		t.Fatalf("takeover with a stale owner: %v", err)
 	}
-	if err := st.Takeover(ctx, scope, "A1", "A2", t0.Add(12*time.Second), t0.Add(time.Hour)); err != nil {
+	// The taker's fingerprint replaces the dead owner's, which no ledger
+	// check ever confirmed.
+	if err := st.Takeover(ctx, scope, "A1", "A2", "H2", t0.Add(12*time.Second), t0.Add(time.Hour)); err != nil {
 		t.Fatalf("takeover: %v", err)
+	}
+	if rec, _, err := st.Get(ctx, scope, t0); err != nil || rec.Fingerprint != "H2" || rec.Owner != "A2" {
+		t.Fatalf("record after the takeover = %+v, %v; want owner A2 with fingerprint H2", rec, err)
 	}
 	// The paused owner wakes up: its completion fails.
 	if err := st.Complete(ctx, scope, "A1", &idem.Answer{Status: 201, Body: []byte(`{}`)}, t0.Add(time.Hour)); !errors.Is(err, idem.ErrNotOwner) {
@@ -97,7 +102,7 @@ func TestOnlyTheOwnerCompletesAndTakeoverIsConditionalOnTheOwnerRead(t *testing.
 		t.Fatalf("record = %+v err=%v", rec, err)
 	}
 	// Completed records cannot be taken over.
-	if err := st.Takeover(ctx, scope, "A2", "A3", t0, t0.Add(time.Hour)); !errors.Is(err, idem.ErrNotOwner) {
+	if err := st.Takeover(ctx, scope, "A2", "A3", "H2", t0, t0.Add(time.Hour)); !errors.Is(err, idem.ErrNotOwner) {
 		t.Fatalf("takeover of a completed record: %v", err)
 	}
 }

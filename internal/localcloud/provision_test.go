@@ -14,6 +14,9 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/oncepay/oncepay/internal/awsclient"
+	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
+	"github.com/oncepay/oncepay/internal/awsclient/snsclient"
+	"github.com/oncepay/oncepay/internal/awsclient/sqsclient"
 	"github.com/oncepay/oncepay/internal/localcloud"
 	"github.com/oncepay/oncepay/internal/testenv"
 )
@@ -44,7 +47,7 @@ func TestProvisionFromTemplateIsIdempotent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p := &localcloud.Provisioner{DynamoDB: awsclient.DynamoDB(cfg), SQS: awsclient.SQS(cfg), SNS: awsclient.SNS(cfg)}
+	p := &localcloud.Provisioner{DynamoDB: dynamoclient.New(cfg), SQS: sqsclient.New(cfg), SNS: snsclient.New(cfg)}
 	tpl, prefix := fixture(t)
 
 	first, err := p.Provision(ctx, tpl)

@@ -15,7 +15,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/jackc/pgx/v5"
 
-	"github.com/oncepay/oncepay/internal/awsclient"
+	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
+	"github.com/oncepay/oncepay/internal/awsclient/fullconfig"
+	"github.com/oncepay/oncepay/internal/awsclient/snsclient"
+	"github.com/oncepay/oncepay/internal/awsclient/sqsclient"
 	"github.com/oncepay/oncepay/internal/ledger/migrations"
 	"github.com/oncepay/oncepay/internal/localenv"
 )
@@ -66,11 +69,11 @@ func Up(ctx context.Context, c Config) (localenv.Env, error) {
 	if err := env.Export(); err != nil {
 		return nil, err
 	}
-	cfg, err := awsclient.Config(ctx)
+	cfg, err := fullconfig.Load(ctx)
 	if err != nil {
 		return nil, err
 	}
-	p := &Provisioner{DynamoDB: awsclient.DynamoDB(cfg), SQS: awsclient.SQS(cfg), SNS: awsclient.SNS(cfg), Log: c.Log}
+	p := &Provisioner{DynamoDB: dynamoclient.New(cfg), SQS: sqsclient.New(cfg), SNS: snsclient.New(cfg), Log: c.Log}
 	if err := c.waitReady(ctx, p); err != nil {
 		return nil, err
 	}

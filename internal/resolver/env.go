@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/oncepay/oncepay/internal/awsclient"
+	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
 	"github.com/oncepay/oncepay/internal/boot"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/localenv"
@@ -42,7 +42,7 @@ func FromEnv(ctx context.Context, log *slog.Logger) (*Resolver, error) {
 		Log: log, Metrics: metrics.New(os.Stdout, "resolver"),
 	}
 	if table := os.Getenv(localenv.OutboxTable); table != "" {
-		pub, err := outbox.NewPublisher(awsclient.DynamoDB(awsCfg), outbox.Config{Table: table, Logger: log})
+		pub, err := outbox.NewPublisher(dynamoclient.New(awsCfg), outbox.Config{Table: table, Logger: log})
 		if err != nil {
 			return nil, err
 		}

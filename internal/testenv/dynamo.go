@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/oncepay/oncepay/internal/awsclient"
+	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
 )
 
 // DynamoDB returns a client for the local cloud's DynamoDB (or the endpoint
@@ -20,7 +21,7 @@ func DynamoDB(t testing.TB) *dynamodb.Client {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return awsclient.DynamoDB(cfg)
+	return dynamoclient.New(cfg)
 }
 
 // NewTable creates a table of the test's own (partition key pk of type S,

@@ -18,6 +18,9 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/awsclient"
+	"github.com/oncepay/oncepay/internal/awsclient/snsclient"
+	"github.com/oncepay/oncepay/internal/awsclient/sqsclient"
+	"github.com/oncepay/oncepay/internal/awsclient/streamsclient"
 	"github.com/oncepay/oncepay/internal/ledger/migrations"
 )
 
@@ -34,19 +37,19 @@ func awsConfig(t testing.TB) aws.Config {
 // DynamoDBStreams returns a client for the local cloud's DynamoDB Streams.
 func DynamoDBStreams(t testing.TB) *dynamodbstreams.Client {
 	t.Helper()
-	return awsclient.DynamoDBStreams(awsConfig(t))
+	return streamsclient.New(awsConfig(t))
 }
 
 // SQS returns a client for the local cloud's SQS.
 func SQS(t testing.TB) *sqs.Client {
 	t.Helper()
-	return awsclient.SQS(awsConfig(t))
+	return sqsclient.New(awsConfig(t))
 }
 
 // SNS returns a client for the local cloud's SNS.
 func SNS(t testing.TB) *sns.Client {
 	t.Helper()
-	return awsclient.SNS(awsConfig(t))
+	return snsclient.New(awsConfig(t))
 }
 
 // MigratedLedger is Ledger with any migration newer than the template

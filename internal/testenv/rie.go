@@ -32,6 +32,21 @@ func freePort(t testing.TB) int {
 // aws-lambda-rie with env, and returns a function that invokes it.
 func Lambda(t testing.TB, fn string, env []string) func(event any) []byte {
 	t.Helper()
+	fl := StartLambda(t, BuildLambda(t, fn), env)
+	return func(event any) []byte {
+		t.Helper()
+		b, err := fl.Invoke(event, 20*time.Second)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+}
+
+// rieBinary is aws-lambda-rie from make setup; missing, the test skips
+// outside CI and fails in it.
+func rieBinary(t testing.TB) string {
+	t.Helper()
 	root, err := localenv.Root()
 	if err != nil {
 		t.Fatal(err)
@@ -43,44 +58,89 @@ func Lambda(t testing.TB, fn string, env []string) func(event any) []byte {
 		}
 		t.Skip("aws-lambda-rie missing: run make setup")
 	}
-	dir := t.TempDir()
-	build := exec.Command("go", "build", "-tags", "lambda.norpc", "-trimpath", "-ldflags=-s -w", "-o", filepath.Join(dir, "bootstrap"), "./lambdas/"+fn)
-	build.Dir = root
-	build.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH="+runtime.GOARCH, "GOFLAGS=-buildvcs=false")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build %s: %v\n%s", fn, err, out)
+	return rie
+}
+
+// BuildLambda builds ./lambdas/<fn> with the Makefile's tags and flags for
+// the host's architecture (the emulator runs it here) and returns the
+// bootstrap's path.
+func BuildLambda(t testing.TB, fn string) string {
+	t.Helper()
+	root, err := localenv.Root()
+	if err != nil {
+		t.Fatal(err)
 	}
+	mk, err := MakefileLambdaBuild(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(t.TempDir(), "bootstrap")
+	build := exec.Command("go", append(append([]string{"build"}, mk.Args...), "-o", out, "./lambdas/"+fn)...)
+	build.Dir = root
+	build.Env = append(append(os.Environ(), mk.Env...), "GOARCH="+runtime.GOARCH, "GOFLAGS=-buildvcs=false")
+	if b, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("build %s: %v\n%s", fn, err, b)
+	}
+	return out
+}
+
+// RunningLambda is a bootstrap under aws-lambda-rie.
+type RunningLambda struct {
+	Started time.Time // when the emulator process was started
+	url     string
+	logs    *bytes.Buffer
+	cmd     *exec.Cmd
+}
+
+// StartLambda starts bootstrap under aws-lambda-rie with env. The emulator
+// starts the bootstrap on the first invocation, as Lambda does on a cold
+// start; it is stopped when the test ends (or by Stop).
+func StartLambda(t testing.TB, bootstrap string, env []string) *RunningLambda {
+	t.Helper()
+	rie := rieBinary(t)
 	// Both of the emulator's ports are picked free: its runtime API defaults
 	// to 9001, which another emulator (another test) may hold.
 	port, runtimePort := freePort(t), freePort(t)
 	cmd := exec.Command(rie, "--runtime-interface-emulator-address", fmt.Sprintf("127.0.0.1:%d", port),
-		"--runtime-api-address", fmt.Sprintf("127.0.0.1:%d", runtimePort), filepath.Join(dir, "bootstrap"))
+		"--runtime-api-address", fmt.Sprintf("127.0.0.1:%d", runtimePort), bootstrap)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test"}, env...)
-	var logs bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &logs, &logs
+	logs := &bytes.Buffer{}
+	cmd.Stdout, cmd.Stderr = logs, logs
+	fl := &RunningLambda{url: fmt.Sprintf("http://127.0.0.1:%d/2015-03-31/functions/function/invocations", port), logs: logs, cmd: cmd}
+	fl.Started = time.Now()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
-	url := fmt.Sprintf("http://127.0.0.1:%d/2015-03-31/functions/function/invocations", port)
-	return func(event any) []byte {
-		t.Helper()
-		payload, err := json.Marshal(event)
-		if err != nil {
-			t.Fatal(err)
+	t.Cleanup(fl.Stop)
+	return fl
+}
+
+// Stop kills the emulator and its bootstrap.
+func (fl *RunningLambda) Stop() {
+	if fl.cmd.Process != nil && fl.cmd.ProcessState == nil {
+		_ = fl.cmd.Process.Kill()
+		_ = fl.cmd.Wait()
+	}
+}
+
+// Invoke sends event, retrying while the emulator is not listening yet, and
+// returns the function's response payload.
+func (fl *RunningLambda) Invoke(event any, patience time.Duration) ([]byte, error) {
+	payload, err := json.Marshal(event)
+	if err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(patience)
+	for {
+		r, err := http.Post(fl.url, "application/json", bytes.NewReader(payload))
+		if err == nil {
+			b, _ := io.ReadAll(r.Body)
+			r.Body.Close()
+			return b, nil
 		}
-		deadline := time.Now().Add(20 * time.Second)
-		for {
-			r, err := http.Post(url, "application/json", bytes.NewReader(payload))
-			if err == nil {
-				b, _ := io.ReadAll(r.Body)
-				r.Body.Close()
-				return b
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("emulator never answered: %v\nlogs:\n%s", err, logs.String())
-			}
-			time.Sleep(100 * time.Millisecond)
+		if time.Now().After(deadline) {
+			return nil, fmt.Errorf("emulator never answered: %v\nlogs:\n%s", err, fl.logs.String())
 		}
+		time.Sleep(2 * time.Millisecond)
 	}
 }

@@ -7,7 +7,7 @@ import (
 	"os"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/awsclient"
+	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
 	"github.com/oncepay/oncepay/internal/boot"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/localenv"
@@ -48,7 +48,7 @@ func FromEnv(ctx context.Context, log *slog.Logger) (*Handler, error) {
 		if err != nil {
 			return nil, err
 		}
-		pub, err := outbox.NewPublisher(awsclient.DynamoDB(awsCfg), outbox.Config{Table: table, Logger: log})
+		pub, err := outbox.NewPublisher(dynamoclient.New(awsCfg), outbox.Config{Table: table, Logger: log})
 		if err != nil {
 			return nil, err
 		}

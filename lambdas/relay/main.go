@@ -9,7 +9,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/oncepay/oncepay/internal/awsclient"
+	"github.com/oncepay/oncepay/internal/awsclient/sqsclient"
 	"github.com/oncepay/oncepay/internal/boot"
 	"github.com/oncepay/oncepay/internal/localenv"
 	"github.com/oncepay/oncepay/internal/metrics"
@@ -27,7 +27,7 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	r, err := relay.New(awsclient.SQS(cfg), relay.Config{QueueURL: queue, Logger: log, Metrics: metrics.New(os.Stdout, "relay")})
+	r, err := relay.New(sqsclient.New(cfg), relay.Config{QueueURL: queue, Logger: log, Metrics: metrics.New(os.Stdout, "relay")})
 	if err != nil {
 		fail(err)
 	}

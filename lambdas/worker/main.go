@@ -9,7 +9,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/oncepay/oncepay/internal/awsclient"
+	"github.com/oncepay/oncepay/internal/awsclient/snsclient"
 	"github.com/oncepay/oncepay/internal/boot"
 	"github.com/oncepay/oncepay/internal/eventsource"
 	"github.com/oncepay/oncepay/internal/inbox"
@@ -35,7 +35,7 @@ func main() {
 		fail(err)
 	}
 	m := metrics.New(os.Stdout, "worker")
-	n, err := notify.New(awsclient.SNS(cfg), notify.NewDeviceStore(pool), notify.Config{TopicArn: topic, Logger: log, Metrics: m})
+	n, err := notify.New(snsclient.New(cfg), notify.NewDeviceStore(pool), notify.Config{TopicArn: topic, Logger: log, Metrics: m})
 	if err != nil {
 		fail(err)
 	}

@@ -1,0 +1,330 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+)
+
+// figures holds every reported value by benchmark and unit.
+type figures map[string]map[string]float64
+
+func (f figures) set(bench, unit string, v float64) {
+	if f[bench] == nil {
+		f[bench] = map[string]float64{}
+	}
+	f[bench][unit] = v
+}
+
+// get returns a figure and whether the run reported it.
+func (f figures) get(bench, unit string) (float64, bool) {
+	v, ok := f[bench][unit]
+	return v, ok
+}
+
+// BootstrapLimitMiB is DEVELOPERS.md's bound on each stripped bootstrap.
+const BootstrapLimitMiB = 10.0
+
+func writeSections(out io.Writer, f figures, plots string) error {
+	writeTargets(out, f)
+	writeBootstraps(out, f)
+	writeCounts(out, f)
+	if err := writeSweep(out, f, plots); err != nil {
+		return err
+	}
+	writePush(out, f)
+	writeCost(out, f)
+	return nil
+}
+
+func writePush(out io.Writer, f figures) {
+	p50, ok := f.get("OutboxToPush", "push-p50-ms")
+	if !ok {
+		return
+	}
+	p90, _ := f.get("OutboxToPush", "push-p90-ms")
+	p99, _ := f.get("OutboxToPush", "push-p99-ms")
+	fmt.Fprintln(out, "## End to end: outbox -> push")
+	fmt.Fprintln(out)
+	fmt.Fprintln(out, "One event at a time from the outbox put (the API's last write before it answers the tap) to the push handed to SNS: stream mapping (polling every 250 ms when idle, as Lambda's does), relay, SQS FIFO, the worker's transaction, the publish. The tap's own latency is FirstCall's api figure above; the push arrives that much plus this after the tap.")
+	fmt.Fprintln(out)
+	fmt.Fprintln(out, "| p50 ms | p90 ms | p99 ms |")
+	fmt.Fprintln(out, "|---|---|---|")
+	fmt.Fprintf(out, "| %.0f | %.0f | %.0f |\n\n", p50, p90, p99)
+}
+
+func verdict(ok bool) string {
+	if ok {
+		return "met"
+	}
+	return "**missed**"
+}
+
+func writeTargets(out io.Writer, f figures) {
+	fmt.Fprintln(out, "## Targets")
+	fmt.Fprintln(out)
+	fmt.Fprintln(out, "| target | figure | this run | |")
+	fmt.Fprintln(out, "|---|---|---|---|")
+	if v, ok := f.get("FirstCall", "ratio-p50"); ok {
+		fmt.Fprintf(out, "| happy path ≤ 1.3x the floor | FirstCall ratio-p50 | %.2fx | %s |\n", v, verdict(v <= 1.3))
+	}
+	if v, ok := f.get("Replay", "ratio-p50"); ok {
+		fmt.Fprintf(out, "| replay ≤ 1.1x one GetItem | Replay ratio-p50 | %.2fx | %s |\n", v, verdict(v <= 1.1))
+	}
+	if v, ok := f.get("RequestCounts", "happy-writes"); ok {
+		fmt.Fprintf(out, "| ≤ 5 durable writes per payment (happy path) | RequestCounts happy-writes | %.0f | %s |\n", v, verdict(v <= 5))
+	}
+	if v, ok := f.get("Concurrency", "dup64-charges"); ok {
+		fmt.Fprintf(out, "| 64 concurrent duplicates -> exactly one charge | Concurrency dup64-charges | %.0f | %s |\n", v, verdict(v == 1))
+	}
+	for _, fn := range lambdas(f) {
+		v, _ := f.get("LambdaBootstrap", fn+"-MiB")
+		fmt.Fprintf(out, "| %s bootstrap ≤ 10 MiB stripped | LambdaBootstrap %s-MiB | %.2f MiB | %s |\n", fn, fn, v, verdict(v <= BootstrapLimitMiB))
+	}
+	fmt.Fprintln(out)
+}
+
+// lambdas lists the functions LambdaBootstrap sized.
+func lambdas(f figures) []string {
+	var fns []string
+	for unit := range f["LambdaBootstrap"] {
+		if fn, ok := strings.CutSuffix(unit, "-MiB"); ok {
+			fns = append(fns, fn)
+		}
+	}
+	sort.Strings(fns)
+	return fns
+}
+
+func writeBootstraps(out io.Writer, f figures) {
+	fns := lambdas(f)
+	if len(fns) == 0 {
+		return
+	}
+	fmt.Fprintln(out, "## Lambda bootstraps")
+	fmt.Fprintln(out)
+	fmt.Fprintln(out, "Size: `make lambdas`'s build (linux/arm64, static, `-trimpath -ldflags='-s -w'`, the rule's tags). Cold start: aws-lambda-rie on this machine (host architecture), from the emulator's process start to the first successful invocation, median of fresh emulators; the emulator's own start is included, Lambda's sandbox and download are not.")
+	fmt.Fprintln(out)
+	fmt.Fprintln(out, "| function | stripped MiB | cold start p50 ms |")
+	fmt.Fprintln(out, "|---|---|---|")
+	for _, fn := range fns {
+		size, _ := f.get("LambdaBootstrap", fn+"-MiB")
+		cold := "not started (its invocation is the migration)"
+		if v, ok := f.get("LambdaBootstrap", fn+"-cold-p50-ms"); ok {
+			cold = fmt.Sprintf("%.0f", v)
+		}
+		fmt.Fprintf(out, "| %s | %.2f | %s |\n", fn, size, cold)
+	}
+	fmt.Fprintln(out)
+}
+
+// requestKinds are RequestCounts' kinds, in the order they are explained.
+var requestKinds = []struct{ key, name string }{
+	{"happy", "happy path (first call, charged)"},
+	{"replay", "replay of a final answer"},
+	{"pointer", "pointer render (reply lost, answered from the row)"},
+	{"inprogress", "409 in progress"},
+	{"reused", "422 key reused with another body"},
+}
+
+func writeCounts(out io.Writer, f figures) {
+	if _, ok := f.get("RequestCounts", "happy-writes"); !ok {
+		return
+	}
+	fmt.Fprintln(out, "## Requests per payment (counted on the wire)")
+	fmt.Fprintln(out)
+	fmt.Fprintln(out, "Counted by an AWS SDK middleware (each DynamoDB call by operation and outcome) and a pgx tracer (each statement; a COMMIT or an autocommit INSERT/UPDATE/DELETE/WITH is a durable write). A failed conditional put is a round trip DynamoDB bills as a write but not a durable write. Exact counts, per request:")
+	fmt.Fprintln(out)
+	fmt.Fprintln(out, "| request | durable writes | round trips | DynamoDB writes billed | DynamoDB reads | SQL statements | SQL commits |")
+	fmt.Fprintln(out, "|---|---|---|---|---|---|---|")
+	for _, k := range requestKinds {
+		g := func(u string) float64 { v, _ := f.get("RequestCounts", k.key+"-"+u); return v }
+		fmt.Fprintf(out, "| %s | %g | %g | %g | %g | %g | %g |\n", k.name, g("writes"), g("roundtrips"), g("ddb-writes"), g("ddb-reads"), g("sql-statements"), g("sql-commits"))
+	}
+	if v, ok := f.get("RequestCounts", "happy-psp-calls"); ok {
+		fmt.Fprintf(out, "\nThe happy path also makes %g PSP call (not a durable write of ours; the PSP's own idempotency key guards it).\n", v)
+	}
+	fmt.Fprint(out, writesJustified)
+}
+
+const writesJustified = `
+The happy path's five durable writes, each the one thing that makes a
+failure recoverable:
+
+1. **Claim** (DynamoDB conditional PutItem on the key record): one owner per
+   key; without it two concurrent first calls both charge.
+2. **PENDING row** (ledger INSERT, before the PSP call): the payment exists
+   before money moves, so a crash after the charge leaves a row the resolver
+   finds and settles; without it a charge can exist with no record of it.
+3. **Settle** (one ledger statement: the state move, the balance and the
+   outbox row in one commit): the money and the event commit together.
+4. **Outbox put** (DynamoDB PutItem, side by side with 5): hands the event
+   to the stream -> relay -> SQS path now instead of at the next sweep; the
+   ledger's outbox row remains the source, so losing this put delays, never
+   loses, the event.
+5. **Completion** (DynamoDB UpdateItem storing the final answer): a repeat is
+   answered by the key record alone (one failed conditional put, no ledger
+   read); without it every repeat inside the window would read the ledger or
+   answer 409.
+
+A Powertools-style guard has 1 and 5 around the business write (3): the price
+of the durable guard is 2 (one commit) and of the outbox 4 (one PutItem),
+plus the relay, queue and worker downstream (below).
+
+`
+
+func writeSweep(out io.Writer, f figures, plots string) error {
+	var xs []int
+	for unit := range f["Concurrency"] {
+		var n int
+		if _, err := fmt.Sscanf(unit, "c%d-req/s", &n); err == nil && strings.HasSuffix(unit, "-req/s") {
+			xs = append(xs, n)
+		}
+	}
+	if len(xs) == 0 {
+		return nil
+	}
+	sort.Ints(xs)
+	fmt.Fprintln(out, "## Concurrency sweep")
+	fmt.Fprintln(out)
+	fmt.Fprintln(out, "vegeta (as a library) against the local front door over HTTP (bearer token -> payload-2.0 event -> api handler -> DynamoDB Local, PostgreSQL, the PSP simulator), n clients back to back with distinct keys, 2 s per level. One process stands in for many Lambda instances, so the figures bound the local cloud, not Lambda's scaling.")
+	fmt.Fprintln(out)
+	fmt.Fprintln(out, "| clients | req/s | p50 ms | p99 ms |")
+	fmt.Fprintln(out, "|---|---|---|---|")
+	rps, p99 := plotter.XYs{}, plotter.XYs{}
+	for _, n := range xs {
+		r, _ := f.get("Concurrency", fmt.Sprintf("c%d-req/s", n))
+		p50, _ := f.get("Concurrency", fmt.Sprintf("c%d-p50-ms", n))
+		q, _ := f.get("Concurrency", fmt.Sprintf("c%d-p99-ms", n))
+		fmt.Fprintf(out, "| %d | %.0f | %.1f | %.1f |\n", n, r, p50, q)
+		rps = append(rps, plotter.XY{X: float64(n), Y: r})
+		p99 = append(p99, plotter.XY{X: float64(n), Y: q})
+	}
+	if v, ok := f.get("Concurrency", "dup64-charges"); ok {
+		c, _ := f.get("Concurrency", "dup64-201s")
+		fmt.Fprintf(out, "\n64 concurrent requests with one key: **%.0f charge(s)**; %.0f answered 201 SUCCEEDED (the owner, and any repeat that arrived after its completion), the others 409 while it was in progress.\n", v, c)
+	}
+	fmt.Fprintln(out)
+	if plots == "" {
+		return nil
+	}
+	if err := os.MkdirAll(plots, 0o755); err != nil {
+		return err
+	}
+	for _, pl := range []struct {
+		file, title, y string
+		xy             plotter.XYs
+	}{
+		{"throughput.svg", "Throughput by clients", "requests/s", rps},
+		{"p99.svg", "p99 latency by clients", "p99 ms", p99},
+	} {
+		if err := linePlot(filepath.Join(plots, pl.file), pl.title, pl.y, pl.xy); err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "![%s](%s)\n", pl.title, filepath.ToSlash(filepath.Join(plots, pl.file)))
+	}
+	fmt.Fprintln(out)
+	return nil
+}
+
+func linePlot(path, title, ylabel string, xy plotter.XYs) error {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "clients (log scale)"
+	p.Y.Label.Text = ylabel
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.ConstantTicks(ticks(xy))
+	line, points, err := plotter.NewLinePoints(xy)
+	if err != nil {
+		return err
+	}
+	p.Add(line, points, plotter.NewGrid())
+	return p.Save(6*vg.Inch, 3.5*vg.Inch, path)
+}
+
+func ticks(xy plotter.XYs) []plot.Tick {
+	var t []plot.Tick
+	for _, p := range xy {
+		t = append(t, plot.Tick{Value: p.X, Label: fmt.Sprintf("%g", p.X)})
+	}
+	return t
+}
+
+// Prices: us-east-1 on-demand list prices as remembered, not checked against
+// AWS's pricing pages (unreachable from the build machines): assumptions.
+const (
+	priceWRU        = 0.625 / 1e6  // DynamoDB on-demand, per write request unit
+	priceRRU        = 0.125 / 1e6  // DynamoDB on-demand, per read request unit
+	priceSQSFIFO    = 0.50 / 1e6   // SQS FIFO, per request (64 KiB chunk)
+	priceSNSPublish = 0.50 / 1e6   // SNS publish (mobile push), per request
+	priceSNSPush    = 0.50 / 1e6   // SNS mobile push delivery, per notification
+	priceLambdaReq  = 0.20 / 1e6   // Lambda, per request
+	priceLambdaGBs  = 0.0000133334 // Lambda arm64, per GB-second
+	priceACUHour    = 0.12         // Aurora Serverless v2, per ACU-hour
+	priceAuroraIO   = 0.20 / 1e6   // Aurora Standard, per I/O request
+	commitsPerACUs  = 250.0        // assumption: commits per second one ACU sustains
+	iosPerCommit    = 3.0          // assumption: Aurora I/Os billed per commit (WAL + page writes, amortised)
+	sqsPerMessage   = 3.0          // SendMessageBatch share + Receive + Delete (upper bound: batches of one)
+	apiMB           = 512.0        // cdk/oncepay/sizing.go
+	downstreamMB    = 256.0        // relay and worker
+	relayMS         = 10.0         // assumption: relay's share per event (batched stream records)
+	million         = 1e6
+)
+
+type costLine struct {
+	item       string
+	ours, base float64 // dollars per million payments
+}
+
+func writeCost(out io.Writer, f figures) {
+	ddbW, ok := f.get("RequestCounts", "happy-ddb-writes")
+	if !ok {
+		return
+	}
+	commits, _ := f.get("RequestCounts", "happy-writes")
+	commits -= ddbW // the durable writes that are not DynamoDB's are the ledger's commits
+	apiMS, ok := f.get("FirstCall", "api-p50-ms")
+	if !ok {
+		apiMS = 10
+	}
+	workerMS, ok := f.get("WorkerTransaction", "first-ms/op")
+	if !ok {
+		workerMS = 5
+	}
+	gbs := func(mb, ms float64) float64 { return mb / 1024 * ms / 1000 }
+	aurora := func(n float64) float64 {
+		return n*million/commitsPerACUs/3600*priceACUHour + n*million*iosPerCommit*priceAuroraIO
+	}
+	lines := []costLine{
+		{"DynamoDB writes (1 WRU each, items ≤ 1 KB)", ddbW * million * priceWRU, 2 * million * priceWRU},
+		{"Ledger commits on Aurora (ACU time + I/O, assumed)", aurora(commits), aurora(1)},
+		{"api Lambda (request + GB-s at the measured happy-path p50)", million * (priceLambdaReq + gbs(apiMB, apiMS)*priceLambdaGBs), million * (priceLambdaReq + gbs(apiMB, apiMS)*priceLambdaGBs)},
+		{"relay Lambda (DynamoDB stream, one invocation per event: upper bound)", million * (priceLambdaReq + gbs(downstreamMB, relayMS)*priceLambdaGBs), 0},
+		{"SQS FIFO (send, receive, delete)", million * sqsPerMessage * priceSQSFIFO, 0},
+		{"worker Lambda (request + GB-s at the measured first delivery) + its 2 commits", million*(priceLambdaReq+gbs(downstreamMB, workerMS)*priceLambdaGBs) + aurora(2), 0},
+		{"SNS publish + mobile push delivery", million * (priceSNSPublish + priceSNSPush), 0},
+	}
+	fmt.Fprintln(out, "## Cost model: dollars per million payments")
+	fmt.Fprintln(out)
+	fmt.Fprintf(out, "From the counted requests above (happy path: %.0f DynamoDB writes, %.0f ledger commits) and this run's durations (api %.1f ms, worker %.1f ms). The baseline is a Powertools-style guard: claim + complete around one business commit, nothing downstream. Lambda cold starts, data transfer, CloudWatch and the NAT/VPC endpoints are left out of both.\n\n", ddbW, commits, apiMS, workerMS)
+	fmt.Fprintln(out, "| item | oncepay $/M | baseline $/M |")
+	fmt.Fprintln(out, "|---|---|---|")
+	var ours, base float64
+	for _, l := range lines {
+		fmt.Fprintf(out, "| %s | %.2f | %.2f |\n", l.item, l.ours, l.base)
+		ours += l.ours
+		base += l.base
+	}
+	fmt.Fprintf(out, "| **total** | **%.2f** | **%.2f** |\n\n", ours, base)
+	push := million * (priceSNSPublish + priceSNSPush)
+	fmt.Fprintf(out, "The durable guard and the outbox cost **$%.2f per million payments** over the baseline (%.1fx), of which $%.2f is the push notification itself (a baseline that notifies pays it too). Against a card fee of ~$0.30 + 2.9%% that is %.5f%% of a $30 payment's fee.\n\n", ours-base, ours/base, push, (ours-base)/million/(0.30+0.029*30)*100)
+	fmt.Fprintln(out, "Prices used (us-east-1 on-demand list prices as the authors remember them; NOT checked against AWS pricing pages, which cannot be reached from where this was built — verify before quoting): DynamoDB $0.625/M write request units and $0.125/M read request units; SQS FIFO $0.50/M requests; SNS $0.50/M publishes and $0.50/M mobile push deliveries; Lambda arm64 $0.20/M requests and $0.0000133334/GB-s; Aurora Serverless v2 $0.12/ACU-hour and $0.20/M I/O requests. Assumed, not measured: one ACU sustains 250 commits/s, 3 Aurora I/Os per commit, 3 SQS requests per message (batches of one), 10 ms of relay per event, memory from cdk/oncepay/sizing.go (api 512 MB, relay and worker 256 MB), free tiers ignored.")
+	fmt.Fprintln(out)
+}

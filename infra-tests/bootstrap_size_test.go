@@ -1,0 +1,112 @@
+package infratests
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/oncepay/oncepay/internal/localenv"
+	"github.com/oncepay/oncepay/internal/testenv"
+)
+
+// BootstrapLimit is the target from DEVELOPERS.md: each Lambda bootstrap,
+// built as `make lambdas` builds it (linux/arm64, static, stripped), is at
+// most 10 MiB.
+const BootstrapLimit = 10 << 20
+
+// bootstrapCeiling holds the functions that do not meet the target yet, each
+// with the ceiling it must not grow past (a ratchet: lower it as the binary
+// shrinks, delete the entry when it fits). BENCHMARKS.md says what is left
+// in them: the DynamoDB client, pgx and stripe-go together.
+var bootstrapCeiling = map[string]int64{
+	"api":      11<<20 + 384<<10, // 11.375 MiB; measured 11.13
+	"resolver": 11<<20 + 384<<10, // 11.375 MiB; measured 11.06
+}
+
+// untaggedCeiling is the ratchet while the Makefile's lambdas rule lacks the
+// nopgxregisterdefaulttypes tag (measured 12.44, 12.44, 11.25, 11.25, 10.75).
+var untaggedCeiling = map[string]int64{
+	"api":      12<<20 + 640<<10,
+	"resolver": 12<<20 + 640<<10,
+	"webhook":  11<<20 + 384<<10,
+	"worker":   11<<20 + 384<<10,
+	"migrate":  10<<20 + 896<<10,
+}
+
+// The sizes are the bill's and the cold start's: Lambda loads the whole
+// bootstrap before the first invocation. Warm, the builds come from the Go
+// build cache and this takes seconds.
+func TestLambdaBootstrapsFitTheSizeBudget(t *testing.T) {
+	root, err := localenv.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	mk, err := testenv.MakefileLambdaBuild(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ceilings := bootstrapCeiling
+	if !strings.Contains(strings.Join(mk.Args, " "), "nopgxregisterdefaulttypes") {
+		// Until the lambdas rule carries the tag, the ratchet holds the
+		// sizes measured without it; with the tag the tighter ceilings
+		// apply on their own.
+		t.Logf("the lambdas rule builds without -tags ...,nopgxregisterdefaulttypes: pgx's default Go-type registrations cost every bootstrap 1.3 MiB (issue 9); holding the untagged ceilings")
+		ceilings = untaggedCeiling
+	}
+	entries, err := os.ReadDir(filepath.Join(root, "lambdas"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var wg sync.WaitGroup
+	sizes := make(map[string]int64)
+	var mu sync.Mutex
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		fn := e.Name()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out := filepath.Join(dir, fn, "bootstrap")
+			cmd := exec.Command("go", append(append([]string{"build"}, mk.Args...), "-o", out, "./lambdas/"+fn)...)
+			cmd.Dir = root
+			cmd.Env = append(append(os.Environ(), mk.Env...), "GOFLAGS=-buildvcs=false")
+			if b, err := cmd.CombinedOutput(); err != nil {
+				t.Errorf("build %s: %v\n%s", fn, err, b)
+				return
+			}
+			st, err := os.Stat(out)
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			sizes[fn] = st.Size()
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	if len(sizes) == 0 {
+		t.Fatal("no bootstrap built")
+	}
+	for fn, size := range sizes {
+		limit := int64(BootstrapLimit)
+		if c, ok := ceilings[fn]; ok {
+			limit = c
+			if size <= BootstrapLimit {
+				t.Errorf("%s: %.2f MiB now fits the 10 MiB target: delete its ceiling", fn, mib(size))
+			}
+		}
+		t.Logf("%-9s %6.2f MiB (limit %.2f)", fn, mib(size), mib(limit))
+		if size > limit {
+			t.Errorf("%s: bootstrap is %.2f MiB, over its limit of %.2f MiB", fn, mib(size), mib(limit))
+		}
+	}
+}
+
+func mib(n int64) float64 { return float64(n) / (1 << 20) }

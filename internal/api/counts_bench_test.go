@@ -1,0 +1,150 @@
+package api_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/api"
+	"github.com/oncepay/oncepay/internal/awsclient"
+	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
+	"github.com/oncepay/oncepay/internal/callcount"
+	"github.com/oncepay/oncepay/internal/idem"
+	"github.com/oncepay/oncepay/internal/ids"
+	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/pspsim"
+	"github.com/oncepay/oncepay/internal/testenv"
+)
+
+// countedWorld rebuilds w's DynamoDB client and ledger pool with a call
+// counter on the wire: an SDK middleware and a pgx tracer.
+func countedWorld(b *testing.B, w *world) *callcount.Counter {
+	c := callcount.New()
+	cfg, err := awsclient.Config(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	db := dynamoclient.New(cfg, func(o *dynamodb.Options) { o.APIOptions = append(o.APIOptions, c.AWS) })
+	pc, err := pgxpool.ParseConfig(w.pool.Config().ConnString())
+	if err != nil {
+		b.Fatal(err)
+	}
+	pc.ConnConfig.Tracer = c
+	pool, err := pgxpool.NewWithConfig(context.Background(), pc)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(pool.Close)
+	w.db, w.pool = db, pool
+	w.claims = idem.NewStore(db, w.table)
+	w.outbox, err = outbox.NewPublisher(db, outbox.Config{Table: testenv.NewTable(b, db, "event_id"), Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	if err != nil {
+		b.Fatal(err)
+	}
+	w.ledger = ledger.New(pool)
+	w.rebuild()
+	return c
+}
+
+// BenchmarkRequestCounts counts, per request, the durable writes and the
+// round trips of each kind of answer: the happy path (a first call that
+// charges), the replay of a final answer, the render of a pointer (a first
+// call whose PSP reply was lost, answered from the row), the 409 of a key
+// in progress and the 422 of a reused key. The figures are exact counts;
+// the budget is ≤ 5 durable writes on the happy path.
+func BenchmarkRequestCounts(b *testing.B) {
+	w := newWorld(b)
+	// A deadline long enough for a loaded machine's ledger read (the counts
+	// do not depend on it), short enough that the pointer's setup, which
+	// waits it out once, stays quick.
+	w.timing.Deadline = 2 * time.Second
+	c := countedWorld(b, w)
+
+	// The pointer: a first call whose PSP reply is lost past the deadline.
+	pid := ids.PaymentID(ids.Scope("bench", "pointer"))
+	if err := w.sim.AddFault(pspsim.Fault{Match: pspsim.Match{IdempotencyKey: ids.ChargeKey(pid)}, Kind: pspsim.FaultLoseReply, DelayMS: 3000}); err != nil {
+		b.Fatal(err)
+	}
+	if r := w.pay("bench", "pointer", body3000); r.Status != http.StatusAccepted {
+		b.Fatalf("pointer setup answered %d %s", r.Status, r.Body)
+	}
+	// In progress: an owner that died after its PENDING insert, inside its
+	// lease (the fake clock does not move).
+	w.hooks.AfterPendingInsert = func(context.Context) error { return api.ErrCrash }
+	w.rebuild()
+	if r := w.pay("bench", "inprogress", body3000); r.Status != http.StatusInternalServerError {
+		b.Fatalf("in-progress setup answered %d", r.Status)
+	}
+	w.hooks = api.Hooks{}
+	w.rebuild()
+	c.Take()
+
+	kinds := []string{"happy", "replay", "pointer", "inprogress", "reused"}
+	sums := map[string]*callcount.Snapshot{}
+	for _, k := range kinds {
+		sums[k] = &callcount.Snapshot{Calls: map[string]int{}}
+	}
+	add := func(kind string) {
+		s := c.Take()
+		t := sums[kind]
+		t.Writes += s.Writes
+		for k, v := range s.Calls {
+			t.Calls[k] += v
+		}
+	}
+	charges0 := len(w.charges())
+	n := 0
+	for i := 0; b.Loop(); i++ {
+		n++
+		key := fmt.Sprintf("count-%d", i)
+		if r := w.pay("bench", key, body3000); r.Status != http.StatusCreated {
+			b.Fatalf("happy answered %d %s", r.Status, r.Body)
+		}
+		add("happy")
+		if r := w.pay("bench", key, body3000); r.Status != http.StatusCreated || !replayedHeader(r) {
+			b.Fatalf("replay answered %d", r.Status)
+		}
+		add("replay")
+		if r := w.pay("bench", "pointer", body3000); r.Status != http.StatusAccepted || !replayedHeader(r) {
+			b.Fatalf("pointer render answered %d %s", r.Status, r.Body)
+		}
+		add("pointer")
+
+		if r := w.pay("bench", "inprogress", body3000); r.Status != http.StatusConflict {
+			b.Fatalf("in progress answered %d", r.Status)
+		}
+		add("inprogress")
+		if r := w.pay("bench", key, `{"merchant_id":"m1","order_id":"42","amount":3001,"currency":"USD","payment_method":"pm_card_visa"}`); r.Status != http.StatusUnprocessableEntity {
+			b.Fatalf("reused key answered %d", r.Status)
+		}
+		add("reused")
+	}
+	b.ReportMetric(float64(len(w.charges())-charges0)/float64(n), "happy-psp-calls")
+	for _, k := range kinds {
+		s := sums[k]
+		per := func(v int) float64 { return float64(v) / float64(n) }
+		b.ReportMetric(per(s.Writes), k+"-writes")
+		b.ReportMetric(per(s.RoundTrips()), k+"-roundtrips")
+		b.ReportMetric(per(s.Count("DynamoDB.PutItem")+s.Count("DynamoDB.UpdateItem")+s.Count("DynamoDB.DeleteItem")), k+"-ddb-writes")
+		b.ReportMetric(per(s.Count("DynamoDB.GetItem")+s.Count("DynamoDB.Query")), k+"-ddb-reads")
+		b.ReportMetric(per(s.Count("SQL.")), k+"-sql-statements")
+		b.ReportMetric(per(s.Count("SQL.COMMIT")), k+"-sql-commits")
+		b.Logf("%s per request: %s", k, scaled(s, n))
+	}
+}
+
+func scaled(s *callcount.Snapshot, n int) string {
+	out := callcount.Snapshot{Calls: map[string]int{}, Writes: s.Writes / n}
+	for k, v := range s.Calls {
+		out.Calls[k] = v / n
+	}
+	return out.String()
+}

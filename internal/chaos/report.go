@@ -1,0 +1,165 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/story"
+)
+
+// Summary adds up many schedules.
+type Summary struct {
+	Runs       int
+	Payments   int
+	Steps      int
+	Elapsed    time.Duration
+	Covered    map[string]int
+	Failed     []Result // schedules with violations
+	Violations int
+}
+
+// Add counts one schedule's result.
+func (s *Summary) Add(r Result) {
+	if s.Covered == nil {
+		s.Covered = map[string]int{}
+	}
+	s.Runs++
+	s.Payments += r.Payments
+	s.Steps += r.Steps
+	for k, v := range r.Covered {
+		s.Covered[k] += v
+	}
+	if len(r.Violations) > 0 {
+		s.Failed = append(s.Failed, r)
+		s.Violations += len(r.Violations)
+	}
+}
+
+// Missing lists the points no schedule reached.
+func (s *Summary) Missing() []string {
+	var out []string
+	for _, p := range Points {
+		if s.Covered[p] == 0 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Print writes the figures and, for each failing seed, its violations and
+// the command that replays it.
+func (s *Summary) Print(out io.Writer) {
+	fmt.Fprintf(out, "chaos: %d schedules, %d payments, %d steps in %s; %d violations in %d schedules\n",
+		s.Runs, s.Payments, s.Steps, s.Elapsed.Round(time.Millisecond), s.Violations, len(s.Failed))
+	keys := make([]string, 0, len(s.Covered))
+	for k := range s.Covered {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, s.Covered[k]))
+	}
+	fmt.Fprintf(out, "points hit: %s\n", strings.Join(parts, " "))
+	if m := s.Missing(); len(m) > 0 {
+		fmt.Fprintf(out, "points never hit: %s\n", strings.Join(m, " "))
+	}
+	for _, f := range s.Failed {
+		fmt.Fprintf(out, "\nseed %d (replay: go run ./cmd/chaos -runs 1 -seed %d -trace):\n", f.Seed, f.Seed)
+		for _, v := range f.Violations {
+			fmt.Fprintf(out, "  %s\n", v)
+		}
+	}
+}
+
+// Config shapes RunMany.
+type Config struct {
+	First   uint64    // the first seed; the others follow it
+	Runs    int       // how many schedules
+	Workers int       // worlds played side by side (default 1)
+	Trace   io.Writer // receives every schedule's steps; nil: none
+	// World shapes each world; Serial is always set (a schedule must replay).
+	World story.Options
+}
+
+// RunMany plays cfg.Runs schedules on cfg.Workers worlds side by side and
+// sums them up. A seed's schedule does not depend on which world played it.
+func RunMany(ctx context.Context, cfg Config) (Summary, error) {
+	start := time.Now()
+	workers, first, runs, trace := max(cfg.Workers, 1), cfg.First, cfg.Runs, cfg.Trace
+	opts := cfg.World
+	opts.Serial = true
+	if opts.Balances == nil {
+		opts.Balances = map[string]int64{} // every schedule's merchants start at 0
+	}
+	seeds := make(chan uint64)
+	results := make(chan Result)
+	errs := make(chan error, workers)
+	for range workers {
+		go func() {
+			w, err := story.New(ctx, opts)
+			if err != nil {
+				errs <- err
+				for range seeds {
+				}
+				return
+			}
+			defer func() { w.Close() }()
+			r := NewRunner(w)
+			for seed := range seeds {
+				res, err := r.Run(ctx, seed)
+				if err == nil && res.NotQuiet {
+					// What is stuck in this world would stall every later
+					// schedule's quiescence: go on in a fresh one.
+					w.Close()
+					if w, err = story.New(ctx, opts); err == nil {
+						r = NewRunner(w)
+					}
+				}
+				if err != nil {
+					errs <- err
+					for range seeds {
+					}
+					return
+				}
+				results <- res
+			}
+			errs <- nil
+		}()
+	}
+	go func() {
+		defer close(seeds)
+		for i := range runs {
+			select {
+			case seeds <- first + uint64(i):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	var sum Summary
+	var firstErr error
+	for done := 0; done < workers; {
+		select {
+		case res := <-results:
+			sum.Add(res)
+			if trace != nil {
+				for _, l := range res.Trace {
+					fmt.Fprintf(trace, "seed %d: %s\n", res.Seed, l)
+				}
+			}
+		case err := <-errs:
+			done++
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+		}
+	}
+	sum.Elapsed = time.Since(start)
+	sort.Slice(sum.Failed, func(i, j int) bool { return sum.Failed[i].Seed < sum.Failed[j].Seed })
+	return sum, firstErr
+}
