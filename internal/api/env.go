@@ -6,13 +6,10 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
 	"github.com/oncepay/oncepay/internal/boot"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/ledger"
-	"github.com/oncepay/oncepay/internal/localenv"
 	"github.com/oncepay/oncepay/internal/metrics"
-	"github.com/oncepay/oncepay/internal/outbox"
 )
 
 // FromEnv builds a Handler with every collaborator taken from the
@@ -39,14 +36,10 @@ func FromEnv(ctx context.Context, log *slog.Logger) (*Handler, error) {
 		return nil, fmt.Errorf("api: psp: %w", err)
 	}
 	var pub Publisher
-	if table := os.Getenv(localenv.OutboxTable); table != "" {
-		p, err := outbox.NewPublisher(dynamoclient.New(cfg), outbox.Config{Table: table, Logger: log})
-		if err != nil {
-			return nil, err
-		}
-		pub = p
-	} else {
-		log.Warn("no outbox table configured: events are left to the resolver's sweep", "var", localenv.OutboxTable)
+	if p, err := boot.Outbox(cfg, log); err != nil {
+		return nil, err
+	} else if p != nil {
+		pub = p // only a non-nil publisher: a typed nil would make a non-nil interface
 	}
 	return New(Deps{
 		Publisher: pub,

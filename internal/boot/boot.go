@@ -20,6 +20,7 @@ import (
 	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
 	"github.com/oncepay/oncepay/internal/idem"
 	"github.com/oncepay/oncepay/internal/localenv"
+	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/psp"
 )
 
@@ -116,4 +117,20 @@ func PSP(log *slog.Logger) (*psp.Client, error) {
 		key = "sk_test_oncepay_local"
 	}
 	return psp.New(psp.Config{APIKey: key, BaseURL: os.Getenv(localenv.PSPURL), Logger: log})
+}
+
+// Outbox returns the outbox publisher over ONCEPAY_OUTBOX_TABLE, or nil when
+// the variable is unset: events are then left to the resolver's sweep, and
+// the gap is logged.
+func Outbox(cfg aws.Config, log *slog.Logger) (*outbox.Publisher, error) {
+	table := os.Getenv(localenv.OutboxTable)
+	if table == "" {
+		log.Warn("no outbox table configured: events are left to the resolver's sweep", "var", localenv.OutboxTable)
+		return nil, nil
+	}
+	pub, err := outbox.NewPublisher(dynamoclient.New(cfg), outbox.Config{Table: table, Logger: log})
+	if err != nil {
+		return nil, fmt.Errorf("boot: outbox: %w", err)
+	}
+	return pub, nil
 }

@@ -40,3 +40,20 @@ func TestIAMAuthSignsATokenPerConnection(t *testing.T) {
 		t.Fatalf("token = %s", cc.Password)
 	}
 }
+
+func TestOutboxIsNilWithoutATableAndAPublisherWithOne(t *testing.T) {
+	t.Setenv("AWS_REGION", "eu-west-1")
+	t.Setenv("ONCEPAY_OUTBOX_TABLE", "")
+	cfg, err := AWS(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := Logger("test")
+	if pub, err := Outbox(cfg, log); err != nil || pub != nil {
+		t.Fatalf("without a table: %v, %v", pub, err)
+	}
+	t.Setenv("ONCEPAY_OUTBOX_TABLE", "outbox")
+	if pub, err := Outbox(cfg, log); err != nil || pub == nil {
+		t.Fatalf("with a table: %v, %v", pub, err)
+	}
+}

@@ -6,10 +6,8 @@ import (
 	"log/slog"
 	"os"
 
-	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
 	"github.com/oncepay/oncepay/internal/boot"
 	"github.com/oncepay/oncepay/internal/ledger"
-	"github.com/oncepay/oncepay/internal/localenv"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/outbox"
 )
@@ -41,18 +39,16 @@ func FromEnv(ctx context.Context, log *slog.Logger) (*Resolver, error) {
 		Ledger: ledger.New(pool), PSP: pspClient, Claims: claims,
 		Log: log, Metrics: metrics.New(os.Stdout, "resolver"),
 	}
-	if table := os.Getenv(localenv.OutboxTable); table != "" {
-		pub, err := outbox.NewPublisher(dynamoclient.New(awsCfg), outbox.Config{Table: table, Logger: log})
-		if err != nil {
-			return nil, err
-		}
+	pub, err := boot.Outbox(awsCfg, log)
+	if err != nil {
+		return nil, err
+	}
+	if pub != nil {
 		sw, err := outbox.NewSweeper(pub, pool, outbox.SweepConfig{Logger: log})
 		if err != nil {
 			return nil, err
 		}
 		d.Publisher, d.Sweeper = pub, sw
-	} else {
-		log.Warn("no outbox table configured: events are neither put nor swept", "var", localenv.OutboxTable)
 	}
 	return New(cfg, d)
 }

@@ -7,12 +7,9 @@ import (
 	"os"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
 	"github.com/oncepay/oncepay/internal/boot"
 	"github.com/oncepay/oncepay/internal/ledger"
-	"github.com/oncepay/oncepay/internal/localenv"
 	"github.com/oncepay/oncepay/internal/metrics"
-	"github.com/oncepay/oncepay/internal/outbox"
 )
 
 // Environment variables of the webhook function.
@@ -43,18 +40,14 @@ func FromEnv(ctx context.Context, log *slog.Logger) (*Handler, error) {
 		return nil, err
 	}
 	d := Deps{Ledger: ledger.New(pool), Log: log, Metrics: metrics.New(os.Stdout, "webhook")}
-	if table := os.Getenv(localenv.OutboxTable); table != "" {
-		awsCfg, err := boot.AWS(ctx)
-		if err != nil {
-			return nil, err
-		}
-		pub, err := outbox.NewPublisher(dynamoclient.New(awsCfg), outbox.Config{Table: table, Logger: log})
-		if err != nil {
-			return nil, err
-		}
+	awsCfg, err := boot.AWS(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if pub, err := boot.Outbox(awsCfg, log); err != nil {
+		return nil, err
+	} else if pub != nil {
 		d.Publisher = pub
-	} else {
-		log.Warn("no outbox table configured: events are left to the resolver's sweep", "var", localenv.OutboxTable)
 	}
 	return New(cfg, d)
 }
