@@ -43,6 +43,8 @@ func TestIAMAuthSignsATokenPerConnection(t *testing.T) {
 
 func TestOutboxIsNilWithoutATableAndAPublisherWithOne(t *testing.T) {
 	t.Setenv("AWS_REGION", "eu-west-1")
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
 	t.Setenv("ONCEPAY_OUTBOX_TABLE", "")
 	cfg, err := AWS(context.Background())
 	if err != nil {
