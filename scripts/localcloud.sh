@@ -65,16 +65,18 @@ start_ddb() {
   local dir=$LOCAL/tools/dynamodb-local
   [ -f "$dir/DynamoDBLocal.jar" ] || die "DynamoDB Local is not installed: run 'make setup'"
   (cd "$dir" && setsid nohup java -Djava.library.path="$dir/DynamoDBLocal_lib" -jar "$dir/DynamoDBLocal.jar" \
-      -inMemory -port "$DDB_PORT" -disableTelemetry >"$LOGS/dynamodb-local.log" 2>&1 & echo $! >"$PIDS/dynamodb-local.pid")
+      -inMemory -port "$DDB_PORT" -disableTelemetry >"$LOGS/dynamodb-local.log" 2>&1 &)
   wait_for dynamodb-local port_open "$DDB_PORT"
+  # setsid may fork, so $! is not always the server: record the server itself.
+  pgrep -n -f "$dir/DynamoDBLocal.jar -inMemory -port $DDB_PORT" >"$PIDS/dynamodb-local.pid"
 }
 
 start_moto() {
   if port_open "$MOTO_PORT"; then say "moto already on :$MOTO_PORT"; return; fi
   command -v moto_server >/dev/null || die "moto_server is not installed: run 'make setup'"
   setsid nohup moto_server -H 127.0.0.1 -p "$MOTO_PORT" >"$LOGS/moto.log" 2>&1 &
-  echo $! >"$PIDS/moto.pid"
   wait_for moto curl -fsS "http://127.0.0.1:$MOTO_PORT/moto-api/"
+  pgrep -n -f "moto_server -H 127.0.0.1 -p $MOTO_PORT" >"$PIDS/moto.pid"
 }
 
 start_pg() {
@@ -82,15 +84,19 @@ start_pg() {
   if port_open "$PG_PORT"; then say "postgres already on :$PG_PORT"; return; fi
   local data; data=$(pg_data_dir)
   echo "$data" >"$LOCAL/pgdata.path"
+  # The server writes its log as the postgres user: next to its data dir,
+  # which that user can reach; .local/logs gets a link to it.
+  local pglog; pglog="$(dirname "$data")/postgres.log"
   if [ ! -f "$data/PG_VERSION" ]; then
     say "initdb $data"
-    runuser -u postgres -- "$PGBIN/initdb" -D "$data" -U postgres -A trust -E UTF8 --no-instructions >"$LOGS/postgres-initdb.log" 2>&1 \
+    (cd / && runuser -u postgres -- "$PGBIN/initdb" -D "$data" -U postgres -A trust -E UTF8 --no-instructions) >"$LOGS/postgres-initdb.log" 2>&1 \
       || { tail -n 20 "$LOGS/postgres-initdb.log" >&2; die "initdb failed"; }
   fi
-  touch "$LOGS/postgres.log" && chown postgres "$LOGS/postgres.log"
-  runuser -u postgres -- "$PGBIN/pg_ctl" -D "$data" -l "$LOGS/postgres.log" -w -t "$READY_TIMEOUT" \
-    -o "-p $PG_PORT -c listen_addresses=127.0.0.1 -k $data -c max_connections=300" start >/dev/null \
-    || { tail -n 20 "$LOGS/postgres.log" >&2; die "postgres did not start"; }
+  (cd / && runuser -u postgres -- touch "$pglog")
+  ln -sfn "$pglog" "$LOGS/postgres.log"
+  (cd / && runuser -u postgres -- "$PGBIN/pg_ctl" -D "$data" -l "$pglog" -w -t "$READY_TIMEOUT" \
+    -o "-p $PG_PORT -c listen_addresses=127.0.0.1 -k $data -c max_connections=300" start) >/dev/null \
+    || { tail -n 20 "$pglog" >&2; die "postgres did not start"; }
   head -1 "$data/postmaster.pid" >"$PIDS/postgres.pid"
   wait_for postgres "$PGBIN/pg_isready" -h 127.0.0.1 -p "$PG_PORT"
 }
@@ -125,6 +131,8 @@ stop_pid() { # name
   if [ -f "$f" ]; then
     local pid; pid=$(cat "$f")
     if kill -0 "$pid" 2>/dev/null; then
+      # setsid may fork: the server can be a child of the recorded pid.
+      pkill -TERM -P "$pid" 2>/dev/null || true
       kill "$pid" 2>/dev/null || true
       for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
       kill -9 "$pid" 2>/dev/null || true
@@ -150,7 +158,7 @@ case "${1:-}" in
     if [ -f "$LOCAL/pgdata.path" ] && [ -n "$PGBIN" ]; then
       data=$(cat "$LOCAL/pgdata.path")
       if [ -f "$data/postmaster.pid" ]; then
-        runuser -u postgres -- "$PGBIN/pg_ctl" -D "$data" -m fast -w stop >/dev/null 2>&1 && say "stopped postgres" || true
+        (cd / && runuser -u postgres -- "$PGBIN/pg_ctl" -D "$data" -m fast -w stop) >/dev/null 2>&1 && say "stopped postgres" || true
       fi
       rm -f "$PIDS/postgres.pid"
     fi
