@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 
@@ -19,33 +18,21 @@ func FromEnv(ctx context.Context, log *slog.Logger) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg, err := boot.AWS(ctx)
+	core, err := boot.PaymentsFromEnv(ctx, log)
 	if err != nil {
 		return nil, err
-	}
-	claims, err := boot.Claims(cfg)
-	if err != nil {
-		return nil, err
-	}
-	pool, err := boot.Ledger(ctx)
-	if err != nil {
-		return nil, err
-	}
-	pspClient, err := boot.PSP(log)
-	if err != nil {
-		return nil, fmt.Errorf("api: psp: %w", err)
 	}
 	var pub Publisher
-	if p, err := boot.Outbox(cfg, log); err != nil {
+	if p, err := boot.Outbox(core.AWS, log); err != nil {
 		return nil, err
 	} else if p != nil {
 		pub = p // only a non-nil publisher: a typed nil would make a non-nil interface
 	}
 	return New(Deps{
 		Publisher: pub,
-		Claims:    claims,
-		Ledger:    ledger.New(pool),
-		PSP:       pspClient,
+		Claims:    core.Claims,
+		Ledger:    ledger.New(core.Pool),
+		PSP:       core.PSP,
 		Timing:    timing,
 		Log:       log,
 		Metrics:   metrics.New(os.Stdout, "api"),

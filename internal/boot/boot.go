@@ -134,3 +134,32 @@ func Outbox(cfg aws.Config, log *slog.Logger) (*outbox.Publisher, error) {
 	}
 	return pub, nil
 }
+
+// Payments is what every function on the payment's side of the path needs:
+// the SDK config, the key record store, the ledger pool and the PSP client.
+type Payments struct {
+	AWS    aws.Config
+	Claims *idem.Store
+	Pool   *pgxpool.Pool
+	PSP    *psp.Client
+}
+
+// PaymentsFromEnv builds Payments from the environment (the api and
+// resolver functions).
+func PaymentsFromEnv(ctx context.Context, log *slog.Logger) (Payments, error) {
+	var p Payments
+	var err error
+	if p.AWS, err = AWS(ctx); err != nil {
+		return Payments{}, err
+	}
+	if p.Claims, err = Claims(p.AWS); err != nil {
+		return Payments{}, err
+	}
+	if p.Pool, err = Ledger(ctx); err != nil {
+		return Payments{}, err
+	}
+	if p.PSP, err = PSP(log); err != nil {
+		return Payments{}, fmt.Errorf("boot: psp: %w", err)
+	}
+	return p, nil
+}

@@ -2,7 +2,6 @@ package resolver
 
 import (
 	"context"
-	"fmt"
 	"log/slog"
 	"os"
 
@@ -19,24 +18,13 @@ func FromEnv(ctx context.Context, log *slog.Logger) (*Resolver, error) {
 	if err != nil {
 		return nil, err
 	}
-	awsCfg, err := boot.AWS(ctx)
+	core, err := boot.PaymentsFromEnv(ctx, log)
 	if err != nil {
 		return nil, err
 	}
-	claims, err := boot.Claims(awsCfg)
-	if err != nil {
-		return nil, err
-	}
-	pool, err := boot.Ledger(ctx)
-	if err != nil {
-		return nil, err
-	}
-	pspClient, err := boot.PSP(log)
-	if err != nil {
-		return nil, fmt.Errorf("resolver: psp: %w", err)
-	}
+	awsCfg, pool := core.AWS, core.Pool
 	d := Deps{
-		Ledger: ledger.New(pool), PSP: pspClient, Claims: claims,
+		Ledger: ledger.New(pool), PSP: core.PSP, Claims: core.Claims,
 		Log: log, Metrics: metrics.New(os.Stdout, "resolver"),
 	}
 	pub, err := boot.Outbox(awsCfg, log)
