@@ -4,13 +4,13 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
-	"fmt"
 	"net/http"
 	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/oncepay/oncepay/internal/arrival"
+	"github.com/oncepay/oncepay/internal/httpevent"
 	"github.com/oncepay/oncepay/internal/payment"
 	"github.com/oncepay/oncepay/internal/problem"
 )
@@ -92,26 +92,7 @@ func (h *Handler) HandleALB(ctx context.Context, e events.ALBTargetGroupRequest)
 
 // Invoke is the Lambda entry point: it accepts either event shape.
 func (h *Handler) Invoke(ctx context.Context, raw json.RawMessage) (any, error) {
-	var probe struct {
-		RequestContext struct {
-			ELB *json.RawMessage `json:"elb"`
-		} `json:"requestContext"`
-	}
-	if err := json.Unmarshal(raw, &probe); err != nil {
-		return nil, fmt.Errorf("api: decode event: %w", err)
-	}
-	if probe.RequestContext.ELB != nil {
-		var e events.ALBTargetGroupRequest
-		if err := json.Unmarshal(raw, &e); err != nil {
-			return nil, fmt.Errorf("api: decode ALB event: %w", err)
-		}
-		return h.HandleALB(ctx, e)
-	}
-	var e events.APIGatewayV2HTTPRequest
-	if err := json.Unmarshal(raw, &e); err != nil {
-		return nil, fmt.Errorf("api: decode HTTP API event: %w", err)
-	}
-	return h.HandleAPIGatewayV2(ctx, e)
+	return httpevent.Handlers{HTTPAPI: h.HandleAPIGatewayV2, ALB: h.HandleALB}.Dispatch(ctx, raw)
 }
 
 func eventBody(body string, b64 bool) ([]byte, error) {
@@ -125,21 +106,10 @@ func eventBody(body string, b64 bool) ([]byte, error) {
 	return base64.StdEncoding.DecodeString(body)
 }
 
-func flatHeaders(h http.Header) map[string]string {
-	out := make(map[string]string, len(h))
-	for k, v := range h {
-		out[k] = strings.Join(v, ", ")
-	}
-	return out
-}
-
 func toV2(r Response) events.APIGatewayV2HTTPResponse {
-	return events.APIGatewayV2HTTPResponse{StatusCode: r.Status, Headers: flatHeaders(r.Headers), Body: string(r.Body)}
+	return httpevent.HTTPAPIResponse(r.Status, r.Headers, r.Body)
 }
 
 func toALB(r Response) events.ALBTargetGroupResponse {
-	return events.ALBTargetGroupResponse{
-		StatusCode: r.Status, StatusDescription: fmt.Sprintf("%d %s", r.Status, http.StatusText(r.Status)),
-		Headers: flatHeaders(r.Headers), Body: string(r.Body),
-	}
+	return httpevent.ALBResponse(r.Status, r.Headers, r.Body)
 }

@@ -38,6 +38,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/clock"
 	"github.com/oncepay/oncepay/internal/event"
+	"github.com/oncepay/oncepay/internal/httpevent"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/problem"
@@ -197,7 +198,7 @@ func (h *Handler) Handle(ctx context.Context, e events.APIGatewayV2HTTPRequest) 
 		hdr.Set(k, v)
 	}
 	resp := h.serveEvent(ctx, e.RequestContext.HTTP.Method, e.RawPath, hdr, e.Body, e.IsBase64Encoded)
-	return events.APIGatewayV2HTTPResponse{StatusCode: resp.Status, Headers: flat(resp.Headers), Body: string(resp.Body)}, nil
+	return httpevent.HTTPAPIResponse(resp.Status, resp.Headers, resp.Body), nil
 }
 
 // HandleALB serves an Application Load Balancer event (the stack's
@@ -214,34 +215,12 @@ func (h *Handler) HandleALB(ctx context.Context, e events.ALBTargetGroupRequest)
 		}
 	}
 	resp := h.serveEvent(ctx, e.HTTPMethod, e.Path, hdr, e.Body, e.IsBase64Encoded)
-	return events.ALBTargetGroupResponse{
-		StatusCode: resp.Status, StatusDescription: fmt.Sprintf("%d %s", resp.Status, http.StatusText(resp.Status)),
-		Headers: flat(resp.Headers), Body: string(resp.Body),
-	}, nil
+	return httpevent.ALBResponse(resp.Status, resp.Headers, resp.Body), nil
 }
 
 // Invoke is the Lambda entry point: it accepts either event shape.
 func (h *Handler) Invoke(ctx context.Context, raw json.RawMessage) (any, error) {
-	var probe struct {
-		RequestContext struct {
-			ELB *json.RawMessage `json:"elb"`
-		} `json:"requestContext"`
-	}
-	if err := json.Unmarshal(raw, &probe); err != nil {
-		return nil, fmt.Errorf("webhook: decode event: %w", err)
-	}
-	if probe.RequestContext.ELB != nil {
-		var e events.ALBTargetGroupRequest
-		if err := json.Unmarshal(raw, &e); err != nil {
-			return nil, fmt.Errorf("webhook: decode ALB event: %w", err)
-		}
-		return h.HandleALB(ctx, e)
-	}
-	var e events.APIGatewayV2HTTPRequest
-	if err := json.Unmarshal(raw, &e); err != nil {
-		return nil, fmt.Errorf("webhook: decode HTTP API event: %w", err)
-	}
-	return h.Handle(ctx, e)
+	return httpevent.Handlers{HTTPAPI: h.Handle, ALB: h.HandleALB}.Dispatch(ctx, raw)
 }
 
 func (h *Handler) serveEvent(ctx context.Context, method, path string, hdr http.Header, body string, b64 bool) Response {
@@ -257,14 +236,6 @@ func (h *Handler) serveEvent(ctx context.Context, method, path string, hdr http.
 		raw = b
 	}
 	return h.Serve(ctx, method, path, hdr, raw)
-}
-
-func flat(h http.Header) map[string]string {
-	out := make(map[string]string, len(h))
-	for k, v := range h {
-		out[k] = strings.Join(v, ", ")
-	}
-	return out
 }
 
 // ServeHTTP serves a plain HTTP request by building the event the HTTP API
