@@ -1,14 +1,11 @@
 package api_test
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
-	"net/http/httptest"
-	"sync"
 	"testing"
 	"time"
 
@@ -26,7 +23,7 @@ import (
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/psp"
 	"github.com/oncepay/oncepay/internal/pspsim"
-	"github.com/oncepay/oncepay/internal/testenv"
+	"github.com/oncepay/oncepay/internal/worldtest"
 )
 
 // world is one payment API over real parts: DynamoDB Local (a table of the
@@ -44,30 +41,11 @@ type world struct {
 	outbox *outbox.Publisher
 	db     *dynamodb.Client
 	table  string
-	logs   *syncBuffer
+	logs   *worldtest.SyncBuffer
 	timing config.Timing
 	hooks  api.Hooks
 	h      *api.Handler
 }
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) Bytes() []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return append([]byte(nil), s.b.Bytes()...)
-}
-
-var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 // testTiming keeps the seed's rules but a short deadline, so a lost reply
 // costs the test 400 ms of real time instead of 5 s.
@@ -75,28 +53,17 @@ func testTiming() config.Timing {
 	return config.Timing{Deadline: 400 * time.Millisecond, ClientTimeout: 10 * time.Second, Margin: time.Second, KeyWindow: time.Hour}
 }
 
+// newWorld builds the API's test world on worldtest's parts (DynamoDB Local,
+// a fresh database, the simulator over HTTP, a fake clock) and keeps the
+// handler here, so tests can rebuild it with hooks or broken parts.
 func newWorld(t testing.TB) *world {
 	t.Helper()
-	db := testenv.DynamoDB(t)
-	table := testenv.NewTable(t, db, "pk")
-	pool, _ := testenv.Ledger(t)
-	w := &world{t: t, clock: clock.NewFake(t0), pool: pool, logs: &syncBuffer{}, timing: testTiming()}
-	w.sim = pspsim.New(pspsim.Config{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
-	srv := httptest.NewServer(w.sim)
-	t.Cleanup(func() { srv.Close(); w.sim.Close() })
-	w.pspURL = srv.URL
-	var err error
-	w.psp, err = psp.New(psp.Config{APIKey: "sk_test_x", BaseURL: srv.URL, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
+	wt := worldtest.New(t, worldtest.Options{Timing: testTiming()})
+	w := &world{
+		t: t, clock: wt.Clock, sim: wt.Sim, pspURL: wt.SimURL, pool: wt.Pool, claims: wt.Claims,
+		ledger: wt.Ledger, psp: wt.PSP, outbox: wt.Outbox, db: wt.Dynamo, table: wt.ClaimsTable,
+		logs: wt.Logs, timing: wt.Timing,
 	}
-	w.db, w.table = db, table
-	w.claims = idem.NewStore(db, table)
-	w.outbox, err = outbox.NewPublisher(db, outbox.Config{Table: testenv.NewTable(t, db, "event_id"), Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	w.ledger = ledger.New(pool)
 	w.rebuild()
 	return w
 }

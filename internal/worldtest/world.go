@@ -63,7 +63,9 @@ type World struct {
 	SimURL string
 	Pool   *pgxpool.Pool
 	Dynamo *dynamodb.Client
-	Claims *idem.Store
+	// ClaimsTable is the key record table of the test's own.
+	ClaimsTable string
+	Claims      *idem.Store
 	Ledger *ledger.Store
 	PSP    *psp.Client
 	// Outbox puts events into an outbox table of the test's own.
@@ -113,7 +115,7 @@ func New(t testing.TB, o Options) *World {
 	pool, _ := testenv.MigratedLedger(t)
 	w := &World{
 		T: t, Clock: clock.NewFake(T0), Pool: pool, Dynamo: db, Logs: &SyncBuffer{}, Timing: o.Timing,
-		OutboxTable: outboxTable, WebhookSecret: "whsec_test_" + testenv.RandomID(8),
+		OutboxTable: outboxTable, ClaimsTable: table, WebhookSecret: "whsec_test_" + testenv.RandomID(8),
 	}
 	if w.Timing == (config.Timing{}) {
 		w.Timing = Timing()
