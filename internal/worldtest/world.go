@@ -66,8 +66,8 @@ type World struct {
 	// ClaimsTable is the key record table of the test's own.
 	ClaimsTable string
 	Claims      *idem.Store
-	Ledger *ledger.Store
-	PSP    *psp.Client
+	Ledger      *ledger.Store
+	PSP         *psp.Client
 	// Outbox puts events into an outbox table of the test's own.
 	Outbox      *outbox.Publisher
 	OutboxTable string
