@@ -39,7 +39,7 @@ status: ## what runs locally
 # One bootstrap per lambdas/<fn>: Lambda's provided.al2023 on arm64, static, stripped.
 lambdas: ## build build/<fn>/bootstrap for every Lambda
 	@for fn in $(LAMBDAS); do \
-	  GOOS=linux GOARCH=arm64 CGO_ENABLED=0 go build -tags lambda.norpc,nopgxregisterdefaulttypes -trimpath -ldflags='-s -w' \
+	  GOOS=linux GOARCH=arm64 CGO_ENABLED=0 go build -tags lambda.norpc,nopgxregisterdefaulttypes,nethttpomithttp2 -trimpath -gcflags=all=-l -ldflags='-s -w' \
 	    -o build/$$fn/bootstrap ./lambdas/$$fn || exit 1; \
 	done
 	@mkdir -p build
@@ -74,10 +74,12 @@ demo: up ## bring the local cloud up and run the story on it
 BENCHTIME ?= 300x
 bench: up ## benchmarks on the local cloud; writes BENCHMARKS.md (ratios against same-run baselines)
 	@mkdir -p bench-out docs/benchmarks
-	@go test -count=1 -run '^$$' -bench 'FirstCall|Replay|Steps|RequestCounts' -benchtime $(BENCHTIME) ./internal/api/ | tee bench-out/bench.txt
+	@go test -count=1 -run '^$$' -bench 'FirstCall$$|Replay|Steps|RequestCounts' -benchtime $(BENCHTIME) ./internal/api/ | tee bench-out/bench.txt
+	@go test -count=1 -run '^$$' -bench 'FirstCallPSP300' -benchtime 30x ./internal/api/ | tee -a bench-out/bench.txt
 	@go test -count=1 -run '^$$' -bench 'WorkerTransaction|RelayToWorker' -benchtime $(BENCHTIME) ./internal/inbox/ ./infra-tests/messaging/ | tee -a bench-out/bench.txt
 	@go test -count=1 -run '^$$' -bench Concurrency -benchtime 1x ./internal/api/ | tee -a bench-out/bench.txt
 	@go test -count=1 -run '^$$' -bench OutboxToPush -benchtime 40x ./infra-tests/messaging/ | tee -a bench-out/bench.txt
+	@go test -count=1 -run '^$$' -bench TapToPush -benchtime 300x ./infra-tests/messaging/ | tee -a bench-out/bench.txt
 	@go test -count=1 -run '^$$' -bench LambdaBootstrap -benchtime 5x ./infra-tests/ | tee -a bench-out/bench.txt
 	@go run ./cmd/benchreport -cmd "make bench" -plots docs/benchmarks < bench-out/bench.txt > BENCHMARKS.md
 	@echo "bench: wrote BENCHMARKS.md"

@@ -15,6 +15,7 @@ BenchmarkReplay-2 	 300	 1 ns/op	 1.05 ratio-p50
 BenchmarkRequestCounts-2 	 300	 1 ns/op	 5 happy-writes	 3 happy-ddb-writes	 5 happy-roundtrips	 0 replay-writes	 1 replay-roundtrips
 BenchmarkConcurrency-2 	 1	 1 ns/op	 90 c1-req/s	 8 c1-p50-ms	 50 c1-p99-ms	 150 c64-req/s	 300 c64-p50-ms	 900 c64-p99-ms	 1 dup64-charges	 1 dup64-201s
 BenchmarkLambdaBootstrap-2 	 5	 1 ns/op	 11.1 api-MiB	 66 api-cold-p50-ms	 7.7 relay-MiB
+BenchmarkTapToPush-2 	 1000	 1 ns/op	 30 tap-answer-max-ms	 5 tap-answer-min-ms	 10 tap-answer-p50-ms	 20 tap-answer-p90-ms	 25 tap-answer-p99-ms	 28 tap-answer-p999-ms	 900 tap-push-max-ms	 100 tap-push-min-ms	 300 tap-push-p50-ms	 400 tap-push-p90-ms	 500 tap-push-p99-ms	 800 tap-push-p999-ms
 `
 
 // The sections hold each figure against its target, and the plots are
@@ -37,15 +38,68 @@ func TestReportHoldsFiguresAgainstTargets(t *testing.T) {
 		"| 64 | 150 | 300.0 | 900.0 |",
 		"## Cost model: dollars per million payments",
 		"(" + filepath.ToSlash(filepath.Join(plots, "throughput.svg")) + ")",
+		"## End-to-end tap -> push\n\n1000 taps, one at a time",
+		"| ms | min | p50 | p90 | p99 | p999 | max |",
+		"| API answer | 5.0 | 10.0 | 20.0 | 25.0 | 28.0 | 30.0 |",
+		"| tap -> push | 100.0 | 300.0 | 400.0 | 500.0 | 800.0 | 900.0 |",
+		"Medians: the answer after 10.0 ms, the push after 300.0 ms: 97% of the median tap -> push comes after the buyer has the answer.",
+		"(" + filepath.ToSlash(filepath.Join(plots, "tap-push-cdf.svg")) + ")",
+		"| TapToPush | 1000 | tap-push-p999-ms | 800.000 |  |",
 	} {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
 		}
 	}
-	for _, f := range []string{"throughput.svg", "p99.svg"} {
+	for _, f := range []string{"throughput.svg", "p99.svg", "tap-push-cdf.svg"} {
 		b, err := os.ReadFile(filepath.Join(plots, f))
 		if err != nil || !strings.Contains(string(b), "<svg") {
 			t.Errorf("%s: %v", f, err)
 		}
+	}
+}
+
+// A distribution's points come back lowest first, p999 read as 99.9, and
+// units that are not "<name>-<point>-ms" left out.
+func TestDistributionParsesItsPoints(t *testing.T) {
+	f := figures{}
+	for unit, v := range map[string]float64{
+		"tap-push-max-ms": 900, "tap-push-p999-ms": 800, "tap-push-p50-ms": 300, "tap-push-min-ms": 100,
+		"tap-push-p5-ms": 150, "tap-push-p50": 1, "tap-push-mean-ms": 2, "tap-pushy-p50-ms": 3,
+		"tap-answer-p50-ms": 10, "tap-push-p100-ms": 4, "tap-push-pxx-ms": 5,
+	} {
+		f.set("TapToPush", unit, v)
+	}
+	got := distribution(f, "TapToPush", "tap-push")
+	want := []point{{0, 100}, {5, 150}, {50, 300}, {99.9, 800}, {100, 900}}
+	if len(got) != len(want) {
+		t.Fatalf("distribution = %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Errorf("point %d = %v, want %v", i, got[i], want[i])
+		}
+	}
+	for pct, label := range map[float64]string{0: "min", 5: "p5", 99.9: "p999", 100: "max"} {
+		if l := pctLabel(pct); l != label {
+			t.Errorf("pctLabel(%g) = %q, want %q", pct, l, label)
+		}
+	}
+	if d := distribution(f, "OutboxToPush", "tap-push"); d != nil {
+		t.Errorf("a benchmark that did not run has points %v", d)
+	}
+}
+
+// The CDF's log axis is marked at 1, 2 and 5 of each decade it spans, and an
+// axis with no data gets no marks instead of a loop that never ends.
+func TestTicks125(t *testing.T) {
+	var got []string
+	for _, tk := range ticks125(13, 500) {
+		got = append(got, tk.Label)
+	}
+	if strings.Join(got, " ") != "20 50 100 200 500" {
+		t.Errorf("ticks125(13, 500) = %v", got)
+	}
+	if tk := ticks125(0, 1); tk != nil {
+		t.Errorf("ticks125(0, 1) = %v, want none", tk)
 	}
 }

@@ -3,13 +3,16 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
 )
 
@@ -40,6 +43,9 @@ func writeSections(out io.Writer, f figures, plots string) error {
 		return err
 	}
 	writePush(out, f)
+	if err := writeTapToPush(out, f, plots); err != nil {
+		return err
+	}
 	writeCost(out, f)
 	return nil
 }
@@ -58,6 +64,194 @@ func writePush(out io.Writer, f figures) {
 	fmt.Fprintln(out, "| p50 ms | p90 ms | p99 ms |")
 	fmt.Fprintln(out, "|---|---|---|")
 	fmt.Fprintf(out, "| %.0f | %.0f | %.0f |\n\n", p50, p90, p99)
+}
+
+// point is one point of a latency distribution: the share of samples at or
+// below ms, in percent (0: the minimum, 100: the maximum).
+type point struct {
+	pct, ms float64
+}
+
+// distribution reads the points bench reported as "<name>-<at>-ms", where
+// at is min, max or a quantile pN (past two digits only p99…, whose further
+// digits are decimals: p999 is 99.9), lowest first; nil if it reported none.
+func distribution(f figures, bench, name string) []point {
+	var pts []point
+	for unit, v := range f[bench] {
+		at, ok := strings.CutPrefix(unit, name+"-")
+		if !ok {
+			continue
+		}
+		if at, ok = strings.CutSuffix(at, "-ms"); !ok {
+			continue
+		}
+		var pct float64
+		switch {
+		case at == "min":
+			pct = 0
+		case at == "max":
+			pct = 100
+		case strings.HasPrefix(at, "p") && len(at) > 1:
+			digits := at[1:]
+			if len(digits) > 2 {
+				if !strings.HasPrefix(digits, "99") {
+					continue // p100, p250: not a quantile in this notation
+				}
+				digits = digits[:2] + "." + digits[2:]
+			}
+			p, err := strconv.ParseFloat(digits, 64)
+			if err != nil || p <= 0 || p >= 100 {
+				continue
+			}
+			pct = p
+		default:
+			continue
+		}
+		pts = append(pts, point{pct, v})
+	}
+	sort.Slice(pts, func(i, j int) bool { return pts[i].pct < pts[j].pct })
+	return pts
+}
+
+// pctLabel names a distribution point in a table header.
+func pctLabel(pct float64) string {
+	switch pct {
+	case 0:
+		return "min"
+	case 100:
+		return "max"
+	}
+	return "p" + strings.ReplaceAll(strconv.FormatFloat(pct, 'f', -1, 64), ".", "")
+}
+
+// valueAt returns the distribution's value at pct, if it was reported.
+func valueAt(pts []point, pct float64) (float64, bool) {
+	for _, p := range pts {
+		if p.pct == pct {
+			return p.ms, true
+		}
+	}
+	return 0, false
+}
+
+func writeTapToPush(out io.Writer, f figures, plots string) error {
+	push := distribution(f, "TapToPush", "tap-push")
+	if len(push) == 0 {
+		return nil
+	}
+	answer := distribution(f, "TapToPush", "tap-answer")
+	fmt.Fprintln(out, "## End-to-end tap -> push")
+	fmt.Fprintln(out)
+	fmt.Fprintf(out, "%d taps, one at a time, each from the moment POST /payments is handed to the api handler (DynamoDB key store, PostgreSQL ledger, the PSP simulator, the outbox put) until its push reached the phone: the later of the push received from a queue subscribed to the push topic and the worker's invocation returning with the notification row SENT. In between: the outbox stream (polled every 250 ms when idle, as Lambda's mapping does), relay, SQS FIFO (long-polled), the worker's transaction, the SNS publish. Each tap waits a random fraction of the stream's idle poll first, so taps land anywhere in it, as real ones do; a warm-up tap is not counted. The API answer of the same taps is beside it.\n\n", iterations(f, "TapToPush"))
+	cols := push
+	fmt.Fprint(out, "| ms |")
+	for _, p := range cols {
+		fmt.Fprintf(out, " %s |", pctLabel(p.pct))
+	}
+	fmt.Fprint(out, "\n|---|")
+	for range cols {
+		fmt.Fprint(out, "---|")
+	}
+	fmt.Fprintln(out)
+	for _, row := range []struct {
+		name string
+		pts  []point
+	}{{"API answer", answer}, {"tap -> push", push}} {
+		if len(row.pts) == 0 {
+			continue
+		}
+		fmt.Fprintf(out, "| %s |", row.name)
+		for _, c := range cols {
+			if v, ok := valueAt(row.pts, c.pct); ok {
+				fmt.Fprintf(out, " %.1f |", v)
+			} else {
+				fmt.Fprint(out, " |")
+			}
+		}
+		fmt.Fprintln(out)
+	}
+	p50, _ := valueAt(push, 50)
+	if a50, ok := valueAt(answer, 50); ok && p50 > 0 {
+		fmt.Fprintf(out, "\nMedians: the answer after %.1f ms, the push after %.1f ms: %.0f%% of the median tap -> push comes after the buyer has the answer.\n", a50, p50, (p50-a50)/p50*100)
+	}
+	fmt.Fprintln(out)
+	if plots == "" {
+		return nil
+	}
+	if err := os.MkdirAll(plots, 0o755); err != nil {
+		return err
+	}
+	file := filepath.Join(plots, "tap-push-cdf.svg")
+	if err := cdfPlot(file, map[string][]point{"API answer": answer, "tap -> push": push}); err != nil {
+		return fmt.Errorf("tap -> push plot: %w", err)
+	}
+	fmt.Fprintf(out, "![tap -> push CDF](%s)\n\n", filepath.ToSlash(file))
+	return nil
+}
+
+// iterations returns how many iterations bench ran (recorded by run).
+func iterations(f figures, bench string) int {
+	v, _ := f.get(bench, iterUnit)
+	return int(v)
+}
+
+// cdfPlot draws each distribution as a CDF through its reported points, on
+// a log time axis so the answer (milliseconds) and the push (hundreds) share
+// one plot.
+func cdfPlot(path string, series map[string][]point) error {
+	p := plot.New()
+	p.Title.Text = "End-to-end tap -> push (CDF)"
+	p.X.Label.Text = "ms since the tap (log scale)"
+	p.Y.Label.Text = "% of taps"
+	p.X.Scale = plot.LogScale{}
+	p.X.Tick.Marker = plot.TickerFunc(ticks125)
+	p.Y.Min, p.Y.Max = 0, 100
+	names := make([]string, 0, len(series))
+	for n := range series {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	for i, n := range names {
+		var xy plotter.XYs
+		for _, pt := range series[n] {
+			if pt.ms > 0 { // a log axis has no zero
+				xy = append(xy, plotter.XY{X: pt.ms, Y: pt.pct})
+			}
+		}
+		if len(xy) == 0 {
+			continue
+		}
+		line, points, err := plotter.NewLinePoints(xy)
+		if err != nil {
+			return fmt.Errorf("%s: %w", n, err)
+		}
+		line.Color, points.Color = plotutil.Color(i), plotutil.Color(i)
+		p.Add(line, points)
+		p.Legend.Add(n, line, points)
+	}
+	p.Add(plotter.NewGrid())
+	// Room on both sides, so the ends of the curves are not on the frame;
+	// the legend goes bottom right, where a CDF has no line.
+	p.X.Min, p.X.Max = p.X.Min/1.5, p.X.Max*1.5
+	return p.Save(6*vg.Inch, 3.5*vg.Inch, path)
+}
+
+// ticks125 marks 1, 2 and 5 of each decade between min and max (> 0): a log
+// axis spanning one or two decades gets readable labels, not just the powers
+// of ten.
+func ticks125(lo, hi float64) []plot.Tick {
+	var t []plot.Tick
+	if !(lo > 0) || math.IsInf(hi, 0) || math.IsNaN(hi) {
+		return nil // no data: no decades to mark (and no end to the loop)
+	}
+	for dec := math.Pow(10, math.Floor(math.Log10(lo))); dec <= hi; dec *= 10 {
+		for _, m := range []float64{1, 2, 5} {
+			if v := m * dec; v >= lo && v <= hi {
+				t = append(t, plot.Tick{Value: v, Label: strconv.FormatFloat(v, 'f', -1, 64)})
+			}
+		}
+	}
+	return t
 }
 
 func verdict(ok bool) string {

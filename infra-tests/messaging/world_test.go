@@ -30,6 +30,7 @@ import (
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/relay"
 	"github.com/oncepay/oncepay/internal/testenv"
+	"github.com/oncepay/oncepay/internal/worldtest"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -57,7 +58,12 @@ type options struct {
 	settings eventsource.Settings
 	relay    func(harness.StreamHandler) harness.StreamHandler // wraps the relay's handler
 	worker   func(*inbox.Config)
+	handler  func(harness.QueueHandler) harness.QueueHandler // wraps the worker's handler
 	queue    func(*harness.QueueConfig)
+	// api, when set, is the payment world the path runs behind: its ledger
+	// database and the stream of its outbox table, which its API handler
+	// publishes to, instead of a database and a table of the world's own.
+	api *worldtest.World
 }
 
 type world struct {
@@ -86,24 +92,28 @@ func newWorld(t testing.TB, o options) *world {
 		o.settings = eventsource.Default()
 	}
 	w := &world{t: t, ctx: context.Background(), emf: &syncBuffer{}, phone: harness.NewPhone()}
-	w.pool, _ = testenv.Ledger(t)
+	w.db, w.sqs, w.sns = testenv.DynamoDB(t), testenv.SQS(t), testenv.SNS(t)
+	var streamArn string
+	var err error
+	if o.api != nil {
+		w.pool, w.table, streamArn, w.pub = o.api.Pool, o.api.OutboxTable, o.api.OutboxStream, o.api.Outbox
+	} else {
+		w.pool, _ = testenv.Ledger(t)
+		w.table, streamArn = testenv.NewOutboxTable(t, w.db)
+		if w.pub, err = outbox.NewPublisher(w.db, outbox.Config{Table: w.table, Logger: quiet}); err != nil {
+			t.Fatal(err)
+		}
+	}
 	// Seed m1's balance as the seed's story has it before the tap.
 	if _, err := w.pool.Exec(w.ctx, `INSERT INTO merchant_balances (merchant_id, currency, balance) VALUES ('m1', 'USD', 12000)`); err != nil {
 		t.Fatal(err)
 	}
-	w.db, w.sqs, w.sns = testenv.DynamoDB(t), testenv.SQS(t), testenv.SNS(t)
-	var streamArn string
-	w.table, streamArn = testenv.NewOutboxTable(t, w.db)
 	w.queue = testenv.NewFIFOQueue(t, w.sqs, o.settings.Worker.VisibilityTimeout, o.settings.Worker.MaxReceiveCount)
 	w.topic = testenv.NewTopic(t, w.sns)
 	w.watch = testenv.NewStandardQueue(t, w.sqs)
 	testenv.SubscribeQueue(t, w.sns, w.topic, w.watch.Arn, true)
 	w.pushes = harness.NewPushQueue(w.sqs, w.watch.URL)
 
-	var err error
-	if w.pub, err = outbox.NewPublisher(w.db, outbox.Config{Table: w.table, Logger: quiet}); err != nil {
-		t.Fatal(err)
-	}
 	r, err := relay.New(w.sqs, relay.Config{QueueURL: w.queue.URL, Logger: quiet, Metrics: metrics.New(w.emf, "relay")})
 	if err != nil {
 		t.Fatal(err)
@@ -133,7 +143,11 @@ func newWorld(t testing.TB, o options) *world {
 	if o.queue != nil {
 		o.queue(&qc)
 	}
-	if w.poller, err = harness.NewQueuePoller(w.sqs, w.worker.Handle, qc); err != nil {
+	var work harness.QueueHandler = w.worker.Handle
+	if o.handler != nil {
+		work = o.handler(work)
+	}
+	if w.poller, err = harness.NewQueuePoller(w.sqs, work, qc); err != nil {
 		t.Fatal(err)
 	}
 	return w

@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
@@ -37,26 +38,46 @@ func NewPushQueue(api PushQueueAPI, url string) *PushQueue { return &PushQueue{a
 func (q *PushQueue) Collect(ctx context.Context) ([]notify.Data, error) {
 	var pushes []notify.Data
 	for {
-		out, err := q.api.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(q.url), MaxNumberOfMessages: 10})
-		if err != nil {
-			return pushes, fmt.Errorf("harness: receive pushes: %w", err)
-		}
-		if len(out.Messages) == 0 {
-			return pushes, nil
-		}
-		var del []sqstypes.DeleteMessageBatchRequestEntry
-		for i, m := range out.Messages {
-			d, err := decodePush(aws.ToString(m.Body))
-			if err != nil {
-				return pushes, err
-			}
-			pushes = append(pushes, d)
-			del = append(del, sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), ReceiptHandle: m.ReceiptHandle})
-		}
-		if _, err := q.api.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(q.url), Entries: del}); err != nil {
-			return pushes, fmt.Errorf("harness: delete pushes: %w", err)
+		got, err := q.receive(ctx, 0)
+		pushes = append(pushes, got...)
+		if err != nil || len(got) == 0 {
+			return pushes, err
 		}
 	}
+}
+
+// Await makes one long-poll receive of up to wait (whole seconds, 1 to 20),
+// deletes what it got and returns it (nothing when wait ran out). SQS ends
+// a long poll as soon as a push lands, so the return marks the push's
+// arrival the way a phone would see it, with no polling interval added.
+func (q *PushQueue) Await(ctx context.Context, wait time.Duration) ([]notify.Data, error) {
+	return q.receive(ctx, min(max(int32(wait/time.Second), 1), 20))
+}
+
+// receive makes one receive (a long poll of waitSeconds when > 0) and
+// deletes the pushes it returns.
+func (q *PushQueue) receive(ctx context.Context, waitSeconds int32) ([]notify.Data, error) {
+	out, err := q.api.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(q.url), MaxNumberOfMessages: 10, WaitTimeSeconds: waitSeconds})
+	if err != nil {
+		return nil, fmt.Errorf("harness: receive pushes: %w", err)
+	}
+	if len(out.Messages) == 0 {
+		return nil, nil
+	}
+	var pushes []notify.Data
+	var del []sqstypes.DeleteMessageBatchRequestEntry
+	for i, m := range out.Messages {
+		d, err := decodePush(aws.ToString(m.Body))
+		if err != nil {
+			return pushes, err
+		}
+		pushes = append(pushes, d)
+		del = append(del, sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), ReceiptHandle: m.ReceiptHandle})
+	}
+	if _, err := q.api.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(q.url), Entries: del}); err != nil {
+		return pushes, fmt.Errorf("harness: delete pushes: %w", err)
+	}
+	return pushes, nil
 }
 
 func decodePush(body string) (notify.Data, error) {

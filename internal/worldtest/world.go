@@ -68,9 +68,11 @@ type World struct {
 	Claims      *idem.Store
 	Ledger      *ledger.Store
 	PSP         *psp.Client
-	// Outbox puts events into an outbox table of the test's own.
-	Outbox      *outbox.Publisher
-	OutboxTable string
+	// Outbox puts events into an outbox table of the test's own;
+	// OutboxStream is that table's stream, for a relay to read.
+	Outbox       *outbox.Publisher
+	OutboxTable  string
+	OutboxStream string
 	// Logs receives every JSON log line and EMF metric line.
 	Logs   *SyncBuffer
 	Log    *slog.Logger
@@ -111,11 +113,11 @@ func New(t testing.TB, o Options) *World {
 	t.Helper()
 	db := testenv.DynamoDB(t)
 	table := testenv.NewTable(t, db, "pk")
-	outboxTable, _ := testenv.NewOutboxTable(t, db)
+	outboxTable, outboxStream := testenv.NewOutboxTable(t, db)
 	pool, _ := testenv.MigratedLedger(t)
 	w := &World{
 		T: t, Clock: clock.NewFake(T0), Pool: pool, Dynamo: db, Logs: &SyncBuffer{}, Timing: o.Timing,
-		OutboxTable: outboxTable, ClaimsTable: table, WebhookSecret: "whsec_test_" + testenv.RandomID(8),
+		OutboxTable: outboxTable, OutboxStream: outboxStream, ClaimsTable: table, WebhookSecret: "whsec_test_" + testenv.RandomID(8),
 	}
 	if w.Timing == (config.Timing{}) {
 		w.Timing = Timing()
