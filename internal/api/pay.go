@@ -148,12 +148,23 @@ func (a *attempt) answerRecord(ctx context.Context, rec idem.Record, now time.Ti
 		return problemResponse(problem.KeyReused()), true
 	case rec.Fingerprint != a.fp && !rec.LeaseExpired(now, h.d.Timing.Margin):
 		// An in-progress claimant's fingerprint has not met the durable
-		// guard yet: it may itself be the key reuse. The ledger row, if
-		// there is one, says which request is the payment.
-		if p, err := h.d.Ledger.Get(ctx, a.pid); err == nil && p.State != ledger.Void && p.Fingerprint == a.fp {
-			return problemResponse(problem.InProgress(rec.InProgressUntil.Add(h.d.Timing.Margin).Sub(now))), true
+		// guard yet: it may itself be the key reuse. Only the ledger row
+		// says which request is the payment, so 422 waits for a row with
+		// the other fingerprint: without a row, the claimant may die before
+		// writing one and this request become the payment (found by the
+		// chaos runner, seed 658: a 422 later contradicted by a 201).
+		p, err := h.d.Ledger.Get(ctx, a.pid)
+		switch {
+		case errors.Is(err, ledger.ErrNotFound):
+		case err != nil:
+			a.log.Error("key reuse check: ledger read failed", "err", err)
+			return problemResponse(problem.LedgerUnavailable()), true
+		case p.State == ledger.Void:
+			return problemResponse(problem.KeyVoided()), true
+		case p.Fingerprint != a.fp:
+			return problemResponse(problem.KeyReused()), true
 		}
-		return problemResponse(problem.KeyReused()), true
+		return problemResponse(problem.InProgress(rec.InProgressUntil.Add(h.d.Timing.Margin).Sub(now))), true
 	case rec.State == idem.Completed && rec.Answer != nil:
 		return replay(rec.Answer), true
 	case rec.State == idem.Completed:
