@@ -41,7 +41,11 @@ type Unsettled struct {
 // UNKNOWN one, and every PENDING one whose deadline plus the margin has
 // passed, that no other run holds. It sets their lease in the same
 // statement; FOR UPDATE SKIP LOCKED lets two runs at once take disjoint
-// sets without waiting for each other. Oldest deadline first.
+// sets without waiting for each other. Fewest attempts first, then the
+// oldest deadline: rows the PSP keeps answering open (a saved 5xx stays
+// open for its whole 24 h key window) must not fill every run's Limit and
+// starve a payment that crashed after its charge a minute ago (found by the
+// chaos runner, whose long-lived worlds piled up such rows).
 func (s *Store) ClaimUnsettled(ctx context.Context, c Claim) ([]Unsettled, error) {
 	if c.Limit <= 0 {
 		return nil, nil
@@ -53,7 +57,7 @@ func (s *Store) ClaimUnsettled(ctx context.Context, c Claim) ([]Unsettled, error
 		  SELECT payment_id AS pick_id FROM payments
 		  WHERE (state = 'UNKNOWN' OR (state = 'PENDING' AND deadline_at < $2))
 		    AND (resolve_lease_until IS NULL OR resolve_lease_until < $3)
-		  ORDER BY deadline_at
+		  ORDER BY resolve_attempts, deadline_at
 		  LIMIT $4
 		  FOR UPDATE SKIP LOCKED
 		) pick

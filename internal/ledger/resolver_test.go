@@ -79,6 +79,37 @@ func TestClaimUnsettledTakesOpenRowsAndLeasesThem(t *testing.T) {
 	}
 }
 
+// Rows the PSP keeps answering open are taken after fresh ones: with more
+// such rows than a run's Limit, a payment that just crashed after its charge
+// is still taken by the next run.
+func TestClaimUnsettledTakesFewestAttemptsFirst(t *testing.T) {
+	pool, _ := testenv.MigratedLedger(t)
+	st := ledger.New(pool)
+	ctx := context.Background()
+	for _, p := range []ledger.Payment{pending("pay_old_1", "K1"), pending("pay_old_2", "K2"), pending("pay_new", "K3")} {
+		if _, _, err := st.InsertPending(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// The two old rows have been open for many runs and have the earlier
+	// deadlines: oldest-deadline-first alone would take them every time.
+	if _, err := pool.Exec(ctx, `UPDATE payments SET resolve_attempts = 40, deadline_at = deadline_at - interval '1 hour' WHERE payment_id LIKE 'pay_old_%'`); err != nil {
+		t.Fatal(err)
+	}
+	c := ledger.Claim{Now: now.Add(10 * time.Second), Margin: time.Second, Lease: time.Minute, KeyWindow: 24 * time.Hour, Limit: 1}
+	got, err := st.ClaimUnsettled(ctx, c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ids := claimIDs(got); !slices.Equal(ids, []string{"pay_new"}) {
+		t.Fatalf("claimed %v, want the fresh row first", ids)
+	}
+	c.Limit = 10
+	if rest, _ := st.ClaimUnsettled(ctx, c); !slices.Equal(claimIDs(rest), []string{"pay_old_1", "pay_old_2"}) {
+		t.Fatalf("then claimed %v, want the old rows", claimIDs(rest))
+	}
+}
+
 func pgCode(err error) string {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {
