@@ -3,7 +3,6 @@ package infratests
 import (
 	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -61,11 +60,8 @@ func BenchmarkLambdaBootstrap(b *testing.B) {
 	sizes := map[string]float64{}
 	for _, fn := range fns {
 		out := filepath.Join(dir, fn)
-		cmd := exec.Command("go", append(append([]string{"build"}, mk.Args...), "-o", out, "./lambdas/"+fn)...)
-		cmd.Dir = root
-		cmd.Env = append(append(os.Environ(), mk.Env...), "GOFLAGS=-buildvcs=false")
-		if o, err := cmd.CombinedOutput(); err != nil {
-			b.Fatalf("build %s: %v\n%s", fn, err, o)
+		if err := mk.Build(root, fn, out); err != nil {
+			b.Fatal(err)
 		}
 		st, err := os.Stat(out)
 		if err != nil {

@@ -4,7 +4,9 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 )
 
@@ -15,6 +17,27 @@ import (
 type LambdaBuild struct {
 	Env  []string
 	Args []string
+}
+
+// Build builds ./lambdas/<fn> into out from the module root; env comes after
+// the build's own, so it can override it (GOARCH for the host).
+func (b LambdaBuild) Build(root, fn, out string, env ...string) error {
+	cmd := exec.Command("go", append(append([]string{"build"}, b.Args...), "-o", out, "./lambdas/"+fn)...)
+	cmd.Dir = root
+	cmd.Env = append(append(append(os.Environ(), b.Env...), env...), "GOFLAGS=-buildvcs=false")
+	if o, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("build %s: %w\n%s", fn, err, o)
+	}
+	return nil
+}
+
+// Without returns the build without the argument arg, and whether it had it.
+func (b LambdaBuild) Without(arg string) (LambdaBuild, bool) {
+	i := slices.Index(b.Args, arg)
+	if i < 0 {
+		return b, false
+	}
+	return LambdaBuild{Env: slices.Clone(b.Env), Args: slices.Delete(slices.Clone(b.Args), i, i+1)}, true
 }
 
 // MakefileLambdaBuild parses the lambdas rule's build line out of

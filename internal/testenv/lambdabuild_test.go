@@ -36,3 +36,19 @@ func TestMakefileLambdaBuildReadsTheRule(t *testing.T) {
 		t.Error("a Makefile without the rule parsed")
 	}
 }
+
+// Without drops exactly the one argument and leaves the original intact (the
+// benchmark builds both); an absent argument is reported, not ignored.
+func TestLambdaBuildWithout(t *testing.T) {
+	mk := LambdaBuild{Env: []string{"GOOS=linux"}, Args: []string{"-trimpath", "-gcflags=all=-l", "-ldflags=-s -w"}}
+	got, ok := mk.Without("-gcflags=all=-l")
+	if !ok || !slices.Equal(got.Args, []string{"-trimpath", "-ldflags=-s -w"}) || !slices.Equal(got.Env, mk.Env) {
+		t.Errorf("Without = %q, %v", got.Args, ok)
+	}
+	if !slices.Equal(mk.Args, []string{"-trimpath", "-gcflags=all=-l", "-ldflags=-s -w"}) {
+		t.Errorf("the original changed: %q", mk.Args)
+	}
+	if _, ok := got.Without("-gcflags=all=-l"); ok {
+		t.Error("an absent argument was found")
+	}
+}

@@ -74,12 +74,20 @@ func BuildLambda(t testing.TB, fn string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
+	return BuildLambdaWith(t, fn, mk)
+}
+
+// BuildLambdaWith is BuildLambda with the given build instead of the
+// Makefile's (a variant of it: a benchmark comparing flags).
+func BuildLambdaWith(t testing.TB, fn string, mk LambdaBuild) string {
+	t.Helper()
+	root, err := localenv.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
 	out := filepath.Join(t.TempDir(), "bootstrap")
-	build := exec.Command("go", append(append([]string{"build"}, mk.Args...), "-o", out, "./lambdas/"+fn)...)
-	build.Dir = root
-	build.Env = append(append(os.Environ(), mk.Env...), "GOARCH="+runtime.GOARCH, "GOFLAGS=-buildvcs=false")
-	if b, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("build %s: %v\n%s", fn, err, b)
+	if err := mk.Build(root, fn, out, "GOARCH="+runtime.GOARCH); err != nil {
+		t.Fatal(err)
 	}
 	return out
 }
