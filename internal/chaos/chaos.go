@@ -549,9 +549,10 @@ func (r *Runner) check(ctx context.Context, s *schedule) error {
 		charges[c.Metadata["payment_id"]] = append(charges[c.Metadata["payment_id"]], c)
 	}
 	// A push the worker published may still be on its way through the
-	// topic to the watching queue: wait a little for every one the ledger
-	// marked SENT before counting.
-	for range 30 {
+	// topic to the watching queue, or be invisible for the watching
+	// queue's visibility timeout after a receive lost on the wire: wait up
+	// to five such timeouts for every one the ledger marked SENT.
+	for range int(5 * story.WatchVisibility / (100 * time.Millisecond)) {
 		sent, err := w.Int(ctx, `SELECT count(*) FROM notif WHERE state = 'SENT' AND event_id LIKE ANY($1)`, r.eventPatterns(s))
 		if err != nil {
 			return fmt.Errorf("check: %w", err)

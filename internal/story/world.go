@@ -131,6 +131,11 @@ type World struct {
 	dlqURL  string
 	// queueURL is the events queue the relay sends to.
 	queueURL string
+	// visibility is the events queue's visibility timeout: a receive whose
+	// answer never reached the poller (a connection the emulator dropped
+	// under load, retried by the SDK) leaves its messages invisible that
+	// long, and Expire cannot release handles it never saw.
+	visibility time.Duration
 
 	// The crash points are read at every call, so a scenario can set and
 	// clear them between steps.
@@ -273,6 +278,7 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 	// the push topic and a queue that watches it (the phone's view).
 	settings := eventsource.Default()
 	settings.Worker.VisibilityTimeout = 30 * time.Second // the seed's: the redelivery comes 30 s after the crash
+	w.visibility = settings.Worker.VisibilityTimeout
 	q, err := w.newQueue(ctx, "t-story-"+randomID(6), true, settings.Worker.VisibilityTimeout, settings.Worker.MaxReceiveCount)
 	if err != nil {
 		return nil, err
@@ -696,8 +702,15 @@ func (w *World) newQueue(ctx context.Context, base string, fifo bool, visibility
 		q.dlqURL = dlq.url
 		return q, err
 	}
+	if visibility > 0 {
+		attrs["VisibilityTimeout"] = strconv.Itoa(int(visibility / time.Second))
+	}
 	return w.createQueue(ctx, name, attrs)
 }
+
+// WatchVisibility is the phone's queue's visibility timeout: short, so a
+// push whose receive was lost on the wire is seen again within seconds.
+const WatchVisibility = 2 * time.Second
 
 func (w *World) createQueue(ctx context.Context, name string, attrs map[string]string) (queue, error) {
 	out, err := w.SQS.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: &name, Attributes: attrs})
@@ -725,7 +738,7 @@ func (w *World) newTopic(ctx context.Context, c *sns.Client) (topic, watchURL st
 	}
 	topic = aws.ToString(out.TopicArn)
 	w.closers = append(w.closers, func() { _, _ = c.DeleteTopic(context.Background(), &sns.DeleteTopicInput{TopicArn: &topic}) })
-	watch, err := w.newQueue(ctx, "t-story-watch-"+randomID(6), false, 0, 0)
+	watch, err := w.newQueue(ctx, "t-story-watch-"+randomID(6), false, WatchVisibility, 0)
 	if err != nil {
 		return "", "", err
 	}
