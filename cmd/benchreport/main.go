@@ -18,6 +18,7 @@ import (
 	"os"
 	"runtime"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -46,7 +47,11 @@ var targets = map[string]string{
 }
 
 func run(in io.Reader, out io.Writer, command, plots string) error {
-	r := benchfmt.NewReader(in, "stdin")
+	raw, err := io.ReadAll(in)
+	if err != nil {
+		return err
+	}
+	r := benchfmt.NewReader(strings.NewReader(rejoin(string(raw))), "stdin")
 	var results []*benchfmt.Result
 	cfg := map[string]string{}
 	for r.Scan() {
@@ -248,3 +253,42 @@ const notesTail = `- **Profiles** (go test -cpuprofile on FirstCall and Replay):
   runs (the floor itself went from 3 ms to 130 ms under load); the ratios and
   the counts are what to read.
 `
+
+// rejoin repairs benchmark lines that a library's log line split: go test
+// prints a benchmark's name before running it, so a line another package
+// writes to stderr meanwhile (the AWS SDK's warnings do) lands between the
+// name and the figures. The name is joined to the next line that starts
+// with the iteration count; the log text is dropped.
+func rejoin(text string) string {
+	lines := strings.Split(text, "\n")
+	out := make([]string, 0, len(lines))
+	for i := 0; i < len(lines); i++ {
+		l := lines[i]
+		f := strings.Fields(l)
+		if len(f) == 0 || !strings.HasPrefix(f[0], "Benchmark") || len(f) > 1 && isCount(f[1]) {
+			out = append(out, l)
+			continue
+		}
+		j := i + 1
+		for j < len(lines) && !startsWithCount(lines[j]) && !strings.HasPrefix(lines[j], "Benchmark") {
+			j++
+		}
+		if j == len(lines) || !startsWithCount(lines[j]) {
+			out = append(out, l)
+			continue
+		}
+		out = append(out, f[0]+"\t"+strings.TrimSpace(lines[j]))
+		i = j
+	}
+	return strings.Join(out, "\n")
+}
+
+func isCount(s string) bool {
+	_, err := strconv.Atoi(s)
+	return err == nil
+}
+
+func startsWithCount(l string) bool {
+	f := strings.Fields(l)
+	return len(l) > 0 && (l[0] == ' ' || l[0] == '\t') && len(f) > 1 && isCount(f[0])
+}

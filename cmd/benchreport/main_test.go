@@ -156,3 +156,17 @@ func TestWrap(t *testing.T) {
 		t.Errorf("wrap lost words: %q", got)
 	}
 }
+
+// A warning another package wrote to stderr while a benchmark ran lands
+// between its name and its figures; the report still reads the figures.
+func TestRejoinRepairsABenchmarkLineSplitByALogLine(t *testing.T) {
+	in := "BenchmarkRelayToWorker-2   \tSDK 2026/11/30 12:23:53 WARN failed to discard remaining HTTP response body\n" +
+		"     300\t  60933780 ns/op\t        25.25 hot-events/s\n" +
+		"BenchmarkOther-2 \t 10\t 5 ns/op\n"
+	got := rejoin(in)
+	want := "BenchmarkRelayToWorker-2\t300\t  60933780 ns/op\t        25.25 hot-events/s\n" +
+		"BenchmarkOther-2 \t 10\t 5 ns/op\n"
+	if got != want {
+		t.Fatalf("rejoin:\n%q\nwant\n%q", got, want)
+	}
+}

@@ -491,7 +491,11 @@ func writeSweep(out io.Writer, f figures, plots string) error {
 	}
 	if v, ok := f.get("Concurrency", "dup64-charges"); ok {
 		c, _ := f.get("Concurrency", "dup64-201s")
-		fmt.Fprintf(out, "\n64 concurrent requests with one key: **%.0f charge(s)**; %.0f answered 201 SUCCEEDED (the owner, and any repeat that arrived after its completion), the others 409 while it was in progress.\n", v, c)
+		fmt.Fprintf(out, "\n64 concurrent requests with one key: **%.0f charge(s)**; %.0f answered 201 SUCCEEDED (the owner, and any repeat that arrived after its completion), the others 409 while it was in progress", v, c)
+		if e, ok := f.get("Concurrency", "dup64-transport-errors"); ok && e > 0 {
+			fmt.Fprintf(out, ", except %.0f that got no HTTP answer at all (a transport error between the load driver and the local front door; its text is in the benchmark's log)", e)
+		}
+		fmt.Fprintln(out, ".")
 	}
 	fmt.Fprintln(out)
 	if plots == "" {

@@ -59,7 +59,7 @@ func BenchmarkConcurrency(b *testing.B) {
 	run := 0
 	type level struct{ rps, p50, p99, ok float64 }
 	results := map[int]level{}
-	var dupCharges, dupCreated int
+	var dupCharges, dupCreated, dupErrors int
 	for b.Loop() {
 		run++
 		for _, n := range sweepClients {
@@ -96,9 +96,15 @@ func BenchmarkConcurrency(b *testing.B) {
 		}
 		atk := vegeta.NewAttacker(vegeta.Workers(64), vegeta.MaxWorkers(64), vegeta.Connections(64), vegeta.Timeout(30*time.Second))
 		dupCreated = 0
-		statuses := map[int]int{}
+		statuses, errs := map[int]int{}, map[string]int{}
 		for res := range atk.Attack(tr, vegeta.Rate{Freq: 0}, 0, "dup64") {
+			if res.Error == vegeta.ErrNoTargets.Error() {
+				continue // the targeter's end, after the 64th request: not a request
+			}
 			statuses[int(res.Code)]++
+			if res.Code == 0 {
+				errs[res.Error]++
+			}
 			if res.Code == http.StatusCreated && !strings.Contains(string(res.Body), `"PROCESSING"`) {
 				dupCreated++
 			}
@@ -107,7 +113,8 @@ func BenchmarkConcurrency(b *testing.B) {
 		if dupCharges != 1 {
 			b.Fatalf("64 duplicates of one key charged %d times (statuses %v)", dupCharges, statuses)
 		}
-		b.Logf("64 duplicates: statuses %v", statuses)
+		b.Logf("64 duplicates: statuses %v, transport errors %v", statuses, errs)
+		dupErrors = statuses[0]
 	}
 	for _, n := range sweepClients {
 		r := results[n]
@@ -118,4 +125,5 @@ func BenchmarkConcurrency(b *testing.B) {
 	}
 	b.ReportMetric(float64(dupCharges), "dup64-charges")
 	b.ReportMetric(float64(dupCreated), "dup64-201s")
+	b.ReportMetric(float64(dupErrors), "dup64-transport-errors")
 }
