@@ -438,47 +438,43 @@ func TestKeyReuseThatDiesAfterTheWindowDoesNotLockOutThePayment(t *testing.T) {
 	expectCount(t, w, story.Count{Charges: 1, Credits: 1, Balance: 15000, Shown: 1})
 }
 
-// Found by the chaos runner (seed 658): the owner of K1 dies after its claim,
-// before the ledger row. A reuse of K1 inside that lease has met no durable
-// guard either, so it hears 409, not 422: the dead claimant never became the
-// payment, and once its lease passes the reuse takes over and is the payment.
-// From then on the first body is the reuse. A 422 is only ever said when the
-// ledger (or a completed record, which passed it) holds the other request.
-func TestKeyReuseInsideADeadOwnersLeaseWithNoRowHears409NotAFalse422(t *testing.T) {
+// Found by the chaos runner (seed 658): the owner of K1 dies inside its
+// lease, and a reuse of K1 (3,500) arrives before the lease passes. Only the
+// ledger says which request is the payment, so the reuse hears 422 only when
+// the dead owner's PENDING row is there; with no row yet it hears 409, and
+// after the lease whichever request comes back first is the payment. A 422
+// is never contradicted later.
+func TestKeyReuseInsideADeadOwnersLease(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, story.Options{})
 	reuse := strings.Replace(story.Body, "3000", "3500", 1)
-	w.SetAPIHooks(api.Hooks{AfterClaim: crashOnce()})
-	expectStatus(t, w.Pay(ctx, "u1", "K1", story.Body, w.Clock.Now()), http.StatusInternalServerError)
-	w.SetAPIHooks(api.Hooks{})
-	w.Clock.Advance(250 * time.Millisecond)
-	expectStatus(t, w.Pay(ctx, "u1", "K1", reuse, w.Clock.Now()), http.StatusConflict)
-	w.Clock.Advance(w.Timing.Deadline + w.Timing.Margin)
-	won := w.Pay(ctx, "u1", "K1", reuse, w.Clock.Now())
-	expectStatus(t, won, http.StatusCreated)
-	if !strings.Contains(string(won.Body), `"amount":3500`) {
-		t.Fatalf("the reuse became the payment but answered %s", won.Body)
+	for _, c := range []struct {
+		name        string
+		dies        api.Hooks
+		reuseHears  int    // inside the lease
+		payment     string // the body that becomes the payment after it
+		other       string
+		wantBalance int64
+	}{
+		{"no row yet: 409, and the reuse becomes the payment", api.Hooks{AfterClaim: crashOnce()}, http.StatusConflict, reuse, story.Body, 15500},
+		{"its row is there: 422, and the owner's retry finishes it", api.Hooks{AfterPendingInsert: crashOnce()}, http.StatusUnprocessableEntity, story.Body, reuse, 15000},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
+			w := newWorld(t, story.Options{})
+			w.SetAPIHooks(c.dies)
+			expectStatus(t, w.Pay(ctx, "u1", "K1", story.Body, w.Clock.Now()), http.StatusInternalServerError)
+			w.SetAPIHooks(api.Hooks{})
+			w.Clock.Advance(250 * time.Millisecond)
+			expectStatus(t, w.Pay(ctx, "u1", "K1", reuse, w.Clock.Now()), c.reuseHears)
+			w.Clock.Advance(w.Timing.Deadline + w.Timing.Margin)
+			won := w.Pay(ctx, "u1", "K1", c.payment, w.Clock.Now())
+			expectStatus(t, won, http.StatusCreated)
+			if c.payment == reuse && !strings.Contains(string(won.Body), `"amount":3500`) {
+				t.Fatalf("the reuse became the payment but answered %s", won.Body)
+			}
+			expectStatus(t, w.Pay(ctx, "u1", "K1", c.other, w.Clock.Now()), http.StatusUnprocessableEntity)
+			settle(t, w)
+			expectCount(t, w, story.Count{Charges: 1, Credits: 1, Balance: c.wantBalance, Shown: 1})
+		})
 	}
-	expectStatus(t, w.Pay(ctx, "u1", "K1", story.Body, w.Clock.Now()), http.StatusUnprocessableEntity)
-	settle(t, w)
-	expectCount(t, w, story.Count{Charges: 1, Credits: 1, Balance: 15500, Shown: 1})
-}
-
-// The other side of the same rule: once the dead owner's PENDING row is in
-// the ledger, a reuse inside its lease hears 422 at once, and the owner's
-// retry after the lease finishes the payment it started.
-func TestKeyReuseInsideADeadOwnersLeaseWithItsRowHears422(t *testing.T) {
-	t.Parallel()
-	w := newWorld(t, story.Options{})
-	reuse := strings.Replace(story.Body, "3000", "3500", 1)
-	w.SetAPIHooks(api.Hooks{AfterPendingInsert: crashOnce()})
-	expectStatus(t, w.Pay(ctx, "u1", "K1", story.Body, w.Clock.Now()), http.StatusInternalServerError)
-	w.SetAPIHooks(api.Hooks{})
-	w.Clock.Advance(250 * time.Millisecond)
-	expectStatus(t, w.Pay(ctx, "u1", "K1", reuse, w.Clock.Now()), http.StatusUnprocessableEntity)
-	w.Clock.Advance(w.Timing.Deadline + w.Timing.Margin)
-	expectStatus(t, w.Pay(ctx, "u1", "K1", story.Body, w.Clock.Now()), http.StatusCreated)
-	expectStatus(t, w.Pay(ctx, "u1", "K1", reuse, w.Clock.Now()), http.StatusUnprocessableEntity)
-	settle(t, w)
-	expectCount(t, w, story.Count{Charges: 1, Credits: 1, Balance: 15000, Shown: 1})
 }
