@@ -17,7 +17,7 @@ LAMBDAS  := $(notdir $(wildcard lambdas/*))
 GO_SRC   := $(shell find . -name '*.go' -not -path './_tools/*' -not -path './.local/*' -not -path './cdk.out/*')
 CALLER   ?= u1
 
-.PHONY: help setup up down status lambdas synth lint test test-unit test-race test-cfn demo bench token chaos clean
+.PHONY: help setup up down status lambdas synth lint test test-unit test-race fuzz test-cfn demo bench token chaos clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -74,10 +74,19 @@ test-unit: ## go test ./... (unit, integration against the running local cloud, 
 test-race: ## the race detector over the packages that hold concurrency
 	@$(BIN)/gotestsum --format pkgname-and-test-fails -- -race -count=1 $(RACE_PKGS)
 
+FUZZTIME ?= 8s
+fuzz: ## every Go fuzzer in the tree for FUZZTIME each (new inputs that fail are kept in testdata/fuzz)
+	@for f in $$(grep -rl --include='*_test.go' '^func Fuzz' internal cmd); do \
+	  for name in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' $$f | cut -c6-); do \
+	    echo "fuzz: $$name ($$(dirname $$f), $(FUZZTIME))"; \
+	    go test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) ./$$(dirname $$f) >/dev/null || { go test -run "^$$name$$" ./$$(dirname $$f); exit 1; }; \
+	  done; \
+	done
+
 test-cfn: $(TEMPLATE) ## cfn-lint over the synthesized template
 	@cfn-lint $(TEMPLATE)
 
-test: setup up lint test-unit test-race test-cfn ## the README's test command: installs, starts, lints and runs everything
+test: setup up lint test-unit test-race fuzz test-cfn ## the README's test command: installs, starts, lints and runs everything
 	@echo "test: all green"
 
 demo: up ## bring the local cloud up and run the story on it
