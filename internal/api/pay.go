@@ -95,11 +95,12 @@ func (a *attempt) run(ctx context.Context, now time.Time) Response {
 		return resp
 	}
 	// 3. The durable guard, before any external call.
-	row, inserted, err := h.d.Ledger.InsertPending(ctx, ledger.Payment{
+	intent := ledger.Payment{
 		ID: a.pid, CallerID: a.caller, ClientKey: a.key, Fingerprint: a.fp,
 		Amount: a.req.Amount, Currency: a.req.Currency, MerchantID: a.req.MerchantID,
 		OrderID: a.req.OrderID, PaymentMethod: a.req.PaymentMethod, DeadlineAt: a.deadline,
-	})
+	}
+	row, inserted, err := h.d.Ledger.InsertPending(ctx, intent)
 	if err != nil {
 		// No PSP call without a durable intent.
 		a.log.Error("ledger unavailable; nothing ran", "err", err)
@@ -113,7 +114,7 @@ func (a *attempt) run(ctx context.Context, now time.Time) Response {
 	if !inserted {
 		return a.fromRow(ctx, row)
 	}
-	return a.charge(ctx, row)
+	return a.charge(ctx, row, psp.FirstCall)
 }
 
 // degrade carries on with the durable guard alone: correctness never rested
@@ -231,14 +232,16 @@ func (a *attempt) fromRow(ctx context.Context, row ledger.Payment) Response {
 		// The owner died or froze after writing the intent: finish what it
 		// started. The derived key makes our PSP call a replay of its call.
 		a.log.Info("finishing a PENDING payment whose owner passed its deadline")
-		return a.charge(ctx, row)
+		return a.charge(ctx, row, psp.Replay)
 	}
 	return a.complete(ctx, row, replayed(render(row)))
 }
 
 // charge is steps 4 and 5: the PSP call with the derived key, then either one
-// settle transaction (the reply came in time) or UNKNOWN and a pointer.
-func (a *attempt) charge(ctx context.Context, row ledger.Payment) Response {
+// settle transaction (the reply came in time) or UNKNOWN and a pointer. call
+// says whether an earlier call with the key may exist (a takeover): then a
+// refusal proves less (psp.NotCharged).
+func (a *attempt) charge(ctx context.Context, row ledger.Payment, call psp.Call) Response {
 	h := a.h
 	res, err := h.d.PSP.Charge(ctx, psp.ChargeRequest{
 		IdempotencyKey: ids.ChargeKey(row.ID), PaymentID: row.ID, MerchantID: row.MerchantID,
@@ -258,9 +261,17 @@ func (a *attempt) charge(ctx context.Context, row ledger.Payment) Response {
 	case late:
 		a.log.Warn("PSP reply after the deadline; recording UNKNOWN", "outcome", res.Outcome.String())
 		return a.unknown(wctx, row)
-	case errors.Is(err, psp.ErrInvalidRequest):
-		a.log.Error("PSP refused the request as invalid; nothing was charged", "err", err)
-		outcome = ledger.Outcome{State: ledger.Failed, DeclineCode: "psp_invalid_request"}
+	case err != nil && psp.NotCharged(err, call):
+		a.log.Error("PSP refused the request; nothing was charged", "err", err, "takeover", call == psp.Replay)
+		h.d.Metrics.Count("PSPRejected", 1)
+		outcome = ledger.Outcome{State: ledger.Failed, DeclineCode: declineInvalidRequest}
+	case errors.Is(err, psp.ErrInvalidRequest) && !errors.Is(err, psp.ErrKeyReuse):
+		// A replay refused before the PSP looked at the key (a rotated or
+		// restricted key: 401/403; 404): the dead owner's call may have
+		// charged. Never read it as "not charged": the resolver settles it.
+		a.log.Error("PSP refused a takeover's replay; says nothing about the original call, left UNKNOWN", "err", err)
+		h.d.Metrics.Count("PSPRefusedReplay", 1)
+		return a.unknown(wctx, row)
 	case err != nil:
 		// ErrKeyReuse cannot happen with derived keys and identical
 		// parameters; if it does, don't guess: leave it to the resolver.
@@ -299,12 +310,11 @@ func (a *attempt) charge(ctx context.Context, row ledger.Payment) Response {
 		}
 	}()
 	defer func() { <-published }()
+	// One rendering for every answer about p: the one stored now is the one
+	// a pointer or the resolver's rewrite would give.
 	resp := render(p)
 	if !moved {
 		resp = replayed(resp)
-	}
-	if outcome.State == ledger.Failed && outcome.DeclineCode == "psp_invalid_request" && moved {
-		resp = problemResponse(problem.PSPRejected("the payment service refused the request"))
 	}
 	return a.complete(wctx, p, resp)
 }
