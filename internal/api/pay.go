@@ -228,6 +228,16 @@ func (a *attempt) fromRow(ctx context.Context, row ledger.Payment) Response {
 		// store's help): don't race it.
 		a.release()
 		return problemResponse(problem.InProgress(row.DeadlineAt.Add(h.d.Timing.Margin).Sub(now)))
+	case row.State == ledger.Pending && !h.d.Timing.PSPKeyLive(row.DeadlineAt, a.deadline):
+		// Past the PSP's key window (the resolver's, from the same config)
+		// the PSP may have forgotten the key: a replay could be a new
+		// charge. Leave it to the resolver's look-up by reference.
+		a.log.Warn("PENDING payment past the PSP's key window; not replaying its key, leaving it to the resolver's look-up",
+			"deadline_at", row.DeadlineAt, "psp_key_window", h.d.Timing.PSPKeyWindow.String())
+		h.d.Metrics.Count("TakeoverPastPSPKeyWindow", 1)
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.d.Timing.Margin)
+		defer cancel()
+		return a.unknown(wctx, row)
 	case row.State == ledger.Pending:
 		// The owner died or froze after writing the intent: finish what it
 		// started. The derived key makes our PSP call a replay of its call.
