@@ -101,8 +101,11 @@ func (a *attempt) run(ctx context.Context, now time.Time) Response {
 		OrderID: a.req.OrderID, PaymentMethod: a.req.PaymentMethod, DeadlineAt: a.deadline,
 	}
 	row, inserted, err := h.d.Ledger.InsertPending(ctx, intent)
+	if errors.Is(err, ledger.ErrOutcomeUnknown) {
+		return a.afterUnknownInsert(ctx, intent, err)
+	}
 	if err != nil {
-		// No PSP call without a durable intent.
+		// Definitely not written: no PSP call without a durable intent.
 		a.log.Error("ledger unavailable; nothing ran", "err", err)
 		h.d.Metrics.Count("LedgerUnavailable", 1)
 		a.release()
@@ -115,6 +118,45 @@ func (a *attempt) run(ctx context.Context, now time.Time) Response {
 		return a.fromRow(ctx, row)
 	}
 	return a.charge(ctx, row, psp.FirstCall)
+}
+
+// afterUnknownInsert handles an insert whose outcome is unknown (its reply
+// was lost: the row may exist). "Nothing ran" would be a guess that the
+// resolver could contradict with the first charge a minute later, after the
+// client made a new key. So ask the ledger again, with a fresh context: the
+// same insert-if-absent, which either writes the row now or returns the one
+// that exists. A row with this request's deadline and fingerprint is the
+// one its first try wrote: carry on from it. Any other row answers as a
+// repeat's would. If the ledger still cannot say, keep the claim: a retry
+// within the lease hears 409, and after it takes over and finds out; the
+// resolver takes the row, if it exists, only once this request's deadline
+// + margin has passed, when this request can no longer be running.
+func (a *attempt) afterUnknownInsert(ctx context.Context, intent ledger.Payment, first error) Response {
+	h := a.h
+	a.log.Warn("PENDING insert outcome unknown; asking the ledger again", "err", first)
+	h.d.Metrics.Count("LedgerInsertUnknown", 1)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.d.Timing.Margin)
+	defer cancel()
+	row, inserted, err := h.d.Ledger.InsertPending(rctx, intent)
+	if err != nil {
+		a.log.Error("PENDING insert unconfirmed; keeping the claim, answering 503 without saying nothing ran",
+			"err", err, "first_err", first)
+		h.d.Metrics.Count("LedgerInsertUnconfirmed", 1)
+		retry := a.deadline.Add(h.d.Timing.Margin).Sub(h.d.Clock.Now())
+		return problemResponse(problem.LedgerUnconfirmed(retry))
+	}
+	ours := inserted || (row.State == ledger.Pending && row.Fingerprint == a.fp && row.DeadlineAt.Equal(a.deadline.Truncate(time.Microsecond)))
+	if !ours {
+		return a.fromRow(ctx, row)
+	}
+	a.log.Info("PENDING row confirmed after an unknown insert", "inserted_now", inserted)
+	if ctx.Err() != nil || h.d.Clock.Now().After(a.deadline) {
+		// No PSP call starts past the deadline: UNKNOWN and a pointer, and
+		// the resolver makes the call with the derived key.
+		return a.unknown(rctx, row)
+	}
+	// Conservatively a replay: only the deadline tells this row for ours.
+	return a.charge(ctx, row, psp.Replay)
 }
 
 // degrade carries on with the durable guard alone: correctness never rested
