@@ -394,6 +394,7 @@ func TestAlarms(t *testing.T) {
 		oncepay.AlarmRelayIteratorAge:   {"AWS/Lambda", "IteratorAge", "Maximum", map[string]any{"FunctionName": fnName(st.Relay.Function)}, oncepay.RelayIteratorAgeMaxMilli},
 		oncepay.AlarmUnknownOverHorizon: {metrics.Namespace, oncepay.MetricUnknownOverHorizon, "Maximum", map[string]any{"Function": oncepay.FnResolver}, 1},
 		oncepay.AlarmKeyStoreDegraded:   {metrics.Namespace, oncepay.MetricKeyStoreDegraded, "Sum", map[string]any{"Function": oncepay.FnAPI}, 1},
+		oncepay.AlarmChargedButClosed:   {metrics.Namespace, oncepay.MetricWebhookSucceededOnFailed, "Sum", map[string]any{"Function": oncepay.FnWebhook}, 1},
 	}
 	if metrics.Namespace != "oncepay" {
 		t.Errorf("EMF namespace %q", metrics.Namespace)

@@ -25,6 +25,9 @@ const (
 	MetricUnknownOverHorizon = "UnknownOverHorizon"
 	// MetricKeyStoreDegraded: the api carried on without the claim table.
 	MetricKeyStoreDegraded = "KeyStoreDegraded"
+	// MetricWebhookSucceededOnFailed: the PSP reported a charge for a
+	// payment the ledger holds as FAILED or VOID (webhook.MetricSucceededOnFailed).
+	MetricWebhookSucceededOnFailed = "WebhookSucceededOnFailed"
 )
 
 // AlarmPeriod is the evaluation period of every alarm.
@@ -41,6 +44,7 @@ const (
 	AlarmRelayIteratorAge    = "RelayIteratorAge"
 	AlarmUnknownOverHorizon  = "UnknownOverHorizon"
 	AlarmKeyStoreDegraded    = "KeyStoreDegraded"
+	AlarmChargedButClosed    = "ChargedButClosed"
 	RelayIteratorAgeMaxMilli = 60_000 // a minute behind the outbox is an outage of the event path
 )
 
@@ -97,6 +101,7 @@ func newMonitoring(s *Stack) *Monitoring {
 	atLeastOne(AlarmResolverErrors, "The resolver's sweep failed.", errs(s.Resolver))
 	atLeastOne(AlarmUnknownOverHorizon, "UNKNOWN payments older than the resolver's horizon: money in doubt that replays have not settled.", custom(MetricUnknownOverHorizon, FnResolver, "Maximum"))
 	atLeastOne(AlarmKeyStoreDegraded, "The api answered without the claim table (the ledger's unique key alone guarded those payments).", custom(MetricKeyStoreDegraded, FnAPI, "Sum"))
+	atLeastOne(AlarmChargedButClosed, "The PSP reported a charge (payment_intent.succeeded) for a payment the ledger holds as FAILED or VOID: money taken with no payment behind it; refund or settle it by hand.", custom(MetricWebhookSucceededOnFailed, FnWebhook, "Sum"))
 	c.alarm(AlarmRelayIteratorAge, "The relay is more than a minute behind the outbox stream.",
 		s.Relay.Function.Function.Metric(jsii.String("IteratorAge"), &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")}),
 		RelayIteratorAgeMaxMilli)

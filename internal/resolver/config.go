@@ -36,7 +36,8 @@ type Config struct {
 	// then; a run that crashed gives them up when it lapses.
 	Lease time.Duration
 	// KeyWindow is the PSP's idempotency key window
-	// (ONCEPAY_PSP_KEY_WINDOW, default 24 h), counted from the row's
+	// (config.Timing.PSPKeyWindow, which the API's takeovers obey too:
+	// ONCEPAY_PSP_KEY_WINDOW, default 24 h), counted from the row's
 	// created_at: inside it a charge is replayed with its derived key, after
 	// it the payment is looked up by our reference.
 	KeyWindow time.Duration
@@ -65,7 +66,7 @@ func DefaultConfig() Config {
 		RefundLimit: 50,
 		Concurrency: 8,
 		Lease:       5 * time.Minute,
-		KeyWindow:   24 * time.Hour,
+		KeyWindow:   config.Default().PSPKeyWindow,
 		Margin:      config.Default().Margin,
 		CallTimeout: 10 * time.Second,
 		Horizon:     15 * time.Minute,
@@ -133,12 +134,11 @@ func ConfigFromEnv() (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	c.Margin = timing.Margin
+	c.Margin, c.KeyWindow = timing.Margin, timing.PSPKeyWindow
 	for name, d := range map[string]*time.Duration{
 		"ONCEPAY_RESOLVER_LEASE":        &c.Lease,
 		"ONCEPAY_RESOLVER_CALL_TIMEOUT": &c.CallTimeout,
 		"ONCEPAY_RESOLVER_HORIZON":      &c.Horizon,
-		"ONCEPAY_PSP_KEY_WINDOW":        &c.KeyWindow,
 		"ONCEPAY_REFUND_RETRY_BASE":     &c.Refund.Base,
 		"ONCEPAY_REFUND_RETRY_MAX":      &c.Refund.Max,
 	} {

@@ -432,7 +432,7 @@ func (r *Resolver) wait(ctx context.Context, rn *run) error {
 // decide turns the PSP's answer into a settle, or reports it open.
 func decide(res psp.Result, how string, err error) (ledger.Outcome, bool) {
 	switch {
-	case err != nil && how == howReplay && definitelyNotCharged(err):
+	case err != nil && how == howReplay && psp.NotCharged(err, psp.Replay):
 		// The PSP refused the very request the owner sent, as invalid,
 		// inside the key window: it holds no result for the key (a result
 		// would have been replayed), so the owner's call never charged.
@@ -452,20 +452,6 @@ func decide(res psp.Result, how string, err error) (ledger.Outcome, bool) {
 		return ledger.Outcome{State: ledger.Failed, DeclineCode: "psp_no_charge"}, true
 	}
 	return ledger.Outcome{}, false
-}
-
-// definitelyNotCharged: a 400 invalid_request_error (or our own client's
-// refusal to send), not an authentication or routing error, which says
-// nothing about the original call.
-func definitelyNotCharged(err error) bool {
-	if !errors.Is(err, psp.ErrInvalidRequest) || errors.Is(err, psp.ErrKeyReuse) {
-		return false
-	}
-	var apiErr *psp.APIError
-	if !errors.As(err, &apiErr) {
-		return true // refused by the client's own checks: never sent, by anyone
-	}
-	return apiErr.HTTPStatus == 400 && apiErr.Type == "invalid_request_error"
 }
 
 // rewrite turns the key record's pointer into the final answer, exactly as
