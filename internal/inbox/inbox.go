@@ -114,7 +114,8 @@ type Config struct {
 	// Logger receives a line per event (default slog.Default()).
 	Logger *slog.Logger
 	// Metrics receives EventsCredited, EventsDuplicate, PushesSent,
-	// EventsFailed and EventsDeadLettered counts.
+	// PushFailed, PushUndeliverable, EventsFailed and EventsDeadLettered
+	// counts.
 	Metrics *metrics.Emitter
 	// RetryAfter is when the sweep may first retry a push the worker could
 	// not send (default 30 s; the sweep's backoff takes it from there).
