@@ -28,6 +28,9 @@ const (
 	// MetricWebhookSucceededOnFailed: the PSP reported a charge for a
 	// payment the ledger holds as FAILED or VOID (webhook.MetricSucceededOnFailed).
 	MetricWebhookSucceededOnFailed = "WebhookSucceededOnFailed"
+	// MetricNotifStuck: the resolver's count, on every run, of notifications
+	// STUCK after the give-up horizon (inbox.NotifSweeper).
+	MetricNotifStuck = "NotifStuck"
 )
 
 // AlarmPeriod is the evaluation period of every alarm.
@@ -45,6 +48,7 @@ const (
 	AlarmUnknownOverHorizon  = "UnknownOverHorizon"
 	AlarmKeyStoreDegraded    = "KeyStoreDegraded"
 	AlarmChargedButClosed    = "ChargedButClosed"
+	AlarmNotifStuck          = "NotifStuck"
 	RelayIteratorAgeMaxMilli = 60_000 // a minute behind the outbox is an outage of the event path
 )
 
@@ -100,6 +104,8 @@ func newMonitoring(s *Stack) *Monitoring {
 	atLeastOne(AlarmWorkerErrors, "The worker function failed invocations.", errs(s.Worker.Function))
 	atLeastOne(AlarmResolverErrors, "The resolver's sweep failed.", errs(s.Resolver))
 	atLeastOne(AlarmUnknownOverHorizon, "UNKNOWN payments older than the resolver's horizon: money in doubt that replays have not settled.", custom(MetricUnknownOverHorizon, FnResolver, "Maximum"))
+	atLeastOne(AlarmNotifStuck, "Notifications still not sent after the sweep's give-up horizon, kept as STUCK: the push path (SNS, a platform certificate, the topic's key) needs a look; then re-arm them (inbox.NotifSweeper.Rearm, README).",
+		custom(MetricNotifStuck, FnResolver, "Maximum"))
 	atLeastOne(AlarmKeyStoreDegraded, "The api answered without the claim table (the ledger's unique key alone guarded those payments).", custom(MetricKeyStoreDegraded, FnAPI, "Sum"))
 	atLeastOne(AlarmChargedButClosed, "The PSP reported a charge (payment_intent.succeeded) for a payment the ledger holds as FAILED or VOID: money taken with no payment behind it; refund or settle it by hand.", custom(MetricWebhookSucceededOnFailed, FnWebhook, "Sum"))
 	c.alarm(AlarmRelayIteratorAge, "The relay is more than a minute behind the outbox stream.",
@@ -127,8 +133,9 @@ func newMonitoring(s *Stack) *Monitoring {
 	c.Dashboard.AddWidgets(
 		graph("Queue depth: events, events DLQ, relay failures, async failures",
 			depth(s.Data.Events.Queue), depth(s.Data.Events.Dlq), depth(s.Relay.FailureQueue), depth(s.AsyncFailures)),
-		graph("Money in doubt and degraded answers",
-			custom(MetricUnknownOverHorizon, FnResolver, "Maximum"), custom(MetricKeyStoreDegraded, FnAPI, "Sum")),
+		graph("Money in doubt, degraded answers, stuck notifications",
+			custom(MetricUnknownOverHorizon, FnResolver, "Maximum"), custom(MetricKeyStoreDegraded, FnAPI, "Sum"),
+			custom(MetricNotifStuck, FnResolver, "Maximum")),
 		graph("Relay iterator age (ms)",
 			s.Relay.Function.Function.Metric(jsii.String("IteratorAge"), &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")})),
 	)

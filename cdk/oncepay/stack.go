@@ -190,6 +190,7 @@ func (s *Stack) addFunctions(props *StackProps) {
 		Events:                  d.Events,
 		Push:                    d.Push,
 		PlatformApplicationArns: props.PlatformApplicationArns,
+		TopicFallback:           jsii.Bool(s.Profile.PushTopicFallback()),
 		Ledger:                  d.Ledger,
 		LogRetention:            retention,
 	})
@@ -217,6 +218,7 @@ func (s *Stack) addFunctions(props *StackProps) {
 	d.Ledger.Connect(s.Resolver, LedgerAppUser)
 	s.Psp.InjectAPIKey(s.Resolver)
 	s.grantOutboxPut(s.Resolver)
+	s.Worker.GrantPush(s.Resolver) // its notification sweep pushes as the worker does
 	// Finalize: a stored pointer becomes the final answer (conditional update).
 	s.Resolver.Grant([]string{"dynamodb:UpdateItem"}, d.Claims.Table.TableArn())
 	s.Resolver.grantKey(d.Claims.Key, kmsWrite)
