@@ -34,7 +34,9 @@ type Config struct {
 	NotifyLimit int
 	// Concurrency is how many payments are worked on at once, and as many
 	// refunds beside them (ONCEPAY_RESOLVER_CONCURRENCY, default 8). The
-	// rate cap, not this, bounds the PSP calls.
+	// rate cap, not this, bounds the PSP calls. 1 means one thing at a
+	// time: the phases too run one after the other (for replayable test
+	// schedules), so a payments backlog can again hold the others back.
 	Concurrency int
 	// Lease is how long a run holds the rows it took
 	// (ONCEPAY_RESOLVER_LEASE, default 5 min). Another run skips them until

@@ -217,6 +217,7 @@ func (r *Resolver) Handle(ctx context.Context, _ json.RawMessage) (Report, error
 // rate cap, whose token bucket serves waiting calls in turn: each phase's
 // calls go out as they queue, neither waits for the other to finish.
 //
+// With Config.Concurrency 1 the phases run one after the other instead.
 // Run blocks until every phase is done or ctx ends; rows it took but did
 // not start are given back. An error means a store could not be read; a
 // PSP answer that stays open is not an error.
@@ -229,12 +230,25 @@ func (r *Resolver) Run(ctx context.Context) (Report, error) {
 	}
 	// Each phase writes only its own part of the report.
 	var payErr, refundErr error
-	var wg sync.WaitGroup
-	wg.Go(func() { payErr = r.payments(ctx, &rep, rn) })
-	wg.Go(func() { refundErr = r.refunds(ctx, &rep.Refunds, rn) })
-	wg.Go(func() { rep.Sweep = r.sweep(ctx, rn) })
-	wg.Go(func() { rep.NotificationsFinished = r.notifications(ctx, rn) })
-	wg.Wait()
+	phases := []func(){
+		func() { payErr = r.payments(ctx, &rep, rn) },
+		func() { refundErr = r.refunds(ctx, &rep.Refunds, rn) },
+		func() { rep.Sweep = r.sweep(ctx, rn) },
+		func() { rep.NotificationsFinished = r.notifications(ctx, rn) },
+	}
+	if r.cfg.Concurrency == 1 {
+		// One thing at a time, phases in turn: what a replayable test
+		// schedule needs (internal/chaos), at the cost of the guarantee.
+		for _, phase := range phases {
+			phase()
+		}
+	} else {
+		var wg sync.WaitGroup
+		for _, phase := range phases {
+			wg.Go(phase)
+		}
+		wg.Wait()
+	}
 	errs := []error{payErr, refundErr}
 	rep.PSPCalls = rn.calls.Load()
 	m := r.d.Metrics
