@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // behaviour is what a test payment method does when confirmed, after
@@ -52,6 +53,10 @@ var methods = map[string]method{
 	// An ACH debit: Stripe answers processing and settles days later.
 	"pm_usBankAccount_success": {does: processes},
 }
+
+// bankDebitSettles is how long a processing bank debit takes to succeed,
+// by the simulator's clock (ACH: up to four business days).
+const bankDebitSettles = 4 * 24 * time.Hour
 
 // authRequired is Stripe's answer to a confirm with error_on_requires_action
 // when the card needs authentication: a decline, nothing charged.
@@ -124,6 +129,7 @@ func (s *Sim) createPaymentIntent(form url.Values, key string) (reply, bool) {
 		PaymentMethod:      pm,
 		PaymentMethodTypes: []string{"card"},
 		createdAt:          now,
+		key:                key,
 	}
 	if m.does == processes {
 		pi.PaymentMethodTypes = []string{"us_bank_account"}
@@ -194,6 +200,29 @@ func (s *Sim) createPaymentIntent(form url.Values, key string) (reply, bool) {
 	return rep, true
 }
 
+// settleLocked finishes a processing PaymentIntent whose time has come, as
+// Stripe does by itself: succeeded, the charge made, the webhook sent. It
+// runs when the PaymentIntent is read (the simulator has no timers on its
+// clock). A replay of the confirm still answers the saved "processing".
+func (s *Sim) settleLocked(pi *paymentIntent) {
+	if pi.Status != "processing" || s.nowLocked().Before(pi.createdAt.Add(bankDebitSettles)) {
+		return
+	}
+	pi.Status = "succeeded"
+	pi.AmountReceived = pi.Amount
+	s.charges = append(s.charges, &Charge{
+		ID:             *pi.LatestCharge,
+		PaymentIntent:  pi.ID,
+		IdempotencyKey: pi.key,
+		Amount:         pi.Amount,
+		Currency:       pi.Currency,
+		Metadata:       maps.Clone(pi.Metadata),
+		Created:        s.nowLocked().Unix(),
+	})
+	s.emitLocked("payment_intent.succeeded", pi, pi.key, "/v1/payment_intents")
+	s.log.Info("bank debit settled", "payment_id", pi.Metadata["payment_id"], "payment_intent", pi.ID, "charge", *pi.LatestCharge)
+}
+
 // getPaymentIntent is GET /v1/payment_intents/{id}.
 func (s *Sim) getPaymentIntent(form url.Values, _ string) (reply, bool) {
 	id := form.Get("id")
@@ -204,6 +233,7 @@ func (s *Sim) getPaymentIntent(form url.Values, _ string) (reply, bool) {
 			Message: fmt.Sprintf("No such payment_intent: '%s'", id),
 		}), false
 	}
+	s.settleLocked(pi)
 	return jsonReply(http.StatusOK, pi), true
 }
 
@@ -261,6 +291,7 @@ func (s *Sim) searchPaymentIntents(form url.Values, _ string) (reply, bool) {
 			continue
 		}
 		if matchesAll(pi.Metadata, want) {
+			s.settleLocked(pi)
 			hits = append(hits, pi)
 		}
 	}

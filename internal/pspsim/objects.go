@@ -82,6 +82,7 @@ type paymentIntent struct {
 	Status             string            `json:"status"`
 
 	createdAt time.Time // precise, for the search lag
+	key       string    // the Idempotency-Key of the request that created it
 }
 
 // nextAction is what a requires_action PaymentIntent asks of the client.

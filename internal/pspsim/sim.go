@@ -38,8 +38,9 @@
 // kin (InsufficientFunds, ExpiredCard, ...) are declined with a 402
 // card_error; pm_card_threeDSecure2Required and pm_card_authenticationRequired
 // wait in requires_action, or with error_on_requires_action=true are
-// declined with authentication_required; pm_usBankAccount_success stays
-// processing; capture_method=manual stops at requires_capture. An unknown
+// declined with authentication_required; pm_usBankAccount_success is
+// processing until, four days on by the simulator's clock, it succeeds (on
+// the next read); capture_method=manual stops at requires_capture. An unknown
 // pm_ id is refused as Stripe refuses it: 400 resource_missing.
 package pspsim
 

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/oncepay/oncepay/internal/psp"
 )
@@ -85,7 +86,10 @@ func TestErrorOnRequiresActionDeclinesAThreeDSecureCardWithAuthenticationRequire
 
 // A bank debit (Stripe's pm_usBankAccount_success) is accepted and left
 // processing: not charged yet, and Pending to the client, so the resolver
-// keeps asking instead of settling it either way.
+// keeps asking instead of settling it either way. Days later (ACH: up to
+// four business days) Stripe finishes it by itself: succeeded, charged,
+// and a payment_intent.succeeded webhook; a replay of the confirm still
+// answers the saved "processing".
 func TestABankDebitIsProcessingAndPendingNotCharged(t *testing.T) {
 	e := setup(t)
 	req := chargeReq("pay_ach")
@@ -102,6 +106,31 @@ func TestABankDebitIsProcessingAndPendingNotCharged(t *testing.T) {
 	found, err := e.psp.Lookup(context.Background(), "pay_ach")
 	if err != nil || found.Outcome != psp.Pending || found.PaymentIntentID != res.PaymentIntentID {
 		t.Fatalf("Lookup = %+v, %v; want the processing PaymentIntent", found, err)
+	}
+
+	e.clock.Advance(4*24*time.Hour - time.Minute)
+	if got, err := e.psp.Retrieve(context.Background(), res.PaymentIntentID); err != nil || got.Outcome != psp.Pending {
+		t.Fatalf("a minute before settlement: %+v, %v; want Pending", got, err)
+	}
+	e.clock.Advance(time.Minute)
+	done, err := e.psp.Lookup(context.Background(), "pay_ach")
+	if err != nil || done.Outcome != psp.Succeeded || done.ChargeID == "" {
+		t.Fatalf("after settlement: %+v, %v; want Succeeded with its charge", done, err)
+	}
+	if ch := wantCharges(t, e, 1); ch[0].PaymentIntent != res.PaymentIntentID || ch[0].IdempotencyKey != req.IdempotencyKey || ch[0].ID != done.ChargeID {
+		t.Fatalf("charge = %+v", ch[0])
+	}
+	if got, err := e.psp.Retrieve(context.Background(), res.PaymentIntentID); err != nil || got.Outcome != psp.Succeeded {
+		t.Fatalf("Retrieve after settlement = %+v, %v", got, err)
+	}
+	wantCharges(t, e, 1) // settled once
+	flush(t, e)
+	var types []string
+	for _, ev := range e.hooks.events(t) {
+		types = append(types, ev.Type)
+	}
+	if len(types) != 2 || types[0] != "payment_intent.processing" || types[1] != "payment_intent.succeeded" {
+		t.Fatalf("webhooks = %v, want processing then succeeded", types)
 	}
 }
 

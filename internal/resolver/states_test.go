@@ -60,7 +60,9 @@ func TestAThreeDSecureCardEndsFailedAuthenticationRequiredNotUnknownForever(t *t
 
 // A bank debit the PSP holds in processing is neither paid nor failed: the
 // resolver reads it (replay, then Retrieve), leaves it open and charges
-// nothing; past the horizon it is counted as money in doubt.
+// nothing; past the horizon it is counted as money in doubt. When the PSP
+// has finished it, days later and past the key window, the resolver's
+// lookup finds it succeeded and settles it with that charge.
 func TestAProcessingPaymentIsLeftOpenNeverGuessed(t *testing.T) {
 	w := worldtest.New(t, worldtest.Options{})
 	if r := w.Pay("u1", "KACH", bodyWith("pm_usBankAccount_success")); r.Status != http.StatusAccepted {
@@ -80,6 +82,19 @@ func TestAProcessingPaymentIsLeftOpenNeverGuessed(t *testing.T) {
 	}
 	if p := w.Row("u1", "KACH"); p.State != ledger.Unknown || len(w.Sim.Charges()) != 0 {
 		t.Fatalf("row %s, charges %d", p.State, len(w.Sim.Charges()))
+	}
+
+	// Four days on, the debit has settled at the PSP.
+	if _, err := w.Pool.Exec(ctx, `UPDATE payments SET created_at = created_at - interval '4 days' WHERE client_key = 'KACH'`); err != nil {
+		t.Fatal(err)
+	}
+	w.Sim.Advance(4 * 24 * time.Hour)
+	if rep := run(t, res); rep.Succeeded != 1 || rep.Open != 0 {
+		t.Fatalf("after settlement = %+v, want it settled by lookup", rep)
+	}
+	ch := w.Sim.Charges()
+	if p := w.Row("u1", "KACH"); len(ch) != 1 || p.State != ledger.Succeeded || p.PSPCharge != ch[0].ID {
+		t.Fatalf("row %s %q, charges %+v; want SUCCEEDED with the one charge", p.State, p.PSPCharge, ch)
 	}
 }
 
