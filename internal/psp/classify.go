@@ -90,7 +90,13 @@ func fromPaymentIntent(pi *stripe.PaymentIntent) Result {
 			}
 		}
 	default:
-		// processing, requires_action, requires_capture, requires_confirmation.
+		// processing: Stripe finishes it on its own, succeeded or failed
+		// (ask again). requires_action: only a PaymentIntent confirmed
+		// without error_on_requires_action (before that flag was sent) can
+		// sit there; no money has moved. requires_capture: authorized, not
+		// captured: money held, not taken, so never Succeeded (a merchant
+		// is not credited for it). requires_confirmation: never confirmed.
+		// All are open; past the resolver's horizon they alarm.
 		res.Outcome = Pending
 	}
 	return res
