@@ -32,7 +32,7 @@ func FromEnv(ctx context.Context, log *slog.Logger) (*Resolver, error) {
 		return nil, err
 	}
 	if pub != nil {
-		sw, err := outbox.NewSweeper(pub, pool, outbox.SweepConfig{Logger: log})
+		sw, err := outbox.NewSweeper(pub, pool, outbox.SweepConfig{Logger: log, Metrics: d.Metrics})
 		if err != nil {
 			return nil, err
 		}
