@@ -7,13 +7,17 @@ import (
 	"testing"
 	"time"
 
+	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 
 	"github.com/oncepay/oncepay/internal/event"
+	"github.com/oncepay/oncepay/internal/eventsource"
+	"github.com/oncepay/oncepay/internal/harness"
 	"github.com/oncepay/oncepay/internal/inbox"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/relay"
+	"github.com/oncepay/oncepay/internal/testenv"
 )
 
 // breakableSQS fails every send while broken is set: SQS unreachable.
@@ -212,5 +216,70 @@ func TestARedriveOfAnEventAlreadyConsumedChangesNothing(t *testing.T) {
 	}
 	if got := w.emf.sum("EventsDuplicate"); got < 1 {
 		t.Fatalf("the inbox caught %v duplicates, want at least 1", got)
+	}
+}
+
+// The worker cannot apply ev7 (its ledger refuses, say) until the message
+// has been received maxReceiveCount times and SQS has moved it to the events
+// DLQ. The intent is still not consumed, so once the worker is fixed the
+// sweep's next re-drive brings the event back: m1 is credited once and
+// notified once, with no operator redriving the DLQ.
+func TestADeadLetteredEventIsRedrivenOnceTheWorkerRecovers(t *testing.T) {
+	t.Parallel()
+	var broken atomic.Bool
+	w := newWorld(t, options{handler: func(next harness.QueueHandler) harness.QueueHandler {
+		return func(ctx context.Context, ev events.SQSEvent) (events.SQSEventResponse, error) {
+			if broken.Load() {
+				return events.SQSEventResponse{}, errors.New("injected: the worker's ledger is down")
+			}
+			return next(ctx, ev)
+		}
+	}})
+	ev7 := pay("pay_7", "m1", inbox.Succeeded, 3000)
+	w.recordIntent(ev7)
+	w.publish(ev7)
+	broken.Store(true)
+	w.relayAll()
+	for range eventsource.Default().Worker.MaxReceiveCount + 1 {
+		w.redeliver()
+	}
+	if dead := testenv.Messages(t, w.sqs, w.queue.DLQ.URL); len(dead) != 1 || dead[0].Attributes["MessageDeduplicationId"] != ev7.EventID {
+		t.Fatalf("the events DLQ holds %d messages, want ev7", len(dead))
+	}
+	s := w.sweeper()
+	w.sweep(s) // the first re-drive, while the worker is still down
+	w.relayAll()
+	for range eventsource.Default().Worker.MaxReceiveCount + 1 {
+		w.redeliver()
+	}
+	if w.balance("m1") != 12000 || w.published(ev7.EventID) {
+		t.Fatal("the event was applied or marked while the worker was down")
+	}
+
+	broken.Store(false)
+	w.later(6 * time.Minute)
+	if res := w.sweep(s); res.Redriven != 1 {
+		t.Fatalf("sweep after the worker recovered = %+v, want a re-drive", res)
+	}
+	sent, received := w.emf.sum("RelaySent"), w.poller.Stats().Received
+	w.relayAll()
+	if got := w.emf.sum("RelaySent"); got != sent+1 {
+		t.Fatalf("the relay sent %v messages for the re-drive, want 1", got-sent)
+	}
+	w.work()
+	if w.poller.Stats().Received == received {
+		// moto still remembers the dead-lettered message's dedup id; on
+		// AWS this re-drive comes more than 5 minutes after the first send,
+		// past the dedup window. Deliver it as AWS would.
+		w.redeliverAfterDelete(ev7)
+	}
+	if b, n := w.balance("m1"), w.scalar(`SELECT count(*) FROM credits`); b != 15000 || n != 1 {
+		t.Fatalf("m1 = %d with %d credits, want 15000 with 1", b, n)
+	}
+	if got := w.collect(); len(got) != 1 {
+		t.Fatalf("%d pushes, want 1", len(got))
+	}
+	if res := w.sweep(s); res.Marked != 1 || !w.published(ev7.EventID) {
+		t.Fatalf("sweep = %+v, want the intent marked once the inbox holds it", res)
 	}
 }
