@@ -16,6 +16,7 @@ import (
 	"github.com/oncepay/oncepay/internal/eventsource"
 	"github.com/oncepay/oncepay/internal/localenv"
 	"github.com/oncepay/oncepay/internal/metrics"
+	"github.com/oncepay/oncepay/internal/outbox"
 )
 
 // TestSizings: the numbers the stack derives, read from the one place.
@@ -394,6 +395,10 @@ func TestAlarms(t *testing.T) {
 		oncepay.AlarmRelayIteratorAge:   {"AWS/Lambda", "IteratorAge", "Maximum", map[string]any{"FunctionName": fnName(st.Relay.Function)}, oncepay.RelayIteratorAgeMaxMilli},
 		oncepay.AlarmUnknownOverHorizon: {metrics.Namespace, oncepay.MetricUnknownOverHorizon, "Maximum", map[string]any{"Function": oncepay.FnResolver}, 1},
 		oncepay.AlarmKeyStoreDegraded:   {metrics.Namespace, oncepay.MetricKeyStoreDegraded, "Sum", map[string]any{"Function": oncepay.FnAPI}, 1},
+		oncepay.AlarmOutboxRedriven:     {metrics.Namespace, oncepay.MetricOutboxRedriven, "Sum", map[string]any{"Function": oncepay.FnResolver}, 1},
+	}
+	if oncepay.MetricOutboxRedriven != outbox.MetricRedriven {
+		t.Errorf("the alarm watches %q, the sweep emits %q", oncepay.MetricOutboxRedriven, outbox.MetricRedriven)
 	}
 	if metrics.Namespace != "oncepay" {
 		t.Errorf("EMF namespace %q", metrics.Namespace)
