@@ -4,7 +4,7 @@
 // Each INSERT or MODIFY record's new image is one outbox item; it becomes one
 // message: body = the item's payload, MessageDeduplicationId = the item's
 // event id, MessageGroupId = its merchant id. The ids come from the item, so
-// every re-send of a record (a retried batch, a crashed invocation, a re-put
+// every re-send of a record (a retried batch, a crashed invocation, a re-drive
 // by the resolver's sweep) carries the original event id: the queue's
 // five-minute window drops fast repeats and the worker's inbox drops the
 // rest. Messages go out in stream order, at most 10 per SendMessageBatch
