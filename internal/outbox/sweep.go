@@ -113,10 +113,10 @@ type SweepResult struct {
 // Sweep marks, in one UPDATE, every unpublished intent whose event id the
 // consumer's inbox holds, then re-drives at most Limit intents that are
 // older than the grace period, not consumed and not re-driven too recently,
-// oldest first, and records the re-drives in one UPDATE. It blocks for two
-// statements, one query, one DynamoDB call per re-drive and one more
-// statement. Failed re-drives are left due; their errors are joined into the
-// returned error, alongside a result that counts what succeeded.
+// oldest first, and records the re-drives in one UPDATE. It blocks for that
+// UPDATE, one query, one DynamoDB call per re-drive and the second UPDATE.
+// Failed re-drives are left due; their errors are joined into the returned
+// error, alongside a result that counts what succeeded.
 func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 	var res SweepResult
 	var errs []error
