@@ -16,6 +16,7 @@ import (
 	"github.com/oncepay/oncepay/internal/eventsource"
 	"github.com/oncepay/oncepay/internal/localenv"
 	"github.com/oncepay/oncepay/internal/metrics"
+	"github.com/oncepay/oncepay/internal/outbox"
 )
 
 // TestSizings: the numbers the stack derives, read from the one place.
@@ -397,6 +398,10 @@ func TestAlarms(t *testing.T) {
 		oncepay.AlarmKeyStoreDegraded:   {metrics.Namespace, oncepay.MetricKeyStoreDegraded, "Sum", map[string]any{"Function": oncepay.FnAPI}, 1},
 		oncepay.AlarmChargedButClosed:   {metrics.Namespace, oncepay.MetricWebhookSucceededOnFailed, "Sum", map[string]any{"Function": oncepay.FnWebhook}, 1},
 		oncepay.AlarmNotifStuck:         {metrics.Namespace, oncepay.MetricNotifStuck, "Maximum", map[string]any{"Function": oncepay.FnResolver}, 1},
+		oncepay.AlarmOutboxRedriven:     {metrics.Namespace, oncepay.MetricOutboxRedriven, "Sum", map[string]any{"Function": oncepay.FnResolver}, 1},
+	}
+	if oncepay.MetricOutboxRedriven != outbox.MetricRedriven {
+		t.Errorf("the alarm watches %q, the sweep emits %q", oncepay.MetricOutboxRedriven, outbox.MetricRedriven)
 	}
 	if metrics.Namespace != "oncepay" {
 		t.Errorf("EMF namespace %q", metrics.Namespace)

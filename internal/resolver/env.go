@@ -45,7 +45,7 @@ func SetupFromEnv(ctx context.Context, log *slog.Logger) (Setup, error) {
 		return Setup{}, err
 	}
 	if pub != nil {
-		sw, err := outbox.NewSweeper(pub, pool, outbox.SweepConfig{Logger: log})
+		sw, err := outbox.NewSweeper(pub, pool, outbox.SweepConfig{Logger: log, Metrics: d.Metrics})
 		if err != nil {
 			return Setup{}, err
 		}

@@ -84,7 +84,8 @@ type Publisher interface {
 	Publish(ctx context.Context, e event.Event) error
 }
 
-// Sweeper re-puts outbox intents left unpublished (internal/outbox.Sweeper).
+// Sweeper marks the outbox intents the consumer has processed and re-drives
+// the others (internal/outbox.Sweeper).
 type Sweeper interface {
 	Sweep(ctx context.Context) (outbox.SweepResult, error)
 }
