@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/oncepay/oncepay/internal/psp/stripespec"
 )
 
 // op runs one API endpoint with s.mu held. It returns the reply and whether
@@ -86,6 +88,12 @@ func (s *Sim) handle(r *http.Request, key string, fault Fault, faulted bool) rep
 		}
 	}
 
+	// Stripe's documented value limits (amount, currency, metadata, key
+	// length, search syntax), which its OpenAPI spec does not carry: refused
+	// before anything runs, and nothing is saved, as Stripe does.
+	if v := stripespec.Check(r.Method, r.URL.Path, form, key); v != nil {
+		return invalid(v.Param, v.Code, v.Message)
+	}
 	if key == "" { // GETs, and POSTs without a key, are not deduplicated
 		s.slow(r, fault, faulted)
 		rep, _ := s.execute(run, form, key, r.URL.Path)

@@ -8,9 +8,11 @@ type chargeObject struct {
 	Amount         int64             `json:"amount"`
 	AmountCaptured int64             `json:"amount_captured"`
 	AmountRefunded int64             `json:"amount_refunded"`
+	BillingDetails billingDetails    `json:"billing_details"`
 	Captured       bool              `json:"captured"`
 	Created        int64             `json:"created"`
 	Currency       string            `json:"currency"`
+	Disputed       bool              `json:"disputed"`
 	FailureCode    *string           `json:"failure_code"`
 	FailureMessage *string           `json:"failure_message"`
 	Livemode       bool              `json:"livemode"`
@@ -20,6 +22,16 @@ type chargeObject struct {
 	PaymentMethod  string            `json:"payment_method"`
 	Refunded       bool              `json:"refunded"`
 	Status         string            `json:"status"`
+}
+
+// billingDetails is a charge's billing details: none collected (oncepay
+// sends no personal data), so every field is null, as Stripe renders it.
+type billingDetails struct {
+	Address *struct{} `json:"address"`
+	Email   *string   `json:"email"`
+	Name    *string   `json:"name"`
+	Phone   *string   `json:"phone"`
+	TaxID   *string   `json:"tax_id"`
 }
 
 // chargeOfLocked renders a charge the simulator made.

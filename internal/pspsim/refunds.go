@@ -121,7 +121,7 @@ type refundState struct {
 // refundView is the Refund object as the API renders it.
 type refundView struct {
 	refundObject
-	FailureReason *string `json:"failure_reason"`
+	FailureReason *string `json:"failure_reason,omitempty"` // present only on a failed refund, as in Stripe
 }
 
 // settleRefundsLocked settles the pending refunds whose time has come, in
