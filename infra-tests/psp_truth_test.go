@@ -98,6 +98,9 @@ func TestAPendingRefundReachesItsFinalStateInTheLedger(t *testing.T) {
 	}{
 		{"settles succeeded", pspsim.FaultRefundPending, "succeeded", ledger.RefundSucceeded},
 		{"settles failed", pspsim.FaultRefundFail, "failed", ledger.RefundFailed},
+		// Stripe's test card 4000000000005126: the refund answers
+		// succeeded, then fails; the ledger must not keep SUCCEEDED.
+		{"succeeds then fails", pspsim.FaultRefundFailLater, "failed", ledger.RefundFailed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := worldtest.New(t, worldtest.Options{})
@@ -117,7 +120,7 @@ func TestAPendingRefundReachesItsFinalStateInTheLedger(t *testing.T) {
 			if len(refunds) != 1 {
 				t.Fatalf("PSP refunds = %+v, want one", refunds)
 			}
-			if st, _ := w.Sim.RefundStatus(refunds[0].ID); st != "pending" {
+			if st, _ := w.Sim.RefundStatus(refunds[0].ID); st != "pending" && tc.fault != pspsim.FaultRefundFailLater {
 				t.Fatalf("PSP refund %s, want pending", st)
 			}
 

@@ -19,13 +19,20 @@ const (
 	// merchant, with refund.updated, refund.failed and
 	// charge.refund.updated events.
 	FaultRefundFail FaultKind = "refund_fail"
+	// FaultRefundFailLater makes the refund answer succeeded and turn
+	// failed delay_ms later, as Stripe's test card 4000000000005126 does
+	// ("its status begins as succeeded ... later transitions to failed"):
+	// a refund's succeeded is not final.
+	FaultRefundFailLater FaultKind = "refund_fail_later"
 )
 
 // afterRun is the sort of fault that fires once the endpoint has run.
 func (k FaultKind) afterRun() bool { return k == FaultError5xxAfterCharge }
 
 // refund is the sort of fault that shapes a refund the endpoint makes.
-func (k FaultKind) refund() bool { return k == FaultRefundPending || k == FaultRefundFail }
+func (k FaultKind) refund() bool {
+	return k == FaultRefundPending || k == FaultRefundFail || k == FaultRefundFailLater
+}
 
 // knownEffect reports the kinds this file adds, for AddFault.
 func (k FaultKind) knownEffect() bool { return k.afterRun() || k.refund() }

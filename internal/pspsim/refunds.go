@@ -84,10 +84,13 @@ func (s *Sim) createRefund(form url.Values, key string) (reply, bool) {
 	charge.AmountRefunded += amount
 	st := &refundState{view: refundView{refundObject: *rf}, charge: charge, key: key}
 	if f, ok := s.takeFaultLocked(FaultKind.refund, key, "/v1/refunds"); ok {
-		st.view.Status = "pending"
+		if f.Kind != FaultRefundFailLater {
+			st.view.Status = "pending"
+		}
+		st.settling = true
 		st.settleAt = now.Add(f.delay())
-		st.fails = f.Kind == FaultRefundFail
-		s.log.Info("fault: refund pending", "fault", f.Kind, "refund", rf.ID, "settles_after_ms", f.DelayMS)
+		st.fails = f.Kind != FaultRefundPending
+		s.log.Info("fault: refund settles later", "fault", f.Kind, "refund", rf.ID, "status", st.view.Status, "settles_after_ms", f.DelayMS)
 	}
 	s.refundsByID[rf.ID] = st
 	s.refunds = append(s.refunds, &Refund{
@@ -114,7 +117,8 @@ type refundState struct {
 	view     refundView
 	charge   *Charge
 	key      string
-	settleAt time.Time // simulator time; for a pending refund
+	settling bool      // its status changes at settleAt
+	settleAt time.Time // simulator time
 	fails    bool      // settles as failed
 }
 
@@ -124,16 +128,18 @@ type refundView struct {
 	FailureReason *string `json:"failure_reason,omitempty"` // present only on a failed refund, as in Stripe
 }
 
-// settleRefundsLocked settles the pending refunds whose time has come, in
-// creation order: succeeded, or failed with the money back on the charge.
+// settleRefundsLocked settles the refunds whose time has come (pending
+// ones, and succeeded ones set to fail later), in creation order:
+// succeeded, or failed with the money back on the charge.
 // Each settlement raises refund.updated and charge.refund.updated (and
 // refund.failed for a failure), as Stripe does.
 func (s *Sim) settleRefundsLocked(now time.Time) {
 	for _, r := range s.refunds {
 		st := s.refundsByID[r.ID]
-		if st == nil || st.view.Status != "pending" || now.Before(st.settleAt) {
+		if st == nil || !st.settling || now.Before(st.settleAt) {
 			continue
 		}
+		st.settling = false
 		paymentID := st.charge.Metadata["payment_id"]
 		log := s.log.With("payment_id", paymentID, "refund", r.ID, "charge", st.charge.ID)
 		if st.fails {

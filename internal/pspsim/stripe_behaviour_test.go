@@ -230,6 +230,28 @@ func TestPendingRefundSettlesLaterOrFails(t *testing.T) {
 	}
 }
 
+// A refund's succeeded is not final: Stripe's refund can begin succeeded
+// and turn failed later (refund.failed), the money back with the merchant.
+func TestASucceededRefundCanFailLater(t *testing.T) {
+	e := setup(t, func(c *pspsim.Config) { c.WebhookEvents = []string{"refund.failed"} })
+	paid := mustCharge(t, e, chargeReq("pay_rl"))
+	mustAddFault(t, e, pspsim.Fault{Match: pspsim.Match{IdempotencyKey: "pay_rl:cancel:refund"}, Kind: pspsim.FaultRefundFailLater, DelayMS: time.Hour.Milliseconds()})
+	got, err := e.psp.Refund(context.Background(), psp.RefundRequest{IdempotencyKey: "pay_rl:cancel:refund", PaymentIntentID: paid.PaymentIntentID})
+	if err != nil || got.Outcome != psp.Succeeded {
+		t.Fatalf("refund: %+v, %v; want succeeded at first", got, err)
+	}
+	e.clock.Advance(time.Hour)
+	if st, _ := e.sim.RefundStatus(got.RefundID); st != "failed" {
+		t.Fatalf("an hour later the refund is %q, want failed", st)
+	}
+	if c := wantCharges(t, e, 1)[0]; c.AmountRefunded != 0 {
+		t.Errorf("charge refunded %d after the refund failed, want 0", c.AmountRefunded)
+	}
+	if n := flush(t, e); n != 1 {
+		t.Errorf("%d events, want the one refund.failed", n)
+	}
+}
+
 // One charge, two events: an endpoint subscribed to payment_intent.* and
 // charge.* hears payment_intent.succeeded and charge.succeeded, with two
 // ids, and they can arrive in either order.
