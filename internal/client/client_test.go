@@ -87,11 +87,8 @@ func TestKillNineResumesTheSameIntentWithTheSameKey(t *testing.T) {
 			if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 				t.Fatalf("the first run was not killed: %v", err)
 			}
-			j, err := client.OpenJournal(journal)
-			if err != nil {
-				t.Fatal(err)
-			}
-			in, err := j.ForOrder("42")
+			j := openJournalAt(t, journal)
+			in, err := intentFor(j, door.URL, "u1", "42")
 			j.Close()
 			if err != nil || in.State != client.Open {
 				t.Fatalf("journal after the kill: %+v %v", in, err)
@@ -146,16 +143,6 @@ func fastClient(door string, tok string, j *client.Journal) *client.Client {
 	return client.New(client.Config{BaseURL: door, Token: tok, Timeout: 2 * time.Second,
 		HTTP:  &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{DisableKeepAlives: true}},
 		Sleep: func(context.Context, time.Duration) error { return nil }}, j)
-}
-
-func openJournal(t *testing.T) *client.Journal {
-	t.Helper()
-	j, err := client.OpenJournal(filepath.Join(t.TempDir(), "journal"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { j.Close() })
-	return j
 }
 
 func TestDroppedRepliesAreRetriedWithTheSameKeyAndResolved(t *testing.T) {
