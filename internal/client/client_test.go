@@ -69,10 +69,13 @@ func chargesFor(w *apitest.World, caller, key string) int {
 	return n
 }
 
-// kill -9 of the CLI between the journal write and the send, and after the
-// send: the next run resumes the same intent with the same key; one charge.
+// kill -9 of the CLI at each journal write: right after the tap's intent
+// is written (before the first send), right after a reply arrived (before
+// it is journaled), right after the outcome is written. The journal opens
+// cleanly, the key survives, and the next run resumes that intent with that
+// key (or answers from the journal): one charge, one payment row.
 func TestKillNineResumesTheSameIntentWithTheSameKey(t *testing.T) {
-	for _, point := range []string{"after-journal", "after-send"} {
+	for _, point := range []string{"after-journal", "after-send", "after-final"} {
 		t.Run(point, func(t *testing.T) {
 			cli := buildCLI(t)
 			w := apitest.New(t, config.Timing{})
@@ -90,12 +93,15 @@ func TestKillNineResumesTheSameIntentWithTheSameKey(t *testing.T) {
 			j := openJournalAt(t, journal)
 			in, err := intentFor(j, door.URL, "u1", "42")
 			j.Close()
-			if err != nil || in.State != client.Open {
-				t.Fatalf("journal after the kill: %+v %v", in, err)
+			wantState, wantCharges := client.Open, 1
+			switch point {
+			case "after-journal":
+				wantCharges = 0
+			case "after-final":
+				wantState = client.Final
 			}
-			wantCharges := 0
-			if point == "after-send" {
-				wantCharges = 1
+			if err != nil || in.State != wantState {
+				t.Fatalf("journal after the kill: %+v %v, want %s", in, err, wantState)
 			}
 			if got := chargesFor(w, "u1", in.Key); got != wantCharges {
 				t.Fatalf("charges after the kill = %d, want %d", got, wantCharges)
