@@ -43,7 +43,12 @@ func recordingClient(t *testing.T, url string, attempts int) (*client.Client, fu
 	var mu sync.Mutex
 	var sleeps []time.Duration
 	c := client.New(client.Config{BaseURL: url, Token: tok, Attempts: attempts, Timeout: 2 * time.Second,
-		Sleep: func(_ context.Context, d time.Duration) error { mu.Lock(); sleeps = append(sleeps, d); mu.Unlock(); return nil },
+		Sleep: func(_ context.Context, d time.Duration) error {
+			mu.Lock()
+			sleeps = append(sleeps, d)
+			mu.Unlock()
+			return nil
+		},
 	}, openJournal(t))
 	return c, func() []time.Duration { mu.Lock(); defer mu.Unlock(); return append([]time.Duration(nil), sleeps...) }
 }
