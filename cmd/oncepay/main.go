@@ -139,6 +139,9 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 			return exitError, err
 		}
 	}
+	if *journalPath == "" {
+		warnLegacyJournal()
+	}
 	wait := *journalWait
 	if wait == 0 {
 		wait = -1 // 0 on the command line: do not wait
@@ -288,6 +291,25 @@ func crashPoints(cfg *client.Config) {
 		cfg.AfterSend = die
 	case "after-final":
 		cfg.AfterFinal = die
+	}
+}
+
+// warnLegacyJournal points at a journal an older oncepay wrote where its
+// default used to be (found from the working directory, or in the home
+// directory): its open intents may have been sent, and only the server's
+// resolver settles them now.
+func warnLegacyJournal() {
+	var old []string
+	if root, err := localenv.Root(); err == nil {
+		old = append(old, filepath.Join(root, ".local", "client.journal"))
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		old = append(old, filepath.Join(home, ".oncepay.journal"))
+	}
+	for _, p := range old {
+		if _, err := os.Stat(p); err == nil {
+			fmt.Fprintf(os.Stderr, "oncepay: note: %s is a journal from an older oncepay; list its intents with 'oncepay status --journal %s'\n", p, p)
+		}
 	}
 }
 
