@@ -240,6 +240,12 @@ func TestRandomizedRunsNeverChargeTwiceNorRekeyAnUnresolvedIntent(t *testing.T) 
 					return
 				}
 			}
+			if strings.HasSuffix(r.URL.Path, "/resolve") && chance(0.05) {
+				// The resolve call refused too: still a question.
+				refused.Add(1)
+				rw.WriteHeader(refusals[pick(len(refusals))])
+				return
+			}
 			switch {
 			case chance(0.10): // the request never arrives
 				if hj, ok := rw.(http.Hijacker); ok {
