@@ -397,7 +397,7 @@ func TestAlarms(t *testing.T) {
 		oncepay.AlarmUnknownOverHorizon: {metrics.Namespace, oncepay.MetricUnknownOverHorizon, "Maximum", map[string]any{"Function": oncepay.FnResolver}, 1},
 		oncepay.AlarmKeyStoreDegraded:   {metrics.Namespace, oncepay.MetricKeyStoreDegraded, "Sum", map[string]any{"Function": oncepay.FnAPI}, 1},
 		oncepay.AlarmChargedButClosed:   {metrics.Namespace, oncepay.MetricWebhookSucceededOnFailed, "Sum", map[string]any{"Function": oncepay.FnWebhook}, 1},
-		oncepay.AlarmNotifStuck:         {metrics.Namespace, oncepay.MetricNotifStuck, "Maximum", map[string]any{"Function": oncepay.FnResolver}, 1},
+		oncepay.AlarmNotifStuck:         {metrics.Namespace, oncepay.MetricNotifStuck, "Maximum", map[string]any{"Function": oncepay.FnWorker}, 1},
 		oncepay.AlarmOutboxRedriven:     {metrics.Namespace, oncepay.MetricOutboxRedriven, "Sum", map[string]any{"Function": oncepay.FnResolver}, 1},
 	}
 	if oncepay.MetricOutboxRedriven != outbox.MetricRedriven {

@@ -122,8 +122,7 @@ func TestNagSuppressions(t *testing.T) {
 				want = append(want,
 					id(st.Alb.SecurityGroup)+" AwsSolutions-EC23",
 					id(st.Alb.LoadBalancer)+" AwsSolutions-ELB2",
-					policy(st.Worker.Function)+" AwsSolutions-IAM5", // the platform endpoints
-					policy(st.Resolver)+" AwsSolutions-IAM5")        // the same, for its notification sweep
+					policy(st.Worker.Function)+" AwsSolutions-IAM5") // the platform endpoints
 			}
 			sort.Strings(want)
 			var got []string

@@ -116,10 +116,13 @@ type World struct {
 	Webhook *webhook.Handler
 	Stream  *harness.StreamPoller
 	Worker  *inbox.Worker
-	Queue   *harness.QueuePoller
-	Pushes  *harness.PushQueue
-	Phone   *harness.Phone
-	EMF     *SyncBuffer
+	// Notifs is the worker function's sweep schedule's work: the PENDING
+	// notifications a failed push left (Settle runs it each round).
+	Notifs *inbox.NotifSweeper
+	Queue  *harness.QueuePoller
+	Pushes *harness.PushQueue
+	Phone  *harness.Phone
+	EMF    *SyncBuffer
 
 	// RelayCrashes is how many of the next relay invocations crash after
 	// their messages were sent and before the batch is acknowledged.
@@ -326,7 +329,14 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 	}
 	if w.Worker, err = inbox.New(w.Pool, n, inbox.Config{
 		MaxReceiveCount: settings.Worker.MaxReceiveCount, Logger: quiet, Metrics: m, Hooks: w.workerHooks(),
-		WithoutNotifRecord: o.WithoutNotifRecord, GroupConcurrency: groups,
+		WithoutNotifRecord: o.WithoutNotifRecord, GroupConcurrency: groups, RetryAfter: 10 * time.Millisecond,
+	}); err != nil {
+		return nil, err
+	}
+	// Backoff in milliseconds: the fake clock does not move the database's,
+	// which the sweep's grace and backoff are measured on.
+	if w.Notifs, err = inbox.NewNotifSweeper(w.Pool, n, inbox.SweepConfig{
+		Logger: quiet, Metrics: m, Grace: time.Millisecond, Base: 10 * time.Millisecond, Max: 200 * time.Millisecond, Lease: time.Second,
 	}); err != nil {
 		return nil, err
 	}
