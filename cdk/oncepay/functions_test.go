@@ -159,7 +159,7 @@ func TestFunctionEnvironment(t *testing.T) {
 		"relay": {st.Relay.Function, map[string]string{
 			localenv.EventsQueueURL: "${" + s.logicalID(t, st.Data.Events.Queue) + "}"}},
 		"worker":   {st.Worker.Function, join(ledger, push)},
-		"resolver": {st.Resolver, join(ledger, timing, apiKey, push, map[string]string{localenv.IdemTable: claims, localenv.OutboxTable: outbox})},
+		"resolver": {st.Resolver, join(ledger, timing, apiKey, map[string]string{localenv.IdemTable: claims, localenv.OutboxTable: outbox})},
 		"webhook": {st.Webhook, join(ledger, map[string]string{
 			localenv.OutboxTable: outbox, oncepay.EnvPSPSecretRevision: "1",
 			oncepay.EnvWebhookSecret: "{{resolve:secretsmanager:" + secret + ":SecretString:webhook_secret::}}"})},

@@ -152,6 +152,8 @@ func NewInboxWorker(scope constructs.Construct, id string, props *InboxWorkerPro
 			RetryAttempts: jsii.Number(0),
 		})},
 	})
+	suppress(cfn(c.SweepSchedule), "Serverless-EventBusDLQ",
+		"A sweep tick carries no data: a tick that fails to invoke the worker loses nothing a DLQ could keep, the PENDING rows stay for the next tick a minute later, and the NotifStuck alarm watches rows that never go out.")
 
 	s := c.Settings
 	mp := &awslambda.EventSourceMappingProps{

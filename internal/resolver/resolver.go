@@ -550,7 +550,7 @@ func (r *Resolver) refunds(ctx context.Context, rep *RefundReport, rn *run) erro
 	}
 	rep.Claimed = len(rows)
 	att := &refund.Attempter{
-		Ledger: r.d.Ledger, PSP: r.d.PSP, Backoff: r.cfg.Refund, CallTimeout: r.cfg.CallTimeout,
+		Ledger: r.d.Ledger, PSP: r.d.PSP, Publisher: r.d.Publisher, Backoff: r.cfg.Refund, CallTimeout: r.cfg.CallTimeout,
 		WriteTimeout: r.cfg.CallTimeout, Log: r.d.Log, Metrics: r.d.Metrics,
 		Wait: func(ctx context.Context) error { return r.wait(ctx, rn) },
 	}
