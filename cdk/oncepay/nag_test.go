@@ -103,7 +103,7 @@ func TestNagSuppressions(t *testing.T) {
 				id(st.Relay.FailureQueue) + " Serverless-SQSRedrivePolicy",
 				id(st.Worker.Mapping) + " Serverless-LambdaEventSourceMappingDestination",
 				id(st.Worker.SweepSchedule) + " Serverless-EventBusDLQ", // a tick carries no data
-				id(st.Api.Routes[3]) + " AwsSolutions-APIG4", // the webhook route
+				id(st.Api.Routes[3]) + " AwsSolutions-APIG4",            // the webhook route
 			}
 			// Synchronous or mapping-driven: no DLQ.
 			for _, fn := range []*oncepay.GoFunction{st.Api.Function, st.Relay.Function, st.Worker.Function, st.Webhook} {
