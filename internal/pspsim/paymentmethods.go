@@ -67,3 +67,16 @@ func (s *Sim) AttachPaymentMethod(pm string) error {
 	s.pmAttached[pm] = true
 	return nil
 }
+
+// AddPaymentMethod makes pm a PaymentMethod the simulator holds, as
+// POST /v1/payment_methods creates one at Stripe: a card that pays, known
+// (so not refused as resource_missing) and single-use until attached.
+func (s *Sim) AddPaymentMethod(pm string) error {
+	if !strings.HasPrefix(pm, "pm_") || reusableToken(pm) {
+		return fmt.Errorf("pspsim: %q is not a created payment method id (pm_..., not a pm_card_ token)", pm)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pmCreated[pm] = true
+	return nil
+}

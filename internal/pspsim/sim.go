@@ -214,6 +214,7 @@ type Sim struct {
 	refundsByID map[string]*refundState // refunds.go: status and settlement
 	pmUsed      map[string]string       // paymentmethods.go: pm -> the PaymentIntent that used it
 	pmAttached  map[string]bool         // paymentmethods.go: reusable payment methods
+	pmCreated   map[string]bool         // paymentmethods.go: PaymentMethods made by the API (cards that pay)
 
 	deliverMu sync.Mutex // one delivery round at a time
 	kick      chan struct{}
@@ -338,6 +339,7 @@ func (s *Sim) resetLocked() {
 	s.refundsByID = map[string]*refundState{}
 	s.pmUsed = map[string]string{}
 	s.pmAttached = map[string]bool{}
+	s.pmCreated = map[string]bool{}
 }
 
 // newIDLocked returns the next id with the given Stripe prefix (pi, ch, re,

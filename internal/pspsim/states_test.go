@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/psp"
+	"github.com/oncepay/oncepay/internal/pspsim"
 )
 
 // piBody is the part of a PaymentIntent these tests read from a raw reply.
@@ -91,7 +92,10 @@ func TestErrorOnRequiresActionDeclinesAThreeDSecureCardWithAuthenticationRequire
 // and a payment_intent.succeeded webhook; a replay of the confirm still
 // answers the saved "processing".
 func TestABankDebitIsProcessingAndPendingNotCharged(t *testing.T) {
-	e := setup(t)
+	// An endpoint subscribed to processing as well as the defaults.
+	e := setup(t, func(c *pspsim.Config) {
+		c.WebhookEvents = []string{"payment_intent.processing", "payment_intent.succeeded", "payment_intent.payment_failed"}
+	})
 	req := chargeReq("pay_ach")
 	req.PaymentMethod = "pm_usBankAccount_success"
 	res := mustCharge(t, e, req)

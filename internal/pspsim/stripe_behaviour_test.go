@@ -141,6 +141,9 @@ func TestSearchLagIsSetOverTheAdminAPI(t *testing.T) {
 // one is reusable.
 func TestAnUnattachedPaymentMethodIsSingleUse(t *testing.T) {
 	e := setup(t)
+	if err := e.sim.AddPaymentMethod("pm_1Reused"); err != nil {
+		t.Fatal(err)
+	}
 	first := chargeReq("pay_pm1")
 	first.PaymentMethod = "pm_1Reused"
 	if got := mustCharge(t, e, first); got.Outcome != psp.Succeeded {
