@@ -138,6 +138,11 @@ type RefundOutcome struct {
 	State         RefundState // RefundSucceeded or RefundFailed
 	PSPRefund     string
 	FailureReason string
+	// PSPPaymentIntent, when set, is the PaymentIntent the PSP's answer
+	// names; recorded if the row does not know it yet (a refund sent by
+	// charge=). Only a final row gets it, so no later attempt's parameters
+	// change under the refund's key.
+	PSPPaymentIntent string
 }
 
 // RefundEvent is the event a succeeded refund publishes: id
@@ -235,9 +240,10 @@ func settleRefundTx(ctx context.Context, tx pgx.Tx, paymentID string, o RefundOu
 	}
 	r, err := scanRefund(tx.QueryRow(ctx, `
 		UPDATE refunds SET state = $2, psp_refund = COALESCE(NULLIF($3, ''), psp_refund), failure_reason = NULLIF($4, ''),
+		                   psp_payment_intent = COALESCE(psp_payment_intent, NULLIF($5, '')),
 		                   next_attempt_at = NULL, lease_until = NULL
 		WHERE payment_id = $1
-		RETURNING `+refundColumns, paymentID, string(o.State), o.PSPRefund, o.FailureReason))
+		RETURNING `+refundColumns, paymentID, string(o.State), o.PSPRefund, o.FailureReason, o.PSPPaymentIntent))
 	if err != nil {
 		return Refund{}, false, unavailable("settle refund", err)
 	}

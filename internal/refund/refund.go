@@ -199,9 +199,10 @@ func (a *Attempter) Attempt(ctx context.Context, r ledger.Refund, now time.Time)
 		log.Error("refund call refused; the refund stays open", "err", err)
 		return a.open(ctx, r, true, "", now, log)
 	case res.Outcome == psp.Succeeded:
-		return a.settle(ctx, r, ledger.RefundOutcome{State: ledger.RefundSucceeded, PSPRefund: res.RefundID}, log)
+		return a.settle(ctx, r, ledger.RefundOutcome{State: ledger.RefundSucceeded, PSPRefund: res.RefundID, PSPPaymentIntent: res.PaymentIntentID}, log)
 	case res.Outcome == psp.Declined:
-		return a.settle(ctx, r, ledger.RefundOutcome{State: ledger.RefundFailed, PSPRefund: res.RefundID, FailureReason: res.DeclineCode}, log)
+		return a.settle(ctx, r, ledger.RefundOutcome{State: ledger.RefundFailed, PSPRefund: res.RefundID, FailureReason: res.DeclineCode,
+			PSPPaymentIntent: res.PaymentIntentID}, log)
 	case res.Outcome == psp.Pending && res.RefundID != "":
 		// At the PSP, pending: record its id, so the next attempt follows
 		// it with a GET instead of replaying the key.
@@ -234,9 +235,10 @@ func (a *Attempter) follow(ctx context.Context, r ledger.Refund, now time.Time, 
 		}
 		log.Warn("pending refund could not be read; it stays open", "psp_refund", r.PSPRefund, "err", err)
 	case res.Outcome == psp.Succeeded:
-		return a.settle(ctx, r, ledger.RefundOutcome{State: ledger.RefundSucceeded, PSPRefund: r.PSPRefund}, log)
+		return a.settle(ctx, r, ledger.RefundOutcome{State: ledger.RefundSucceeded, PSPRefund: r.PSPRefund, PSPPaymentIntent: res.PaymentIntentID}, log)
 	case res.Outcome == psp.Declined:
-		return a.settle(ctx, r, ledger.RefundOutcome{State: ledger.RefundFailed, PSPRefund: r.PSPRefund, FailureReason: res.DeclineCode}, log)
+		return a.settle(ctx, r, ledger.RefundOutcome{State: ledger.RefundFailed, PSPRefund: r.PSPRefund, FailureReason: res.DeclineCode,
+			PSPPaymentIntent: res.PaymentIntentID}, log)
 	default:
 		log.Info("refund still pending at the PSP", "psp_refund", r.PSPRefund, "outcome", res.Outcome.String())
 	}

@@ -216,9 +216,10 @@ func (h *Handler) serveRefund(ctx context.Context, ev psp.Event, log *slog.Logge
 	var o *ledger.RefundOutcome
 	switch ev.RefundStatus {
 	case "succeeded":
-		o = &ledger.RefundOutcome{State: ledger.RefundSucceeded, PSPRefund: ev.RefundID}
+		o = &ledger.RefundOutcome{State: ledger.RefundSucceeded, PSPRefund: ev.RefundID, PSPPaymentIntent: ev.PaymentIntentID}
 	case "failed", "canceled":
-		o = &ledger.RefundOutcome{State: ledger.RefundFailed, PSPRefund: ev.RefundID, FailureReason: ev.RefundFailure}
+		o = &ledger.RefundOutcome{State: ledger.RefundFailed, PSPRefund: ev.RefundID, FailureReason: ev.RefundFailure,
+			PSPPaymentIntent: ev.PaymentIntentID}
 	}
 	if ev.RefundID == "" {
 		o = nil // not a refund object: nothing to settle
