@@ -432,6 +432,33 @@ func TestBadInputIs400AndChangesNothing(t *testing.T) {
 	}
 }
 
+// An amount or currency Stripe refuses (under its minimum charge, over
+// eight digits, a currency it does not support) is refused at the API: 400
+// problem+json naming the field, no key claimed, no payment stored, no PSP
+// call. Before, the payment was stored and sent, Stripe answered 400, and
+// the key became a stored FAILED answered 502.
+func TestAnAmountOrCurrencyThePSPRefusesIs400AndNothingIsStored(t *testing.T) {
+	w := newWorld(t)
+	for _, tc := range []struct{ body, field string }{
+		{`{"merchant_id":"m1","order_id":"42","amount":1,"currency":"USD","payment_method":"pm_card_visa"}`, "amount"},
+		{`{"merchant_id":"m1","order_id":"42","amount":49,"currency":"usd","payment_method":"pm_card_visa"}`, "amount"},
+		{`{"merchant_id":"m1","order_id":"42","amount":100000000,"currency":"USD","payment_method":"pm_card_visa"}`, "amount"},
+		{`{"merchant_id":"m1","order_id":"42","amount":3000,"currency":"XYZ","payment_method":"pm_card_visa"}`, "currency"},
+	} {
+		r := w.pay("u1", "K1", tc.body)
+		a := expectStatus(t, r, http.StatusBadRequest)
+		if r.Headers.Get("Content-Type") != "application/problem+json" || a.Field != tc.field {
+			t.Errorf("%s: %d %s, want 400 problem+json naming %s", tc.body, r.Status, r.Body, tc.field)
+		}
+	}
+	if _, found := w.record("u1", "K1"); found {
+		t.Fatal("a refused amount claimed the key")
+	}
+	if n := w.countRows(`SELECT count(*) FROM payments`); n != 0 || len(w.charges()) != 0 {
+		t.Fatalf("%d payments, %d PSP charges: a refused amount was stored or sent", n, len(w.charges()))
+	}
+}
+
 func TestAVoidedKeyIs409AndNothingRuns(t *testing.T) {
 	w := newWorld(t)
 	pid := ids.PaymentID(ids.Scope("u1", "K1"))

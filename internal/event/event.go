@@ -16,13 +16,17 @@ const (
 	Succeeded = "SUCCEEDED" // charged: the merchant is credited, the buyer told
 	Failed    = "FAILED"    // declined: nothing credited, the buyer told
 	Refunded  = "REFUNDED"  // the charge was refunded: the merchant is debited, the buyer told
+	// RefundFailed compensates a REFUNDED event whose refund the PSP failed
+	// later (Stripe's refund.failed after succeeded): the merchant is
+	// credited back, the buyer told the payment stands.
+	RefundFailed = "REFUND_FAILED"
 )
 
 // Event is a payment reaching a published state.
 type Event struct {
 	EventID    string    `json:"event_id"`   // <payment_id>:<state>
 	PaymentID  string    `json:"payment_id"` //
-	State      string    `json:"state"`      // Succeeded, Failed or Refunded
+	State      string    `json:"state"`      // Succeeded, Failed, Refunded or RefundFailed
 	MerchantID string    `json:"merchant_id"`
 	CallerID   string    `json:"caller_id"` // whose devices are notified; an opaque subject, no personal data
 	Amount     int64     `json:"amount"`    // minor units

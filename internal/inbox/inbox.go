@@ -7,6 +7,7 @@
 //	-- only if 1 row was inserted:
 //	SUCCEEDED: INSERT credits; upsert merchant_balances (balance + cents)
 //	REFUNDED:  INSERT debits;  upsert merchant_balances (balance - cents)
+//	REFUND_FAILED: INSERT credits; upsert merchant_balances (balance + cents)
 //	all:       INSERT notif (event_id, channel, 'PENDING', replace_id, caller, payload) ON CONFLICT DO NOTHING
 //	COMMIT
 //
@@ -60,6 +61,9 @@ const (
 	Succeeded = event.Succeeded
 	Failed    = event.Failed
 	Refunded  = event.Refunded
+	// RefundFailed re-credits what a REFUNDED event debited, once: the
+	// PSP failed the refund later.
+	RefundFailed = event.RefundFailed
 )
 
 // Notification states of a notif row (migration 00005).
@@ -175,7 +179,7 @@ type Result struct {
 // the redelivery is then the only retry.
 func (w *Worker) Process(ctx context.Context, e event.Event) (Result, error) {
 	var res Result
-	if e.State != Succeeded && e.State != Failed && e.State != Refunded {
+	if e.State != Succeeded && e.State != Failed && e.State != Refunded && e.State != RefundFailed {
 		return res, fmt.Errorf("%w: event %s has state %q", ErrPoison, e.EventID, e.State)
 	}
 	if err := hook(ctx, w.cfg.Hooks.BeforeEvent, e, "before the transaction"); err != nil {
@@ -286,7 +290,9 @@ func (w *Worker) apply(ctx context.Context, e event.Event) (inserted bool, err e
 			e.MerchantID, e.Currency, delta)
 	}
 	switch e.State {
-	case Succeeded:
+	case Succeeded, RefundFailed:
+		// A failed refund's money is the merchant's again: a credit under
+		// its own event id (<payment_id>:REFUND_FAILED), so once.
 		b.Queue(`INSERT INTO credits (merchant_id, cents, currency, event_id) VALUES ($1, $2, $3, $4)`,
 			e.MerchantID, e.Amount, e.Currency, e.EventID)
 		balance(e.Amount)

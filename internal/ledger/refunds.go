@@ -14,7 +14,8 @@ import (
 
 // RefundState is a refund's state. The moves allowed are those of a payment
 // without VOID: PENDING -> UNKNOWN -> SUCCEEDED | FAILED, and PENDING ->
-// SUCCEEDED | FAILED; a trigger refuses any other.
+// SUCCEEDED | FAILED; plus SUCCEEDED -> FAILED for the PSP refund that
+// succeeded and failed later (migration 00006). A trigger refuses any other.
 type RefundState string
 
 // The refund states.
@@ -25,7 +26,8 @@ const (
 	RefundFailed    RefundState = "FAILED"    // the PSP definitely refused the refund
 )
 
-// Final reports whether no further move is allowed from s.
+// Final reports whether the refund is settled: no attempt is made any
+// more (only the PSP's later failure of a SUCCEEDED one moves it).
 func (s RefundState) Final() bool { return s == RefundSucceeded || s == RefundFailed }
 
 // Refund is one refunds row: the compensation of one payment's charge.
@@ -136,6 +138,11 @@ type RefundOutcome struct {
 	State         RefundState // RefundSucceeded or RefundFailed
 	PSPRefund     string
 	FailureReason string
+	// PSPPaymentIntent, when set, is the PaymentIntent the PSP's answer
+	// names; recorded if the row does not know it yet (a refund sent by
+	// charge=). Only a final row gets it, so no later attempt's parameters
+	// change under the refund's key.
+	PSPPaymentIntent string
 }
 
 // RefundEvent is the event a succeeded refund publishes: id
@@ -152,13 +159,31 @@ func RefundEvent(r Refund) event.Event {
 	}
 }
 
+// RefundFailedEvent is the event that compensates RefundEvent when the PSP
+// fails a refund after it succeeded: id <payment_id>:REFUND_FAILED, the
+// same amount, merchant and caller, at the moment the refund became FAILED.
+// The worker credits the merchant back once and tells the buyer (same
+// replace id as every push of the payment).
+func RefundFailedEvent(r Refund) event.Event {
+	e := RefundEvent(r)
+	e.EventID, e.State = ids.EventID(r.PaymentID, event.RefundFailed), event.RefundFailed
+	return e
+}
+
 // SettleRefund makes the refund final in ONE transaction: the
 // compare-and-set from PENDING or UNKNOWN and, for a refund that succeeded,
 // the journal entries that reverse the charge and the outbox intent of its
 // event (RefundEvent), which the outbox path publishes like a payment's: the
-// merchant's balance is debited and the buyer told by the worker. If the row
-// had already left those states nothing is written and moved is false; the
-// row as it stands is returned either way.
+// merchant's balance is debited and the buyer told by the worker.
+//
+// A FAILED outcome for the refund that is SUCCEEDED (same psp_refund) is
+// the PSP failing it later (refund.failed): the move SUCCEEDED -> FAILED
+// reverses the refund's journal entries and records the compensating
+// RefundFailedEvent intent, so the worker credits the merchant back.
+//
+// If the row allows no such move nothing is written and moved is false; the
+// row as it stands is returned either way. SettledRefundEvent names the
+// event a move recorded, to put on the outbox after the commit.
 func (s *Store) SettleRefund(ctx context.Context, paymentID string, o RefundOutcome) (r Refund, moved bool, err error) {
 	if o.State != RefundSucceeded && o.State != RefundFailed {
 		return Refund{}, false, fmt.Errorf("ledger: settle refund of %s to %s: not a final PSP outcome", paymentID, o.State)
@@ -168,20 +193,63 @@ func (s *Store) SettleRefund(ctx context.Context, paymentID string, o RefundOutc
 		return Refund{}, false, unavailable("begin settle refund", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after commit
-	r, err = scanRefund(tx.QueryRow(ctx, `
-		UPDATE refunds SET state = $2, psp_refund = NULLIF($3, ''), failure_reason = NULLIF($4, ''),
-		                   next_attempt_at = NULL, lease_until = NULL
-		WHERE payment_id = $1 AND state IN ('PENDING', 'UNKNOWN')
-		RETURNING `+refundColumns, paymentID, string(o.State), o.PSPRefund, o.FailureReason))
-	if errors.Is(err, pgx.ErrNoRows) {
+	r, moved, err = settleRefundTx(ctx, tx, paymentID, o)
+	if err != nil || !moved {
 		_ = tx.Rollback(ctx)
-		r, err = s.GetRefund(ctx, paymentID)
+		if errors.Is(err, ErrRefundNotFound) || (err == nil && !moved) {
+			r, err = s.GetRefund(ctx, paymentID)
+		}
 		return r, false, err
 	}
+	if err := tx.Commit(ctx); err != nil {
+		return Refund{}, false, unavailable("commit settle refund", err)
+	}
+	return r, true, nil
+}
+
+// SettledRefundEvent is the event a refund row that just moved recorded:
+// REFUNDED for SUCCEEDED, REFUND_FAILED for a FAILED row that was
+// SUCCEEDED before the move (fromSucceeded); ok is false when the move
+// recorded none (a refund that failed before any money moved).
+func SettledRefundEvent(r Refund, fromSucceeded bool) (event.Event, bool) {
+	switch {
+	case r.State == RefundSucceeded:
+		return RefundEvent(r), true
+	case r.State == RefundFailed && fromSucceeded:
+		return RefundFailedEvent(r), true
+	}
+	return event.Event{}, false
+}
+
+// settleRefundTx is SettleRefund's statements inside tx. moved false with
+// no error: the row allows no such move (nothing written).
+func settleRefundTx(ctx context.Context, tx pgx.Tx, paymentID string, o RefundOutcome) (Refund, bool, error) {
+	var prior, priorRefund string
+	err := tx.QueryRow(ctx, `SELECT state, COALESCE(psp_refund, '') FROM refunds WHERE payment_id = $1 FOR UPDATE`,
+		paymentID).Scan(&prior, &priorRefund)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Refund{}, false, ErrRefundNotFound
+	}
+	if err != nil {
+		return Refund{}, false, unavailable("settle refund: read", err)
+	}
+	open := prior == string(RefundPending) || prior == string(RefundUnknown)
+	failsLater := prior == string(RefundSucceeded) && o.State == RefundFailed && o.PSPRefund != "" && o.PSPRefund == priorRefund
+	if !open && !failsLater {
+		return Refund{}, false, nil
+	}
+	r, err := scanRefund(tx.QueryRow(ctx, `
+		UPDATE refunds SET state = $2, psp_refund = COALESCE(NULLIF($3, ''), psp_refund), failure_reason = NULLIF($4, ''),
+		                   psp_payment_intent = COALESCE(psp_payment_intent, NULLIF($5, '')),
+		                   next_attempt_at = NULL, lease_until = NULL
+		WHERE payment_id = $1
+		RETURNING `+refundColumns, paymentID, string(o.State), o.PSPRefund, o.FailureReason, o.PSPPaymentIntent))
 	if err != nil {
 		return Refund{}, false, unavailable("settle refund", err)
 	}
-	if o.State == RefundSucceeded {
+	var e event.Event
+	switch {
+	case r.State == RefundSucceeded:
 		// The charge's entries, reversed: the PSP no longer owes us the
 		// amount, and we no longer owe it to the merchant.
 		if _, err := tx.Exec(ctx, `
@@ -191,34 +259,48 @@ func (s *Store) SettleRefund(ctx context.Context, paymentID string, o RefundOutc
 			r.PaymentID, r.Amount, r.Currency, r.MerchantID); err != nil {
 			return Refund{}, false, unavailable("refund journal", err)
 		}
-		e := RefundEvent(r)
-		payload, err := e.Marshal()
-		if err != nil {
-			return Refund{}, false, err
-		}
+		e = RefundEvent(r)
+	case failsLater:
+		// The refund's entries, reversed: the money is back with us and
+		// owed to the merchant again, as before the refund.
 		if _, err := tx.Exec(ctx, `
-			INSERT INTO outbox_intents (event_id, payment_id, merchant_id, payload) VALUES ($1, $2, $3, $4)`,
-			e.EventID, e.PaymentID, e.MerchantID, payload); err != nil {
-			return Refund{}, false, unavailable("refund outbox intent", err)
+			INSERT INTO journal_entries (payment_id, posting, account, amount, currency) VALUES
+			  ($1, 'refund_failed', 'psp_receivable', $2::bigint, $3),
+			  ($1, 'refund_failed', 'merchant_payable:' || $4, -$2::bigint, $3)`,
+			r.PaymentID, r.Amount, r.Currency, r.MerchantID); err != nil {
+			return Refund{}, false, unavailable("refund failed journal", err)
 		}
+		e = RefundFailedEvent(r)
+	default:
+		return r, true, nil // failed before any money moved: nothing to publish
 	}
-	if err := tx.Commit(ctx); err != nil {
-		return Refund{}, false, unavailable("commit settle refund", err)
+	payload, err := e.Marshal()
+	if err != nil {
+		return Refund{}, false, err
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO outbox_intents (event_id, payment_id, merchant_id, payload) VALUES ($1, $2, $3, $4)`,
+		e.EventID, e.PaymentID, e.MerchantID, payload); err != nil {
+		return Refund{}, false, unavailable("refund outbox intent", err)
 	}
 	return r, true, nil
 }
 
 // RecordRefundAttempt counts an attempt that left the refund open and
-// schedules the next one at next. sent says whether a refund call reached
+// schedules the next one at next. pspRefund, when set, is the PSP's id of
+// a refund it answered pending: recorded on the row ("at the PSP,
+// pending"), so the next attempt follows it by id (a GET) instead of
+// replaying the key, which keeps answering the saved "pending". sent says whether a refund call reached
 // the PSP's wire (its outcome is then unknown, and a PENDING refund becomes
 // UNKNOWN); an attempt that sent nothing (the PaymentIntent could not be
 // found yet) leaves the state as it is. It releases the run's lease.
-func (s *Store) RecordRefundAttempt(ctx context.Context, paymentID string, sent bool, next time.Time) (Refund, error) {
+func (s *Store) RecordRefundAttempt(ctx context.Context, paymentID string, sent bool, pspRefund string, next time.Time) (Refund, error) {
 	r, err := scanRefund(s.pool.QueryRow(ctx, `
 		UPDATE refunds SET state = CASE WHEN $2 THEN 'UNKNOWN' ELSE state END,
+		                   psp_refund = COALESCE(NULLIF($4, ''), psp_refund),
 		                   attempts = attempts + 1, next_attempt_at = $3, lease_until = NULL
 		WHERE payment_id = $1 AND state IN ('PENDING', 'UNKNOWN')
-		RETURNING `+refundColumns, paymentID, sent, next))
+		RETURNING `+refundColumns, paymentID, sent, next, pspRefund))
 	if errors.Is(err, pgx.ErrNoRows) {
 		// Settled meanwhile (another attempt's answer came first).
 		return s.GetRefund(ctx, paymentID)

@@ -136,7 +136,7 @@ func TestRefundMovesAreGuarded(t *testing.T) {
 		Amount: 3000, Currency: "USD", MerchantID: "m1", DeadlineAt: now}); inserted {
 		t.Fatal("a second refund of one payment")
 	}
-	r, err = st.RecordRefundAttempt(ctx, "pay_7", true, now.Add(time.Minute))
+	r, err = st.RecordRefundAttempt(ctx, "pay_7", true, "", now.Add(time.Minute))
 	if err != nil || r.State != ledger.RefundUnknown || r.Attempts != 1 || !r.NextAttemptAt.Equal(now.Add(time.Minute)) {
 		t.Fatalf("attempt: %+v %v", r, err)
 	}
@@ -144,13 +144,21 @@ func TestRefundMovesAreGuarded(t *testing.T) {
 	if err != nil || !moved || r.State != ledger.RefundSucceeded || !r.NextAttemptAt.IsZero() {
 		t.Fatalf("settle: %+v %v %v", r, moved, err)
 	}
+	// FAILED after SUCCEEDED is Stripe failing the refund later, and only
+	// for the PSP refund that succeeded (migration 00006).
 	if _, moved, _ := st.SettleRefund(ctx, "pay_7", ledger.RefundOutcome{State: ledger.RefundFailed}); moved {
-		t.Fatal("a settled refund moved again")
+		t.Fatal("a settled refund moved again on a FAILED naming no refund")
 	}
-	for _, to := range []string{"UNKNOWN", "PENDING", "FAILED"} {
+	if _, moved, _ := st.SettleRefund(ctx, "pay_7", ledger.RefundOutcome{State: ledger.RefundFailed, PSPRefund: "re_2"}); moved {
+		t.Fatal("a settled refund moved again on another refund's failure")
+	}
+	for _, to := range []string{"UNKNOWN", "PENDING"} {
 		if _, err := pool.Exec(ctx, `UPDATE refunds SET state = $1 WHERE payment_id = 'pay_7'`, to); pgCode(err) != "23514" {
 			t.Errorf("SUCCEEDED -> %s: err = %v, want check_violation", to, err)
 		}
+	}
+	if _, err := pool.Exec(ctx, `UPDATE refunds SET state = 'FAILED', psp_refund = 're_2' WHERE payment_id = 'pay_7'`); pgCode(err) != "23514" {
+		t.Errorf("SUCCEEDED -> FAILED for another refund: err = %v, want check_violation", err)
 	}
 }
 
@@ -184,5 +192,57 @@ func TestApplyWebhookRecordsTheInboxRowFirst(t *testing.T) {
 	}
 	if n := count(t, pool, `SELECT count(*) FROM journal_entries`); n != 2 {
 		t.Fatalf("journal entries = %d", n)
+	}
+}
+
+// Stripe can fail a refund after it succeeded (refund.failed; test card
+// 4000000000005126). The ledger moves it SUCCEEDED -> FAILED in one
+// transaction with the refund's journal entries reversed (every posting
+// still sums to zero, the merchant is owed the charge again) and the
+// compensating <payment_id>:REFUND_FAILED intent beside the REFUNDED one;
+// a repeat of the failure writes nothing.
+func TestARefundThatSucceededThenFailedIsReversedAndCompensated(t *testing.T) {
+	pool, _ := testenv.Ledger(t)
+	st := ledger.New(pool)
+	ctx := context.Background()
+	if _, _, err := st.InsertPending(ctx, pending("pay_7", "K1")); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, moved, err := st.Settle(ctx, "pay_7", ledger.Outcome{State: ledger.Succeeded, PSPCharge: "ch_1"}, now); err != nil || !moved {
+		t.Fatalf("settle payment: %v %v", moved, err)
+	}
+	if _, _, err := st.InsertRefund(ctx, ledger.Refund{PaymentID: "pay_7", CallerID: "u1", RefundKey: "RK1", Fingerprint: "F",
+		Amount: 3000, Currency: "USD", MerchantID: "m1", PSPCharge: "ch_1", DeadlineAt: now}); err != nil {
+		t.Fatal(err)
+	}
+	if _, moved, err := st.SettleRefund(ctx, "pay_7", ledger.RefundOutcome{State: ledger.RefundSucceeded, PSPRefund: "re_1"}); err != nil || !moved {
+		t.Fatalf("refund succeeded: %v %v", moved, err)
+	}
+	r, moved, err := st.SettleRefund(ctx, "pay_7", ledger.RefundOutcome{State: ledger.RefundFailed, PSPRefund: "re_1", FailureReason: "lost_or_stolen_card"})
+	if err != nil || !moved || r.State != ledger.RefundFailed || r.PSPRefund != "re_1" || r.FailureReason != "lost_or_stolen_card" {
+		t.Fatalf("refund failed later: %+v %v %v", r, moved, err)
+	}
+	if _, moved, _ := st.SettleRefund(ctx, "pay_7", ledger.RefundOutcome{State: ledger.RefundFailed, PSPRefund: "re_1"}); moved {
+		t.Fatal("the failure applied twice")
+	}
+	var owed, sum int64
+	if err := pool.QueryRow(ctx, `SELECT COALESCE(sum(amount) FILTER (WHERE account = 'merchant_payable:m1'), 0), COALESCE(sum(amount), 0)
+		FROM journal_entries WHERE payment_id = 'pay_7'`).Scan(&owed, &sum); err != nil {
+		t.Fatal(err)
+	}
+	var charged int64
+	if err := pool.QueryRow(ctx, `SELECT amount FROM journal_entries WHERE payment_id = 'pay_7' AND posting = 'charge' AND account = 'merchant_payable:m1'`).Scan(&charged); err != nil {
+		t.Fatal(err)
+	}
+	if owed != charged || sum != 0 {
+		t.Fatalf("merchant_payable %d (charge posted %d), journal sum %d: the refund's reversal must restore the charge's balance", owed, charged, sum)
+	}
+	var payload string
+	if err := pool.QueryRow(ctx, `SELECT payload::text FROM outbox_intents WHERE event_id = 'pay_7:REFUND_FAILED' AND merchant_id = 'm1'`).Scan(&payload); err != nil {
+		t.Fatalf("the compensating intent: %v", err)
+	}
+	var n int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM outbox_intents WHERE payment_id = 'pay_7'`).Scan(&n); err != nil || n != 3 {
+		t.Fatalf("%d intents (%v), want SUCCEEDED, REFUNDED and REFUND_FAILED", n, err)
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/oncepay/oncepay/internal/event"
 )
 
@@ -91,4 +93,74 @@ func (o Outcome) check(paymentID string) error {
 		return fmt.Errorf("ledger: settle %s to %s: not a final PSP outcome", paymentID, o.State)
 	}
 	return nil
+}
+
+// RefundWebhookResult says what ApplyRefundWebhook did.
+type RefundWebhookResult struct {
+	Duplicate bool         // the inbox already held the event: nothing written
+	Found     bool         // the payment has a refund row (Refund is it, as it stands)
+	Refund    Refund       //
+	Moved     bool         // this event settled the refund (or failed a succeeded one)
+	Event     *event.Event // the event to publish after the commit, if any
+}
+
+// ApplyRefundWebhook records a PSP refund event (refund.updated,
+// refund.failed, charge.refund.updated) in the webhook inbox and, only if
+// the inbox did not hold it yet, settles the payment's refund with o in the
+// same transaction (SettleRefund's statements): a pending refund's final
+// state, or a succeeded refund failing later. o nil: the event's refund is
+// still pending; only the inbox row is written.
+func (s *Store) ApplyRefundWebhook(ctx context.Context, in InboxEvent, o *RefundOutcome) (RefundWebhookResult, error) {
+	if in.ID == "" || in.Type == "" {
+		return RefundWebhookResult{}, fmt.Errorf("ledger: webhook event without id or type")
+	}
+	if o != nil && o.State != RefundSucceeded && o.State != RefundFailed {
+		return RefundWebhookResult{}, fmt.Errorf("ledger: refund webhook for %s with %s: not a final PSP outcome", in.PaymentID, o.State)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return RefundWebhookResult{}, unavailable("begin refund webhook", err)
+	}
+	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after commit
+	tag, err := tx.Exec(ctx, `
+		INSERT INTO webhook_inbox (psp_event_id, event_type, payment_id) VALUES ($1, $2, NULLIF($3, ''))
+		ON CONFLICT (psp_event_id) DO NOTHING`, in.ID, in.Type, in.PaymentID)
+	if err != nil {
+		return RefundWebhookResult{}, unavailable("webhook inbox", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return RefundWebhookResult{Duplicate: true}, nil
+	}
+	var res RefundWebhookResult
+	if o != nil && in.PaymentID != "" {
+		before, err := scanRefund(tx.QueryRow(ctx, `SELECT `+refundColumns+` FROM refunds WHERE payment_id = $1`, in.PaymentID))
+		if err == nil {
+			r, moved, err := settleRefundTx(ctx, tx, in.PaymentID, *o)
+			if err != nil {
+				return RefundWebhookResult{}, err
+			}
+			if moved {
+				res = RefundWebhookResult{Found: true, Refund: r, Moved: true}
+				if e, ok := SettledRefundEvent(r, before.State == RefundSucceeded); ok {
+					res.Event = &e
+				}
+			}
+		} else if !errors.Is(err, pgx.ErrNoRows) {
+			return RefundWebhookResult{}, unavailable("refund webhook: read refund", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return RefundWebhookResult{}, unavailable("commit refund webhook", err)
+	}
+	if !res.Moved && in.PaymentID != "" {
+		r, err := s.GetRefund(ctx, in.PaymentID)
+		switch {
+		case errors.Is(err, ErrRefundNotFound):
+		case err != nil:
+			return res, err // the inbox row is committed; only the report is incomplete
+		default:
+			res.Found, res.Refund = true, r
+		}
+	}
+	return res, nil
 }

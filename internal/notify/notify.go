@@ -109,6 +109,9 @@ func (p Push) Content() Data {
 	case event.Refunded:
 		// Same replace id as the payment's push: this one takes its place.
 		title, body = "Payment refunded", fmt.Sprintf("%s to %s was refunded", amount, p.MerchantID)
+	case event.RefundFailed:
+		// Replaces the "refunded" push: the refund did not go through.
+		title, body = "Refund failed", fmt.Sprintf("%s to %s was not refunded; the payment stands", amount, p.MerchantID)
 	default:
 		title, body = "Payment failed", fmt.Sprintf("%s to %s was not charged", amount, p.MerchantID)
 	}

@@ -20,6 +20,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/oncepay/oncepay/internal/psp/stripespec"
 )
 
 // Request is the meaning of a payment request: the only fields that decide
@@ -29,7 +31,7 @@ import (
 type Request struct {
 	MerchantID    string `json:"merchant_id"`
 	OrderID       string `json:"order_id"`
-	Amount        int64  `json:"amount"` // minor units, 1..MaxAmount
+	Amount        int64  `json:"amount"` // minor units, MinAmount(currency)..MaxAmount
 	Currency      string `json:"currency"`
 	PaymentMethod string `json:"payment_method"`
 }
@@ -40,10 +42,11 @@ const (
 	// MaxBodyBytes is the largest body Parse reads. A payment is five short
 	// fields; anything near this size is not a payment.
 	MaxBodyBytes = 16 << 10
-	// MaxAmount caps the amount in minor units (10^12: ten billion in a
-	// two-decimal currency). Far above any real card payment, far below
-	// where int64 or a PSP's own limits could overflow.
-	MaxAmount int64 = 1_000_000_000_000
+	// MaxAmount caps the amount in minor units at the PSP's own limit
+	// (Stripe: eight digits, 99,999,999 in every currency): a larger one
+	// would be refused by the PSP after the payment was stored, and become
+	// a FAILED 502 instead of the caller's 400.
+	MaxAmount int64 = stripespec.MaxAmount
 	// MaxIDLen caps merchant_id, order_id and payment_method. For
 	// merchant_id it is also SQS's limit on a message group id.
 	MaxIDLen = 128
@@ -168,7 +171,31 @@ func Parse(body []byte) (Request, error) {
 			return r, fieldErr(k, "required")
 		}
 	}
-	return r, nil
+	return r, checkPSPRules(r)
+}
+
+// MinAmount is the smallest amount the PSP charges in currency, in minor
+// units: Stripe's documented minimum where its table lists the currency
+// (50 for USD and EUR), else 1.
+func MinAmount(currency string) int64 {
+	if m, listed := stripespec.MinChargeAmount(currency); listed {
+		return m
+	}
+	return 1
+}
+
+// checkPSPRules refuses, at the API, what the PSP would refuse after the
+// payment was stored (a currency it does not support, an amount under its
+// minimum charge): the caller hears 400 naming the field and nothing is
+// written, instead of a stored FAILED answered 502.
+func checkPSPRules(r Request) error {
+	if !stripespec.SupportedCurrency(r.Currency) {
+		return fieldErr(FieldCurrency, "is not a currency the payment provider supports")
+	}
+	if m := MinAmount(r.Currency); r.Amount < m {
+		return fieldErr(FieldAmount, fmt.Sprintf("must be at least %d in %s (the payment provider's minimum charge)", m, r.Currency))
+	}
+	return nil
 }
 
 func isKnown(name string) bool {

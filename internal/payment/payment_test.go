@@ -185,7 +185,7 @@ func TestParseErrorsNameTheField(t *testing.T) {
 		{"amount string", with("amount", `"3000"`), FieldAmount},
 		{"amount null", with("amount", `null`), FieldAmount},
 		{"amount bool", with("amount", `true`), FieldAmount},
-		{"amount over cap", with("amount", `1000000000001`), FieldAmount},
+		{"amount over cap", with("amount", `100000000`), FieldAmount},
 		{"amount over int64", with("amount", `99999999999999999999999`), FieldAmount},
 		{"amount duplicate", strings.TrimSuffix(seedBody, "}") + `,"amount":3500}`, FieldAmount},
 		{"amount case variant", strings.TrimSuffix(seedBody, "}") + `,"AMOUNT":3500}`, FieldAmount},
@@ -221,14 +221,18 @@ func TestParseErrorsNameTheField(t *testing.T) {
 
 func TestParseAcceptsTheEdges(t *testing.T) {
 	max := strings.Repeat("~", MaxIDLen)
-	body := `{"merchant_id":"` + max + `","order_id":"a b","amount":1000000000000,"currency":"eUr","payment_method":"!"}`
+	body := `{"merchant_id":"` + max + `","order_id":"a b","amount":99999999,"currency":"eUr","payment_method":"!"}`
 	r := mustParse(t, body)
 	want := Request{MerchantID: max, OrderID: "a b", Amount: MaxAmount, Currency: "EUR", PaymentMethod: "!"}
 	if r != want {
 		t.Fatalf("got %+v, want %+v", r, want)
 	}
-	if r := mustParse(t, strings.Replace(seedBody, "3000", "1", 1)); r.Amount != 1 {
-		t.Fatalf("amount 1: got %d", r.Amount)
+	// The PSP's minimum charge: 50 in USD; 1 where its table lists none.
+	if r := mustParse(t, strings.Replace(seedBody, "3000", "50", 1)); r.Amount != 50 {
+		t.Fatalf("amount 50: got %d", r.Amount)
+	}
+	if r := mustParse(t, strings.NewReplacer("3000", "1", "USD", "kes").Replace(seedBody)); r.Amount != 1 || r.Currency != "KES" {
+		t.Fatalf("amount 1 KES: got %+v", r)
 	}
 	// A body of exactly MaxBodyBytes is read.
 	pad := MaxBodyBytes - len(seedBody) - len(`,"p":""`)
@@ -263,5 +267,32 @@ func TestReasonsDoNotEchoInput(t *testing.T) {
 		if err == nil || strings.Contains(err.Error(), "jane") {
 			t.Errorf("Parse(%q) = %v", body, err)
 		}
+	}
+}
+
+// Stripe refuses an amount under its minimum charge (50 cents in USD, 30
+// pence in GBP), over eight digits, or in a currency it does not support;
+// the API refuses them first, naming the field, so the payment is never
+// stored and sent only to become a FAILED 502 (issue 22's review).
+func TestParseRefusesWhatThePSPWouldRefuseAfterStoringThePayment(t *testing.T) {
+	for _, c := range []struct {
+		name, amount, currency, field string
+	}{
+		{"one cent", "1", "USD", FieldAmount},
+		{"under the USD minimum", "49", "usd", FieldAmount},
+		{"under the GBP minimum", "29", "GBP", FieldAmount},
+		{"nine digits", "100000000", "EUR", FieldAmount},
+		{"ten to the twelfth", "1000000000000", "USD", FieldAmount},
+		{"three letters Stripe does not take", "3000", "XYZ", FieldCurrency},
+		{"a retired code", "3000", "ZWD", FieldCurrency},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			body := strings.NewReplacer("3000", c.amount, "USD", c.currency).Replace(seedBody)
+			_, err := Parse([]byte(body))
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Field != c.field {
+				t.Fatalf("Parse(%s) = %v, want a FieldError on %s", body, err, c.field)
+			}
+		})
 	}
 }

@@ -122,13 +122,23 @@ func TestContractSimulatorSpeaksStripesSpec(t *testing.T) {
 	if err != nil || refunded.Outcome != Pending {
 		t.Fatalf("Refund: %+v, %v", refunded, err)
 	}
-	// The client never GETs a refund (yet); the simulator's answer still
-	// has Stripe's shape.
-	resp, err := w.check.client().Do(authGet(t, w.url+"/v1/refunds/"+refunded.RefundID))
-	if err != nil || resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET refund: %v %v", resp, err)
+	// A pending refund is followed by its id (GET /v1/refunds/{id}); the
+	// fault's zero delay has settled it by the time it is read.
+	if got, err := w.client.RetrieveRefund(ctx, refunded.RefundID); err != nil || got.Outcome != Succeeded || got.RefundID != refunded.RefundID {
+		t.Fatalf("RetrieveRefund: %+v, %v", got, err)
 	}
-	resp.Body.Close()
+	if _, err := w.client.RetrieveRefund(ctx, "re_missing"); !errors.Is(err, ErrInvalidRequest) {
+		t.Fatalf("RetrieveRefund missing: %v", err)
+	}
+	// A refund by the charge the ledger holds (no search needed).
+	other, err := w.client.Charge(ctx, ChargeRequest{IdempotencyKey: "pay_e:charge", PaymentID: "pay_e", Amount: 3000, Currency: "usd", PaymentMethod: "pm_card_visa"})
+	if err != nil || other.Outcome != Succeeded || other.ChargeID == "" {
+		t.Fatalf("Charge: %+v, %v", other, err)
+	}
+	if byCharge, err := w.client.Refund(ctx, RefundRequest{IdempotencyKey: "pay_e:cancel:refund", ChargeID: other.ChargeID, PaymentID: "pay_e"}); err != nil ||
+		byCharge.Outcome != Succeeded || byCharge.ChargeID != other.ChargeID {
+		t.Fatalf("Refund by charge: %+v, %v", byCharge, err)
+	}
 
 	if _, err := w.sim.FlushWebhooks(ctx); err != nil {
 		t.Fatalf("webhooks: %v", err)

@@ -27,6 +27,13 @@ type Event struct {
 	ChargeID string
 	// DeclineCode is the last payment error's code on a failure event.
 	DeclineCode string
+	// RefundID, RefundStatus and RefundFailure are set for an event whose
+	// object is a refund (refund.updated, refund.failed,
+	// charge.refund.updated): its id, status (pending, succeeded, failed,
+	// canceled, requires_action) and failure_reason.
+	RefundID      string
+	RefundStatus  string
+	RefundFailure string
 }
 
 // ParseWebhook verifies a webhook the way Stripe signs them (the
@@ -62,6 +69,8 @@ func ParseWebhook(payload []byte, sigHeader, secret string, tolerance time.Durat
 		LatestCharge     json.RawMessage   `json:"latest_charge"`
 		PaymentIntent    json.RawMessage   `json:"payment_intent"`
 		Charge           json.RawMessage   `json:"charge"`
+		Status           string            `json:"status"`
+		FailureReason    string            `json:"failure_reason"`
 		LastPaymentError *struct {
 			Code        string `json:"code"`
 			DeclineCode string `json:"decline_code"`
@@ -78,7 +87,11 @@ func ParseWebhook(payload []byte, sigHeader, secret string, tolerance time.Durat
 	case "charge":
 		out.ChargeID = obj.ID
 		out.PaymentIntentID = expandableID(obj.PaymentIntent)
-	default: // refund and other objects that point at both
+	case "refund":
+		out.ChargeID = expandableID(obj.Charge)
+		out.PaymentIntentID = expandableID(obj.PaymentIntent)
+		out.RefundID, out.RefundStatus, out.RefundFailure = obj.ID, obj.Status, obj.FailureReason
+	default: // other objects that point at both
 		out.ChargeID = expandableID(obj.Charge)
 		out.PaymentIntentID = expandableID(obj.PaymentIntent)
 	}

@@ -30,6 +30,10 @@ func (r *refunder) Lookup(context.Context, string) (psp.Result, error) {
 	return psp.Result{Outcome: psp.Succeeded, PaymentIntentID: "pi_1"}, nil
 }
 
+func (r *refunder) RetrieveRefund(_ context.Context, id string) (psp.Result, error) {
+	return psp.Result{Outcome: psp.Succeeded, RefundID: id}, nil
+}
+
 // Defect 11: a refund that succeeds publishes its event the way a payment
 // does: an outbox intent <payment_id>:REFUNDED in the settle's own
 // transaction, then the outbox item put right after the commit, carrying the

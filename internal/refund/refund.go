@@ -8,6 +8,13 @@
 // alerted (metric RefundStuck and an error log) while the retries go on and
 // the state stays UNKNOWN; the nightly reconciliation has the last word.
 //
+// A refund the PSP answers pending (Stripe settles some later) is
+// recorded with its PSP id, still UNKNOWN, and later attempts read it by
+// id (GET /v1/refunds/{id}) until it is final: replaying the key would
+// only repeat the saved "pending". A refund that fails after it succeeded
+// (Stripe's refund.failed) is seen by the webhook handler, which moves it
+// SUCCEEDED -> FAILED (ledger.SettleRefund).
+//
 // The API makes the first attempt (POST /payments/{key}/refund); the
 // resolver makes the others. Both use an Attempter.
 package refund
@@ -93,7 +100,7 @@ func (b Backoff) Validate() error {
 type Ledger interface {
 	SetRefundIntent(ctx context.Context, paymentID, paymentIntentID string) error
 	SettleRefund(ctx context.Context, paymentID string, o ledger.RefundOutcome) (ledger.Refund, bool, error)
-	RecordRefundAttempt(ctx context.Context, paymentID string, sent bool, next time.Time) (ledger.Refund, error)
+	RecordRefundAttempt(ctx context.Context, paymentID string, sent bool, pspRefund string, next time.Time) (ledger.Refund, error)
 	MarkRefundAlerted(ctx context.Context, paymentID string, at time.Time) error
 }
 
@@ -101,6 +108,7 @@ type Ledger interface {
 type PSP interface {
 	Refund(ctx context.Context, req psp.RefundRequest) (psp.Result, error)
 	Lookup(ctx context.Context, paymentID string) (psp.Result, error)
+	RetrieveRefund(ctx context.Context, refundID string) (psp.Result, error)
 }
 
 // Publisher puts a committed event's outbox item (internal/outbox).
@@ -149,8 +157,21 @@ func (a *Attempter) Attempt(ctx context.Context, r ledger.Refund, now time.Time)
 	if r.State.Final() {
 		return r, nil
 	}
-	pi := r.PSPPaymentIntent
-	if pi == "" {
+	if r.PSPRefund != "" {
+		// The PSP answered pending before: follow the refund by its id.
+		// Replaying the key would answer the saved "pending" for 24 h,
+		// and after that window create a second refund request.
+		return a.follow(ctx, r, now, log)
+	}
+	// By the charge the ledger holds when it is one (Stripe refunds by
+	// charge= without a search, whose index lags behind writes); by the
+	// PaymentIntent once known, which a row sent before this rule used
+	// (the same key must carry the same parameters).
+	pi, charge := r.PSPPaymentIntent, ""
+	if pi == "" && strings.HasPrefix(r.PSPCharge, "ch_") {
+		charge = r.PSPCharge
+	}
+	if pi == "" && charge == "" {
 		var err error
 		pi, err = a.findIntent(ctx, r, log)
 		if ctx.Err() != nil {
@@ -160,7 +181,7 @@ func (a *Attempter) Attempt(ctx context.Context, r ledger.Refund, now time.Time)
 		}
 		if err != nil {
 			log.Warn("refund not sent: the PaymentIntent is not known yet", "err", err)
-			return a.open(ctx, r, false, now, log)
+			return a.open(ctx, r, false, "", now, log)
 		}
 	}
 	if err := a.wait(ctx); err != nil {
@@ -168,7 +189,7 @@ func (a *Attempter) Attempt(ctx context.Context, r ledger.Refund, now time.Time)
 	}
 	cctx, cancel := a.callContext(ctx)
 	res, err := a.PSP.Refund(cctx, psp.RefundRequest{
-		IdempotencyKey: ids.RefundKey(r.PaymentID), PaymentIntentID: pi, Amount: r.Amount, PaymentID: r.PaymentID,
+		IdempotencyKey: ids.RefundKey(r.PaymentID), PaymentIntentID: pi, ChargeID: charge, Amount: r.Amount, PaymentID: r.PaymentID,
 	})
 	cancel()
 	switch {
@@ -176,19 +197,52 @@ func (a *Attempter) Attempt(ctx context.Context, r ledger.Refund, now time.Time)
 		// A refusal under our own key is not proof either way (another
 		// path may have refunded the charge): keep it open, never guess.
 		log.Error("refund call refused; the refund stays open", "err", err)
-		return a.open(ctx, r, true, now, log)
+		return a.open(ctx, r, true, "", now, log)
 	case res.Outcome == psp.Succeeded:
-		return a.settle(ctx, r, ledger.RefundOutcome{State: ledger.RefundSucceeded, PSPRefund: res.RefundID}, log)
+		return a.settle(ctx, r, ledger.RefundOutcome{State: ledger.RefundSucceeded, PSPRefund: res.RefundID, PSPPaymentIntent: res.PaymentIntentID}, log)
 	case res.Outcome == psp.Declined:
-		return a.settle(ctx, r, ledger.RefundOutcome{State: ledger.RefundFailed, PSPRefund: res.RefundID, FailureReason: res.DeclineCode}, log)
-	default: // Unknown, Pending
+		return a.settle(ctx, r, ledger.RefundOutcome{State: ledger.RefundFailed, PSPRefund: res.RefundID, FailureReason: res.DeclineCode,
+			PSPPaymentIntent: res.PaymentIntentID}, log)
+	case res.Outcome == psp.Pending && res.RefundID != "":
+		// At the PSP, pending: record its id, so the next attempt follows
+		// it with a GET instead of replaying the key.
+		log.Info("refund pending at the PSP; it will be followed by id", "psp_refund", res.RefundID)
+		return a.open(ctx, r, true, res.RefundID, now, log)
+	default: // Unknown
 		cause := ""
 		if res.Cause != nil {
 			cause = res.Cause.Error()
 		}
 		log.Warn("refund outcome open; it will be retried with the same key", "outcome", res.Outcome.String(), "cause", cause)
-		return a.open(ctx, r, true, now, log)
+		return a.open(ctx, r, true, "", now, log)
 	}
+}
+
+// follow reads a refund the PSP answered pending (GET /v1/refunds/{id})
+// and settles it once final; still pending, or the read failing, leaves it
+// open with the backoff.
+func (a *Attempter) follow(ctx context.Context, r ledger.Refund, now time.Time, log *slog.Logger) (ledger.Refund, error) {
+	if err := a.wait(ctx); err != nil {
+		return r, err
+	}
+	cctx, cancel := a.callContext(ctx)
+	res, err := a.PSP.RetrieveRefund(cctx, r.PSPRefund)
+	cancel()
+	switch {
+	case err != nil:
+		if ctx.Err() != nil {
+			return r, ctx.Err()
+		}
+		log.Warn("pending refund could not be read; it stays open", "psp_refund", r.PSPRefund, "err", err)
+	case res.Outcome == psp.Succeeded:
+		return a.settle(ctx, r, ledger.RefundOutcome{State: ledger.RefundSucceeded, PSPRefund: r.PSPRefund, PSPPaymentIntent: res.PaymentIntentID}, log)
+	case res.Outcome == psp.Declined:
+		return a.settle(ctx, r, ledger.RefundOutcome{State: ledger.RefundFailed, PSPRefund: r.PSPRefund, FailureReason: res.DeclineCode,
+			PSPPaymentIntent: res.PaymentIntentID}, log)
+	default:
+		log.Info("refund still pending at the PSP", "psp_refund", r.PSPRefund, "outcome", res.Outcome.String())
+	}
+	return a.open(ctx, r, true, "", now, log)
 }
 
 // findIntent returns the PaymentIntent whose charge the refund undoes: the
@@ -234,8 +288,7 @@ func (a *Attempter) settle(ctx context.Context, r ledger.Refund, o ledger.Refund
 	if moved {
 		log.Info("refund settled", "state", row.State, "psp_refund", row.PSPRefund)
 		a.Metrics.Count("Refund"+titleCase(string(row.State)), 1)
-		if row.State == ledger.RefundSucceeded && a.Publisher != nil {
-			e := ledger.RefundEvent(row)
+		if e, ok := ledger.SettledRefundEvent(row, r.State == ledger.RefundSucceeded); ok && a.Publisher != nil {
 			if err := a.Publisher.Publish(wctx, e); err != nil {
 				log.Warn("refund event's outbox put failed; the sweep will re-put it", "event_id", e.EventID, "err", err)
 			}
@@ -246,12 +299,12 @@ func (a *Attempter) settle(ctx context.Context, r ledger.Refund, o ledger.Refund
 
 // open records an attempt that left the refund open, and alerts once the
 // budget is used up.
-func (a *Attempter) open(ctx context.Context, r ledger.Refund, sent bool, now time.Time, log *slog.Logger) (ledger.Refund, error) {
+func (a *Attempter) open(ctx context.Context, r ledger.Refund, sent bool, pspRefund string, now time.Time, log *slog.Logger) (ledger.Refund, error) {
 	wctx, cancel := a.writeContext(ctx)
 	defer cancel()
 	attempts := r.Attempts + 1
 	next := now.Add(a.Backoff.Delay(attempts))
-	row, err := a.Ledger.RecordRefundAttempt(wctx, r.PaymentID, sent, next)
+	row, err := a.Ledger.RecordRefundAttempt(wctx, r.PaymentID, sent, pspRefund, next)
 	if err != nil {
 		log.Error("could not record the refund attempt", "err", err)
 		return r, err

@@ -55,7 +55,17 @@ const MaxBodyBytes = 256 << 10
 const (
 	TypeSucceeded = "payment_intent.succeeded"
 	TypeFailed    = "payment_intent.payment_failed"
+	// A refund that settles after its answer (pending, then succeeded or
+	// failed) or fails after it succeeded raises these, each carrying the
+	// refund; any of them settles the payment's refund row.
+	TypeRefundUpdated       = "refund.updated"
+	TypeRefundFailed        = "refund.failed"
+	TypeChargeRefundUpdated = "charge.refund.updated"
 )
+
+// Subscribed is the event types the endpoint must be subscribed to at the
+// PSP (Stripe Dashboard or the simulator's -webhook-events).
+var Subscribed = []string{TypeSucceeded, TypeFailed, TypeRefundUpdated, TypeRefundFailed, TypeChargeRefundUpdated}
 
 // MetricSucceededOnFailed counts payment_intent.succeeded events that met a
 // FAILED or VOID payment: an incident the stack alarms on.
@@ -64,6 +74,7 @@ const MetricSucceededOnFailed = "WebhookSucceededOnFailed"
 // Ledger applies a verified event (internal/ledger.Store).
 type Ledger interface {
 	ApplyWebhook(ctx context.Context, in ledger.InboxEvent, o *ledger.Outcome, now time.Time) (ledger.WebhookResult, error)
+	ApplyRefundWebhook(ctx context.Context, in ledger.InboxEvent, o *ledger.RefundOutcome) (ledger.RefundWebhookResult, error)
 }
 
 // Publisher puts a committed event's outbox item (internal/outbox.Publisher).
@@ -147,6 +158,9 @@ func (h *Handler) Serve(ctx context.Context, method, path string, hdr http.Heade
 		return problemResponse(problem.BadRequest("Stripe-Signature", "The signature, its timestamp or the event does not verify. Nothing was changed."))
 	}
 	log := h.d.Log.With("psp_event_id", ev.ID, "event_type", ev.Type, "payment_id", ev.PaymentID, "payment_intent", ev.PaymentIntentID)
+	if isRefundEvent(ev.Type) {
+		return h.serveRefund(ctx, ev, log)
+	}
 	o := outcomeOf(ev)
 	res, err := h.d.Ledger.ApplyWebhook(ctx, ledger.InboxEvent{ID: ev.ID, Type: ev.Type, PaymentID: ev.PaymentID}, o, h.d.Clock.Now())
 	if err != nil {
@@ -185,6 +199,58 @@ func (h *Handler) Serve(ctx context.Context, method, path string, hdr http.Heade
 		h.d.Metrics.Count(MetricSucceededOnFailed, 1)
 	default:
 		log.Info("webhook: recorded; the payment had already left an open state", "state", res.Payment.State)
+		h.d.Metrics.Count("WebhookLate", 1)
+	}
+	return ack(false)
+}
+
+func isRefundEvent(t string) bool {
+	return t == TypeRefundUpdated || t == TypeRefundFailed || t == TypeChargeRefundUpdated
+}
+
+// serveRefund applies a refund event: a final status settles the payment's
+// refund row (SUCCEEDED or FAILED, or FAILED after SUCCEEDED: the refund
+// failed later), with the event to publish; pending only records it.
+func (h *Handler) serveRefund(ctx context.Context, ev psp.Event, log *slog.Logger) Response {
+	log = log.With("psp_refund", ev.RefundID, "refund_status", ev.RefundStatus)
+	var o *ledger.RefundOutcome
+	switch ev.RefundStatus {
+	case "succeeded":
+		o = &ledger.RefundOutcome{State: ledger.RefundSucceeded, PSPRefund: ev.RefundID, PSPPaymentIntent: ev.PaymentIntentID}
+	case "failed", "canceled":
+		o = &ledger.RefundOutcome{State: ledger.RefundFailed, PSPRefund: ev.RefundID, FailureReason: ev.RefundFailure,
+			PSPPaymentIntent: ev.PaymentIntentID}
+	}
+	if ev.RefundID == "" {
+		o = nil // not a refund object: nothing to settle
+	}
+	res, err := h.d.Ledger.ApplyRefundWebhook(ctx, ledger.InboxEvent{ID: ev.ID, Type: ev.Type, PaymentID: ev.PaymentID}, o)
+	if err != nil {
+		log.Error("refund webhook not applied; the PSP will deliver it again", "err", err)
+		h.d.Metrics.Count("WebhookErrors", 1)
+		return problemResponse(problem.LedgerUnavailable())
+	}
+	switch {
+	case res.Duplicate:
+		log.Info("webhook: a repeat of an event already received; nothing changed")
+		h.d.Metrics.Count("WebhookDuplicate", 1)
+		return ack(true)
+	case res.Moved:
+		log.Info("webhook: refund settled", "state", res.Refund.State)
+		h.d.Metrics.Count("WebhookRefundSettled", 1)
+		if res.Event != nil && h.d.Publisher != nil {
+			if err := h.d.Publisher.Publish(ctx, *res.Event); err != nil {
+				log.Warn("outbox put failed; the sweep will re-put it", "event_id", res.Event.EventID, "err", err)
+			}
+		}
+	case o == nil:
+		log.Info("webhook: recorded; the refund is not final yet")
+	case !res.Found:
+		log.Warn("webhook: recorded; no refund of ours carries this reference")
+	case res.Refund.PSPRefund != "" && res.Refund.PSPRefund != ev.RefundID:
+		log.Error("webhook: a refund the ledger does not hold for this payment", "ledger_psp_refund", res.Refund.PSPRefund)
+	default:
+		log.Info("webhook: recorded; the refund had already reached this state", "state", res.Refund.State)
 		h.d.Metrics.Count("WebhookLate", 1)
 	}
 	return ack(false)

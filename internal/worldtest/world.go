@@ -146,6 +146,7 @@ func New(t testing.TB, o Options) *World {
 
 	w.Sim = pspsim.New(pspsim.Config{
 		Logger: quiet, WebhookURL: w.WebhookURL, WebhookSecret: w.WebhookSecret, ManualWebhooks: true,
+		WebhookEvents: webhook.Subscribed,
 	})
 	var simHandler http.Handler = w.Sim
 	if o.WrapSim != nil {
