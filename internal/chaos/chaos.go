@@ -553,9 +553,13 @@ func (r *Runner) snsOutage(ctx context.Context, s *schedule) error {
 			return fmt.Errorf("worker in an SNS outage: %w", err)
 		}
 		got += m
-		if _, err := r.w.Queue.Expire(ctx); err != nil {
+		back, err := r.w.Queue.Expire(ctx)
+		if err != nil {
 			r.out.sns.recover()
 			return err
+		}
+		if m == 0 && back == 0 {
+			break // nothing in the queue and nothing in flight
 		}
 	}
 	fired := r.out.sns.recover()
