@@ -14,6 +14,7 @@ say() { printf 'setup: %s\n' "$*"; }
 DDB_LOCAL_NPM=amplify-dynamodb-simulator@2.9.30   # carries DynamoDB Local 1.25.1 in package/emulator
 STATICCHECK=honnef.co/go/tools/cmd/staticcheck@v0.8.2
 STRIPE_MOCK=github.com/stripe/stripe-mock@v0.203.0
+GOTESTSUM=gotest.tools/gotestsum@v1.13.0            # make test's runner: the summary with the skip count
 RIE=github.com/aws/aws-lambda-runtime-interface-emulator/cmd/aws-lambda-rie@v0.0.0-20261030222936-bef5c4ba774d
 
 apt_updated=0
@@ -82,5 +83,6 @@ go_tool() { # name module@version
 go_tool staticcheck "$STATICCHECK"
 go_tool stripe-mock "$STRIPE_MOCK"
 go_tool aws-lambda-rie "$RIE"
+go_tool gotestsum "$GOTESTSUM"
 
 say "ok"

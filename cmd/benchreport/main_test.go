@@ -3,6 +3,7 @@ package main
 import (
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 )
@@ -14,6 +15,7 @@ BenchmarkFirstCall-2 	 300	 1 ns/op	 2.0 ratio-p50	 10 api-p50-ms	 5 floor-p50-m
 BenchmarkFirstCallPSP300-2 	 30	 1 ns/op	 1.02 ratio-p50	 306 api-p50-ms	 300 floor-p50-ms	 303 design-p50-ms	 1.01 design-ratio-p50
 BenchmarkReplay-2 	 300	 1 ns/op	 1.05 ratio-p50
 BenchmarkRequestCounts-2 	 300	 1 ns/op	 5 happy-writes	 3 happy-ddb-writes	 5 happy-roundtrips	 0 replay-writes	 1 replay-roundtrips
+BenchmarkWorkerTransaction-2 	 300	 1 ns/op	 5 first-ms/op
 BenchmarkConcurrency-2 	 1	 1 ns/op	 90 c1-req/s	 8 c1-p50-ms	 50 c1-p99-ms	 150 c64-req/s	 300 c64-p50-ms	 900 c64-p99-ms	 1 dup64-charges	 1 dup64-201s
 BenchmarkLambdaBootstrap-2 	 5	 1 ns/op	 11.1 api-MiB	 66 api-cold-p50-ms	 7.7 relay-MiB
 BenchmarkLambdaWarmInvoke-2 	 100	 1 ns/op	 10.81 api-inline-MiB	 15 api-warm-first-inline-p50-ms	 16.5 api-warm-first-noinline-p50-ms	 1.1 api-warm-first-noinline/inline	 4 api-warm-replay-inline-p50-ms	 5 api-warm-replay-noinline-p50-ms	 1.25 api-warm-replay-noinline/inline
@@ -26,7 +28,7 @@ func TestReportHoldsFiguresAgainstTargets(t *testing.T) {
 	dir := t.TempDir()
 	plots := filepath.Join(dir, "plots")
 	var out strings.Builder
-	if err := run(strings.NewReader(sample), &out, "make bench", plots); err != nil {
+	if err := run(strings.NewReader(sample), &out, "make bench", plots, nil); err != nil {
 		t.Fatal(err)
 	}
 	md := out.String()
@@ -124,7 +126,7 @@ func TestTicks125(t *testing.T) {
 func TestReportWithoutWarmInvokeOrPSP300(t *testing.T) {
 	in := "goos: linux\ngoarch: arm64\nBenchmarkFirstCall-2 \t 300\t 1 ns/op\t 2.0 ratio-p50\t 10 api-p50-ms\n"
 	var out strings.Builder
-	if err := run(strings.NewReader(in), &out, "make bench", ""); err != nil {
+	if err := run(strings.NewReader(in), &out, "make bench", "", nil); err != nil {
 		t.Fatal(err)
 	}
 	md := out.String()
@@ -140,6 +142,25 @@ func TestReportWithoutWarmInvokeOrPSP300(t *testing.T) {
 		if !strings.Contains(md, want) {
 			t.Errorf("report lacks %q", want)
 		}
+	}
+}
+
+// A run that lost a benchmark (its service was down, so it skipped or
+// failed) is refused instead of reported without its rows, and the cost
+// model is not filled in with guesses for what was not measured.
+func TestReportRefusesARunMissingABenchmark(t *testing.T) {
+	lost := regexp.MustCompile(`(?m)^BenchmarkWorkerTransaction.*\n`).ReplaceAllString(sample, "")
+	var out strings.Builder
+	err := run(strings.NewReader(lost), &out, "make bench", "", benchmarks)
+	if err == nil || !strings.Contains(err.Error(), "WorkerTransaction") {
+		t.Fatalf("run without WorkerTransaction: err = %v, want it named", err)
+	}
+	out.Reset()
+	if err := run(strings.NewReader(lost), &out, "make bench", "", nil); err != nil {
+		t.Fatal(err)
+	}
+	if md := out.String(); !strings.Contains(md, "Not computed: this run did not measure WorkerTransaction") {
+		t.Errorf("cost model without WorkerTransaction does not say so")
 	}
 }
 

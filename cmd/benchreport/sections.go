@@ -576,13 +576,16 @@ func writeCost(out io.Writer, f figures) {
 	}
 	commits, _ := f.get("RequestCounts", "happy-writes")
 	commits -= ddbW // the durable writes that are not DynamoDB's are the ledger's commits
+	// No measurement, no cost line: the model never fills a gap with a guess.
 	apiMS, ok := f.get("FirstCall", "api-p50-ms")
 	if !ok {
-		apiMS = 10
+		fmt.Fprintln(out, "## Cost model\n\nNot computed: this run did not measure FirstCall's api-p50-ms.")
+		return
 	}
 	workerMS, ok := f.get("WorkerTransaction", "first-ms/op")
 	if !ok {
-		workerMS = 5
+		fmt.Fprintln(out, "## Cost model\n\nNot computed: this run did not measure WorkerTransaction's first-ms/op.")
+		return
 	}
 	gbs := func(mb, ms float64) float64 { return mb / 1024 * ms / 1000 }
 	aurora := func(n float64) float64 {

@@ -37,7 +37,9 @@ func callerOfClaims(claims map[string]string) string { return claims["sub"] }
 
 // HandleAPIGatewayV2 serves an HTTP API (payload format 2.0) event. The
 // caller is the JWT authorizer's verified sub; the arrival stamp is the
-// gateway's requestContext.timeEpoch.
+// gateway's requestContext.timeEpoch. The gateway has already decoded
+// rawPath once (and matched the route on the decoded path), so it is used
+// as it comes: decoding it again would read a client's %2541 as "A".
 func (h *Handler) HandleAPIGatewayV2(ctx context.Context, e events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
 	body, err := eventBody(e.Body, e.IsBase64Encoded)
 	if err != nil {
@@ -65,7 +67,10 @@ func (h *Handler) HandleAPIGatewayV2(ctx context.Context, e events.APIGatewayV2H
 // the load balancer's own field of X-Amzn-Trace-Id; the caller is the
 // identity the load balancer's authenticate action verified
 // (x-amzn-oidc-identity), which it overwrites whatever a client sent. A
-// listener without an authenticate action must not route here.
+// listener without an authenticate action must not route here. The load
+// balancer passes the path still percent-encoded; it is decoded once here
+// (httpevent.ALBPath), so the Location of a 202 names the same key behind
+// this door as behind the HTTP API, however the client spells it.
 func (h *Handler) HandleALB(ctx context.Context, e events.ALBTargetGroupRequest) (events.ALBTargetGroupResponse, error) {
 	body, err := eventBody(e.Body, e.IsBase64Encoded)
 	if err != nil {
@@ -84,8 +89,12 @@ func (h *Handler) HandleALB(ctx context.Context, e events.ALBTargetGroupRequest)
 	if err != nil {
 		return toALB(problemResponse(problem.BadRequest("X-Amzn-Trace-Id", "missing or malformed arrival stamp"))), nil
 	}
+	path, err := httpevent.ALBPath(e.Path)
+	if err != nil {
+		return toALB(problemResponse(problem.BadRequest("path", "malformed percent-encoding in the path"))), nil
+	}
 	resp := h.Serve(ctx, Request{
-		Method: e.HTTPMethod, Path: e.Path, Headers: hdr, Body: body, Caller: hdr.Get("X-Amzn-Oidc-Identity"), Arrival: at,
+		Method: e.HTTPMethod, Path: path, Headers: hdr, Body: body, Caller: hdr.Get("X-Amzn-Oidc-Identity"), Arrival: at,
 	})
 	return toALB(resp), nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"net/url"
 	"strconv"
 	"time"
 
@@ -154,7 +153,7 @@ func renderRefund(row ledger.Refund, paymentKey string, now time.Time) Response 
 		return problemResponse(refundFailed(row))
 	}
 	h := http.Header{}
-	h.Set("Location", "/payments/"+url.PathEscape(paymentKey)+"/refund")
+	h.Set("Location", keyPath(paymentKey, actionRefund))
 	retry := time.Second
 	if d := row.NextAttemptAt.Sub(now); d > retry {
 		retry = d

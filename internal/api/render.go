@@ -4,7 +4,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"net/url"
 	"strconv"
 
 	"github.com/oncepay/oncepay/internal/idem"
@@ -70,7 +69,7 @@ func processingBody(paymentID string) []byte {
 func processingHeaders(key string) http.Header {
 	h := http.Header{}
 	h.Set("Content-Type", "application/json")
-	h.Set("Location", "/payments/"+url.PathEscape(key)+"/resolve")
+	h.Set("Location", keyPath(key, actionResolve))
 	h.Set("Retry-After", "1")
 	return h
 }

@@ -27,18 +27,50 @@ type voider interface {
 	Void(ctx context.Context, scope, paymentID string, now, expires time.Time) error
 }
 
-// subresource routes POST /payments/{key}/resolve and
-// POST /payments/{key}/refund. The key is the rest of the path between
-// "/payments/" and the last "/": the path is taken as decoded (what the HTTP
-// API and the local front door deliver), so a key may even contain "/".
-func (h *Handler) subresource(ctx context.Context, r Request) Response {
-	rest := strings.TrimPrefix(r.Path, "/payments/")
+// The subresources of a payment, POST /payments/{key}/{action}.
+const (
+	actionResolve = "resolve"
+	actionRefund  = "refund"
+)
+
+// keyPath is the path of a subresource of the payment under key: the key
+// verbatim, since every byte of payment.KeyAlphabet is unreserved (RFC 3986
+// §2.3) and needs no escaping. So the Location a client follows holds the
+// very string it sent in Idempotency-Key, and reads back as that key
+// through every front door.
+func keyPath(key, action string) string { return "/payments/" + key + "/" + action }
+
+// splitKeyPath reads /payments/{key}/{action} from a decoded path (the HTTP
+// API and the local front door deliver it decoded; HandleALB decodes the
+// load balancer's). The key is everything between "/payments/" and the
+// last "/": a key holding "/" (from a %2F) is then simply an invalid key,
+// which the caller answers with 400, never a shorter key's scope.
+func splitKeyPath(path string) (key, action string, ok bool) {
+	rest, ok := strings.CutPrefix(path, "/payments/")
+	if !ok {
+		return "", "", false
+	}
 	i := strings.LastIndexByte(rest, '/')
 	if i <= 0 {
-		return problemResponse(problem.NotFound())
+		// No key at all (/payments//resolve): no route, as behind the
+		// HTTP API, whose {key} never matches an empty segment.
+		return "", "", false
 	}
-	key, action := rest[:i], rest[i+1:]
-	if action != "resolve" && action != "refund" {
+	key, action = rest[:i], rest[i+1:]
+	if action != actionResolve && action != actionRefund {
+		return "", "", false
+	}
+	return key, action, true
+}
+
+// subresource routes POST /payments/{key}/resolve and
+// POST /payments/{key}/refund. A key the header could not carry (one
+// outside payment.KeyAlphabet) is a 400 that
+// touches nothing: resolving it would void a scope no payment can ever
+// have, and the app would take that as "make a new key and pay again".
+func (h *Handler) subresource(ctx context.Context, r Request) Response {
+	key, action, ok := splitKeyPath(r.Path)
+	if !ok {
 		return problemResponse(problem.NotFound())
 	}
 	if r.Method != http.MethodPost {
@@ -48,9 +80,14 @@ func (h *Handler) subresource(ctx context.Context, r Request) Response {
 	}
 	if err := payment.ValidateKey(key); err != nil {
 		// The path's key is the payment's Idempotency-Key: same rules.
-		return problemResponse(problem.BadRequest("key", "the key in the path is not a valid Idempotency-Key"))
+		detail := "the key in the path is not a valid Idempotency-Key"
+		var fe *payment.FieldError
+		if errors.As(err, &fe) {
+			detail += ": " + fe.Reason // a fixed text, never the key itself
+		}
+		return problemResponse(problem.BadRequest("key", detail))
 	}
-	if action == "refund" {
+	if action == actionRefund {
 		return h.refund(ctx, r, key)
 	}
 	return h.resolve(ctx, r, key)

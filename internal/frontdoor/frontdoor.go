@@ -131,8 +131,15 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.WriteString(w, resp.Body)
 }
 
-// Event builds the payload-2.0 event API Gateway would send for r.
+// Event builds the payload-2.0 event API Gateway would send for r. Its
+// path is the gateway's: decoded once (r.URL.Path) and cut at a decoded
+// "?", as the HTTP API does, so a key's path form reads here exactly as it
+// reads behind the deployed gateway.
 func Event(r *http.Request, body []byte, caller string, arrived time.Time) events.APIGatewayV2HTTPRequest {
+	path := r.URL.Path
+	if i := strings.IndexByte(path, '?'); i >= 0 {
+		path = path[:i]
+	}
 	headers := map[string]string{}
 	for k, vs := range r.Header {
 		if strings.EqualFold(k, "Authorization") {
@@ -144,8 +151,8 @@ func Event(r *http.Request, body []byte, caller string, arrived time.Time) event
 	_, _ = rand.Read(reqID)
 	return events.APIGatewayV2HTTPRequest{
 		Version:        "2.0",
-		RouteKey:       r.Method + " " + r.URL.Path,
-		RawPath:        r.URL.Path,
+		RouteKey:       r.Method + " " + path,
+		RawPath:        path,
 		RawQueryString: r.URL.RawQuery,
 		Headers:        headers,
 		Body:           string(body),
@@ -154,7 +161,7 @@ func Event(r *http.Request, body []byte, caller string, arrived time.Time) event
 			Stage:     "$default",
 			TimeEpoch: arrived.UnixMilli(),
 			HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{
-				Method: r.Method, Path: r.URL.Path, Protocol: r.Proto, SourceIP: r.RemoteAddr, UserAgent: r.UserAgent(),
+				Method: r.Method, Path: path, Protocol: r.Proto, SourceIP: r.RemoteAddr, UserAgent: r.UserAgent(),
 			},
 			Authorizer: &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
 				JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{

@@ -83,3 +83,31 @@ func TestTheDoorStampsAuthenticatesAndBuildsTheGatewayEvent(t *testing.T) {
 		t.Fatalf("the handler ran %d times; unauthenticated requests must not reach it", calls)
 	}
 }
+
+// The door hands the handler the path as the HTTP API does: decoded once
+// (a client's %7E is "~", its %2541 stays "%41"), cut at a decoded "?".
+func TestTheDoorDecodesThePathOnceAsTheGatewayDoes(t *testing.T) {
+	var got events.APIGatewayV2HTTPRequest
+	s := &Server{Secret: secret, Invoke: func(_ context.Context, e events.APIGatewayV2HTTPRequest) (events.APIGatewayV2HTTPResponse, error) {
+		got = e
+		return events.APIGatewayV2HTTPResponse{StatusCode: 200}, nil
+	}}
+	tok, _ := Mint(secret, "u1", time.Hour, time.Now())
+	for sent, want := range map[string]string{
+		"/payments/K~1/resolve":        "/payments/K~1/resolve",
+		"/payments/K%7E1/resolve":      "/payments/K~1/resolve",
+		"/payments/%4B%31/refund":      "/payments/K1/refund",
+		"/payments/K%2541/resolve":     "/payments/K%41/resolve",
+		"/payments/a%2Fb/resolve":      "/payments/a/b/resolve",
+		"/payments/a%3Fb/resolve":      "/payments/a",
+		"/payments/K1/resolve?x=%3F":   "/payments/K1/resolve",
+		"/payments/K1/resolve%3Fx=%3F": "/payments/K1/resolve",
+	} {
+		req := httptest.NewRequest(http.MethodPost, sent, nil)
+		req.Header.Set("Authorization", "Bearer "+tok)
+		s.ServeHTTP(httptest.NewRecorder(), req)
+		if got.RawPath != want || got.RequestContext.HTTP.Path != want {
+			t.Errorf("%s: rawPath %q, http.path %q; want %q", sent, got.RawPath, got.RequestContext.HTTP.Path, want)
+		}
+	}
+}

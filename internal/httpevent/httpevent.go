@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -42,6 +43,21 @@ func (h Handlers) Dispatch(ctx context.Context, raw json.RawMessage) (any, error
 		return nil, fmt.Errorf("httpevent: decode HTTP API event: %w", err)
 	}
 	return h.HTTPAPI(ctx, e)
+}
+
+// ALBPath is the path of an ALB event as the HTTP API would deliver it. The
+// load balancer passes the path exactly as the client sent it, still
+// percent-encoded, while the HTTP API (and the local front door) decode it
+// once before the function sees it; decoding it here, exactly once, makes
+// /payments/K%7E1/resolve and /payments/K~1/resolve one path behind either
+// door (RFC 3986 §6.2.2.2: they are the same URI). A malformed escape is an
+// error, which the caller answers with 400.
+func ALBPath(raw string) (string, error) {
+	p, err := url.PathUnescape(raw)
+	if err != nil {
+		return "", fmt.Errorf("httpevent: ALB path: %w", err)
+	}
+	return p, nil
 }
 
 // Flat joins multi-valued headers the way both shapes carry them.

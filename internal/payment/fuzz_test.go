@@ -3,7 +3,10 @@ package payment
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"net/url"
 	"regexp"
+	"strings"
 	"testing"
 )
 
@@ -64,19 +67,28 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// keyOracle is the key rule written a second way: printable ASCII, 1..255,
-// first and last character not a space.
-var keyOracle = regexp.MustCompile(`^[\x21-\x7e](?:[\x20-\x7e]{0,253}[\x21-\x7e])?$`)
+// keyOracle is the key rule written a second way: 1..255 of RFC 3986's
+// unreserved characters, and not a dot segment ("." or "..").
+var keyOracle = regexp.MustCompile(`^[A-Za-z0-9._~-]{1,255}$`)
 
-// FuzzValidateKey: ValidateKey never panics, agrees with keyOracle, and
-// every rejection names the Idempotency-Key field.
+func keyOracleValid(key string) bool {
+	return keyOracle.MatchString(key) && key != "." && key != ".."
+}
+
+// FuzzValidateKey: ValidateKey never panics, agrees with keyOracle, every
+// rejection names the Idempotency-Key field, and every accepted key is its
+// own path segment: escaping it for a path changes nothing, decoding it
+// changes nothing, and percent-encoded spellings of it (all bytes, every
+// other byte, a pattern drawn from its length) decode back to it. internal/api's FuzzKeyPath carries the property
+// through Location and both front doors.
 func FuzzValidateKey(f *testing.F) {
-	for _, s := range []string{"K1", "0192f0c4-5b7e-7c1a-9d3e-2f4b8a6c1e07", "", " ", "a b", " a", "a ", "\x7f", "é", "a\x00b"} {
+	for _, s := range []string{"K1", "0192f0c4-5b7e-7c1a-9d3e-2f4b8a6c1e07", "", " ", "a b", " a", "a ", "\x7f", "é", "a\x00b",
+		".", "..", "...", "a/b", "a?b", "a%41", `"K1"`, KeyAlphabet} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, key string) {
 		err := ValidateKey(key)
-		if want := keyOracle.MatchString(key); (err == nil) != want {
+		if want := keyOracleValid(key); (err == nil) != want {
 			t.Fatalf("ValidateKey(%q) = %v, oracle says valid=%v", key, err, want)
 		}
 		if err != nil {
@@ -84,6 +96,34 @@ func FuzzValidateKey(f *testing.F) {
 			if !errors.As(err, &fe) || fe.Field != FieldKey {
 				t.Fatalf("ValidateKey(%q) = %v, want a FieldError on %s", key, err, FieldKey)
 			}
+			return
+		}
+		if e := url.PathEscape(key); e != key {
+			t.Fatalf("accepted key %q escapes to %q in a path", key, e)
+		}
+		if d, err := url.PathUnescape(key); err != nil || d != key {
+			t.Fatalf("accepted key %q decodes to %q, %v", key, d, err)
+		}
+		for _, mask := range []uint64{^uint64(0), 0x5555555555555555, uint64(len(key)) * 0x9e3779b97f4a7c15} {
+			spelled := percentSpelling(key, mask)
+			if d, err := url.PathUnescape(spelled); err != nil || d != key {
+				t.Fatalf("accepted key %q spelled %q decodes to %q, %v", key, spelled, d, err)
+			}
 		}
 	})
+}
+
+// percentSpelling percent-encodes the bytes of s whose index bit is set in
+// mask (cycling over 64 bits): one of the spellings a client may send for
+// the same path segment.
+func percentSpelling(s string, mask uint64) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if mask&(1<<(uint(i)%64)) != 0 {
+			fmt.Fprintf(&b, "%%%02X", s[i])
+		} else {
+			b.WriteByte(s[i])
+		}
+	}
+	return b.String()
 }

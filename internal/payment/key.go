@@ -1,21 +1,58 @@
 package payment
 
+import "fmt"
+
 // FieldKey is the Field of a FieldError about the Idempotency-Key header.
 const FieldKey = "Idempotency-Key"
 
 // MaxKeyLen is the longest Idempotency-Key accepted (DESIGN §2).
 const MaxKeyLen = 255
 
-// ValidateKey checks an Idempotency-Key header value: 1..MaxKeyLen printable
-// ASCII characters (0x20-0x7E, as DESIGN §2 says "printable ASCII"), without
-// a leading or trailing space. HTTP strips whitespace around a field value
-// (RFC 9110 §5.5), so a key that began or ended with a space could reach us
-// trimmed on one attempt and not on another: two scopes for one intent.
-// Anything else is a *FieldError with Field FieldKey. The key is opaque
-// beyond that: it is compared byte for byte, never normalised.
+// KeyAlphabet lists every byte an Idempotency-Key may hold: RFC 3986's
+// unreserved characters (§2.3). Every front door carries them unchanged in
+// a path segment (API Gateway decodes the path, the ALB does not, and
+// neither has anything to decode here), so a key's header form and its path
+// form (/payments/{key}/resolve) are the same string and name the same
+// scope. UUIDs, ULIDs, hex, base64url and Stripe-style keys fit. The double
+// quote is not in it: the IETF draft's structured-field form `"K1"` can
+// later be read as the bare key K1 without meeting a key that holds quotes.
+const KeyAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~"
+
+// reasonKeyAlphabet is the fixed rejection text: it never echoes the key.
+const reasonKeyAlphabet = "must be 1-255 of the characters A-Z a-z 0-9 - . _ ~"
+
+// ValidateKey checks an Idempotency-Key header value: 1..MaxKeyLen bytes,
+// each in KeyAlphabet, and not "." or ".." (a path segment of only dots is
+// removed by RFC 3986 §5.2.4 normalisation in clients and proxies, so
+// /payments/../resolve would not reach the key's resolve call). Anything
+// else is a *FieldError with Field FieldKey. Beyond that the key is opaque:
+// compared byte for byte, never normalised (case matters).
+//
+// A client that percent-encodes some of a key's characters in the path
+// still names the same key: every front door decodes the path exactly once
+// before it is read (HandleALB does it for the load balancer).
 func ValidateKey(key string) error {
-	if reason := checkPrintable(key, MaxKeyLen); reason != "" {
-		return fieldErr(FieldKey, reason)
+	switch {
+	case key == "":
+		return fieldErr(FieldKey, "required")
+	case len(key) > MaxKeyLen:
+		return fieldErr(FieldKey, fmt.Sprintf("longer than %d characters", MaxKeyLen))
+	case key == "." || key == "..":
+		return fieldErr(FieldKey, "must not be \".\" or \"..\" (a path cannot carry them)")
+	}
+	for i := 0; i < len(key); i++ {
+		if !inKeyAlphabet(key[i]) {
+			return fieldErr(FieldKey, reasonKeyAlphabet)
+		}
 	}
 	return nil
+}
+
+// inKeyAlphabet is KeyAlphabet as a test of one byte (a test holds them equal).
+func inKeyAlphabet(c byte) bool {
+	switch {
+	case 'A' <= c && c <= 'Z', 'a' <= c && c <= 'z', '0' <= c && c <= '9':
+		return true
+	}
+	return c == '-' || c == '.' || c == '_' || c == '~'
 }

@@ -264,36 +264,3 @@ func TestReasonsDoNotEchoInput(t *testing.T) {
 		}
 	}
 }
-
-func TestValidateKey(t *testing.T) {
-	for _, k := range []string{
-		"K1",
-		"0192f0c4-5b7e-7c1a-9d3e-2f4b8a6c1e07",
-		"a b",
-		"!",
-		`"quoted sf-string"`,
-		strings.Repeat("~", MaxKeyLen),
-	} {
-		if err := ValidateKey(k); err != nil {
-			t.Errorf("ValidateKey(%q) = %v", k, err)
-		}
-	}
-	for _, k := range []string{
-		"",
-		" ",
-		" K1",
-		"K1 ",
-		"K\t1",
-		"K\n1",
-		"K\x001",
-		"K\x7f1",
-		"Ké",
-		strings.Repeat("a", MaxKeyLen+1),
-	} {
-		err := ValidateKey(k)
-		var fe *FieldError
-		if !errors.As(err, &fe) || fe.Field != FieldKey || fe.Reason == "" {
-			t.Errorf("ValidateKey(%q) = %v, want a FieldError on %s", k, err, FieldKey)
-		}
-	}
-}

@@ -4,6 +4,7 @@ import (
 	"crypto/hmac"
 	"crypto/sha256"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"testing"
@@ -85,20 +86,110 @@ func TestParseWebhook(t *testing.T) {
 	}
 }
 
-// FuzzParseWebhook: whatever arrives at the webhook endpoint, the parser
-// returns an event or ErrInvalidWebhook, and never panics.
+// FuzzParseWebhook holds, for whatever bytes arrive at the endpoint:
+//   - an error always wraps ErrInvalidWebhook, and a bad signature is always
+//     an error;
+//   - a success agrees with an independent decode of the same bytes with
+//     encoding/json: the event's id and type, the object's metadata
+//     payment_id, and the object's id as the PaymentIntent (payment_intent
+//     objects) or the charge (charge objects);
+//   - the signature covers every byte: the same payload with one byte
+//     changed is refused under the original's signature.
 func FuzzParseWebhook(f *testing.F) {
 	now := time.Now()
-	f.Add(event("2025-08-27.basil", `{"id":"pi_1","object":"payment_intent","latest_charge":"ch_1"}`), true)
-	f.Add([]byte(`{"id":"evt_1","type":"x","data":{"object":{"latest_charge":{"id":1}}}}`), true)
-	f.Add([]byte(`{}`), false)
-	f.Fuzz(func(t *testing.T, payload []byte, signed bool) {
+	f.Add(event("2025-08-27.basil", `{"id":"pi_1","object":"payment_intent","latest_charge":"ch_1"}`), true, uint(3))
+	f.Add([]byte(`{"id":"evt_1","type":"x","data":{"object":{"latest_charge":{"id":1}}}}`), true, uint(0))
+	f.Add([]byte(`{}`), false, uint(1))
+	f.Fuzz(func(t *testing.T, payload []byte, signed bool, flip uint) {
 		header := "t=1,v1=00"
 		if signed {
 			header = sign(payload, secret, now)
 		}
-		if _, err := psp.ParseWebhook(payload, header, secret, time.Hour); err != nil && !errors.Is(err, psp.ErrInvalidWebhook) {
-			t.Fatalf("error not wrapping ErrInvalidWebhook: %v", err)
+		got, err := psp.ParseWebhook(payload, header, secret, time.Hour)
+		if err != nil {
+			if !errors.Is(err, psp.ErrInvalidWebhook) {
+				t.Fatalf("error not wrapping ErrInvalidWebhook: %v", err)
+			}
+			return
+		}
+		if !signed {
+			t.Fatalf("accepted a payload under a forged signature: %+v", got)
+		}
+		var ind struct {
+			ID   string `json:"id"`
+			Type string `json:"type"`
+			Data struct {
+				Object struct {
+					ID       string            `json:"id"`
+					Object   string            `json:"object"`
+					Metadata map[string]string `json:"metadata"`
+				} `json:"object"`
+			} `json:"data"`
+		}
+		if err := json.Unmarshal(payload, &ind); err != nil {
+			t.Fatalf("accepted %q, which encoding/json refuses: %v", payload, err)
+		}
+		o := ind.Data.Object
+		if got.ID != ind.ID || got.Type != ind.Type || got.PaymentID != o.Metadata[psp.MetaPaymentID] {
+			t.Fatalf("parsed %+v, independent decode %+v", got, ind)
+		}
+		if o.Object == "payment_intent" && got.PaymentIntentID != o.ID || o.Object == "charge" && got.ChargeID != o.ID {
+			t.Fatalf("parsed %+v for a %s object %q", got, o.Object, o.ID)
+		}
+		changed := append([]byte(nil), payload...)
+		changed[flip%uint(len(changed))] ^= 0x01
+		if _, err := psp.ParseWebhook(changed, header, secret, time.Hour); !errors.Is(err, psp.ErrInvalidWebhook) {
+			t.Fatalf("a changed byte passed the original's signature: %v", err)
+		}
+	})
+}
+
+// FuzzParseWebhookEvent holds the other direction on well-formed events:
+// any signed event with an id, a type and a data.object, built from fuzzed
+// strings by encoding/json, parses, to exactly those ids.
+func FuzzParseWebhookEvent(f *testing.F) {
+	now := time.Now()
+	f.Add("evt_1", "payment_intent.succeeded", "payment_intent", "pi_1", "pay_x")
+	f.Add("evt_2", "charge.refunded", "charge", "ch_1", "")
+	f.Add("e", "t", "refund", "re_1", "\u2028")
+	f.Fuzz(func(t *testing.T, id, typ, object, objID, paymentID string) {
+		if id == "" || typ == "" {
+			return
+		}
+		obj := map[string]any{"id": objID, "object": object}
+		if paymentID != "" {
+			obj["metadata"] = map[string]string{psp.MetaPaymentID: paymentID}
+		}
+		payload, err := json.Marshal(map[string]any{
+			"id": id, "object": "event", "type": typ, "api_version": "2025-08-27.basil",
+			"data": map[string]any{"object": obj},
+		})
+		if err != nil {
+			t.Skip("not representable in JSON")
+		}
+		got, err := psp.ParseWebhook(payload, sign(payload, secret, now), secret, time.Hour)
+		if err != nil {
+			t.Fatalf("well-formed event %s refused: %v", payload, err)
+		}
+		// encoding/json writes invalid UTF-8 as U+FFFD: compare what a
+		// reader of the payload sees.
+		var want struct {
+			ID, Type string
+			Data     struct {
+				Object struct {
+					ID       string            `json:"id"`
+					Metadata map[string]string `json:"metadata"`
+				} `json:"object"`
+			} `json:"data"`
+		}
+		if err := json.Unmarshal(payload, &want); err != nil {
+			t.Fatal(err)
+		}
+		if got.ID != want.ID || got.Type != want.Type || got.PaymentID != want.Data.Object.Metadata[psp.MetaPaymentID] {
+			t.Fatalf("parsed %+v from %s", got, payload)
+		}
+		if object == "payment_intent" && got.PaymentIntentID != want.Data.Object.ID || object == "charge" && got.ChargeID != want.Data.Object.ID {
+			t.Fatalf("parsed %+v from %s", got, payload)
 		}
 	})
 }

@@ -59,8 +59,10 @@ func expectCount(t *testing.T, w *story.World, want story.Count) story.Count {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.Charges != want.Charges || c.Credits != want.Credits || c.Balance != want.Balance || c.Shown != want.Shown {
-		t.Fatalf("count = %+v, want %d charges, %d credits, m1 = %d, %d shown", c, want.Charges, want.Credits, want.Balance, want.Shown)
+	// Alerts are the pushes that reached the phone: a double push collapses
+	// into one shown notification, so only the alert count catches it.
+	if c.Charges != want.Charges || c.Credits != want.Credits || c.Balance != want.Balance || c.Shown != want.Shown || c.Alerts != want.Alerts {
+		t.Fatalf("count = %+v, want %d charges, %d credits, m1 = %d, %d shown, %d alerts", c, want.Charges, want.Credits, want.Balance, want.Shown, want.Alerts)
 	}
 	for _, p := range w.PushLog() {
 		if p.ReplaceID == "" || p.ReplaceID != p.PaymentID {
@@ -104,18 +106,16 @@ func TestBeat3a_CrashedOwnerIsTakenOver_OneChargeOneCreditOneNotification(t *tes
 				t.Fatalf("%d charges before the takeover, want %d", n, tc.charged)
 			}
 			w.Clock.Advance(w.Timing.Deadline)
-			early := w.Pay(ctx, "u1", "K1", story.Body, w.Clock.Now())
-			if tc.name != "before the key record completes" {
-				// The record is still IN_PROGRESS: inside lease + margin, 409.
-				expectStatus(t, early, http.StatusConflict)
-			}
+			// The record is still IN_PROGRESS: inside lease + margin, 409,
+			// whatever the dead owner got done.
+			expectStatus(t, w.Pay(ctx, "u1", "K1", story.Body, w.Clock.Now()), http.StatusConflict)
 			w.Clock.Advance(w.Timing.Margin + time.Millisecond)
 			late := w.Pay(ctx, "u1", "K1", story.Body, w.Clock.Now())
 			expectStatus(t, late, http.StatusCreated)
 			if ch := w.Charges(""); len(ch) != 1 || ch[0].IdempotencyKey != ids.ChargeKey(pid7) {
 				t.Fatalf("charges %+v, want one under the derived key", ch)
 			}
-			expectCount(t, w, story.Count{Charges: 1, Credits: 1, Balance: 15000, Shown: 1})
+			expectCount(t, w, story.Count{Charges: 1, Credits: 1, Balance: 15000, Shown: 1, Alerts: 1})
 		})
 	}
 }
@@ -158,7 +158,7 @@ func TestBeat3b_PendingWaitsForTheRetryOrTheResolver(t *testing.T) {
 			if p, _ := w.Ledger.Get(ctx, pid7); p.State != ledger.Succeeded {
 				t.Fatalf("row %s", p.State)
 			}
-			expectCount(t, w, story.Count{Charges: 1, Credits: 1, Balance: 15000, Shown: 1})
+			expectCount(t, w, story.Count{Charges: 1, Credits: 1, Balance: 15000, Shown: 1, Alerts: 1})
 		})
 	}
 }
@@ -191,7 +191,7 @@ func TestBeat3c_PausedOwnerIsAZombieThatCannotComplete(t *testing.T) {
 	if z.Status != http.StatusCreated || string(z.Body) != string(taker.Body) || z.Headers.Get("Idempotent-Replayed") != "true" {
 		t.Fatalf("zombie answered %d %s, want the taker's answer replayed", z.Status, z.Body)
 	}
-	expectCount(t, w, story.Count{Charges: 1, Credits: 1, Balance: 15000, Shown: 1})
+	expectCount(t, w, story.Count{Charges: 1, Credits: 1, Balance: 15000, Shown: 1, Alerts: 1})
 }
 
 // Beat 3d: A2 reuses K1 with 3,500. 422 and nothing runs: no PSP call, no
@@ -210,7 +210,7 @@ func TestBeat3d_KeyReuseIs422AndMovesNoMoney(t *testing.T) {
 	if p, _ := w.Ledger.Get(ctx, pid7); p.Amount != 3000 {
 		t.Fatalf("row amount %d", p.Amount)
 	}
-	expectCount(t, w, story.Count{Charges: 1, Credits: 1, Balance: 15000, Shown: 1})
+	expectCount(t, w, story.Count{Charges: 1, Credits: 1, Balance: 15000, Shown: 1, Alerts: 1})
 }
 
 // noGuard is Branch X's counterfactual, here and nowhere else: the durable
@@ -239,8 +239,8 @@ func TestBranchX_WithoutTheDurableGuardTheTwoHourReturnChargesTwice(t *testing.T
 		noGuard bool
 		want    story.Count
 	}{
-		{"with the durable guard (P6)", false, story.Count{Charges: 1, Credits: 1, Balance: 15000, Shown: 1}},
-		{"without it (Branch X)", true, story.Count{Charges: 2, Credits: 2, Balance: 18000, Shown: 2}},
+		{"with the durable guard (P6)", false, story.Count{Charges: 1, Credits: 1, Balance: 15000, Shown: 1, Alerts: 1}},
+		{"without it (Branch X)", true, story.Count{Charges: 2, Credits: 2, Balance: 18000, Shown: 2, Alerts: 2}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -323,15 +323,32 @@ func TestBranchN_WithoutTheNotifRecordEveryDeliveryPushes(t *testing.T) {
 			expectStatus(t, w.Pay(ctx, "u1", "K1", story.Body, w.Clock.Now()), http.StatusCreated)
 			relayThriceWorkerDiesAfterPush(t, w, ids.EventID(pid7, "SUCCEEDED"))
 			if w.Queue.Stats().Received < 3 {
-				// AWS would drop the third send inside its 5-minute window;
-				// moto forgets the id once the message is deleted.
-				t.Skipf("the queue dropped the relay's third send (%d deliveries): nothing to compare", w.Queue.Stats().Received)
+				// The queue dropped the relay's third send: AWS (and LocalStack)
+				// keep a dedup id 5 minutes; moto forgets it once the message is
+				// deleted and delivers. A send after the window gets through on
+				// AWS too, so play that copy rather than compare nothing.
+				deliverOnceMore(t, w, ids.EventID(pid7, "SUCCEEDED"))
 			}
-			c := expectCount(t, w, story.Count{Charges: 1, Credits: 1, Balance: 15000, Shown: 1})
-			if c.Alerts != tc.alerts {
-				t.Fatalf("%d alerts, want %d", c.Alerts, tc.alerts)
-			}
+			expectCount(t, w, story.Count{Charges: 1, Credits: 1, Balance: 15000, Shown: 1, Alerts: tc.alerts})
 		})
+	}
+}
+
+// deliverOnceMore hands the worker one more copy of the event, as a queue
+// delivers a send it did not drop: read from the outbox intent the ledger
+// recorded, the same bytes every re-send carries.
+func deliverOnceMore(t *testing.T, w *story.World, eventID string) {
+	t.Helper()
+	var payload string
+	if err := w.Pool.QueryRow(ctx, `SELECT payload::text FROM outbox_intents WHERE event_id = $1`, eventID).Scan(&payload); err != nil {
+		t.Fatal(err)
+	}
+	e, err := event.Unmarshal([]byte(payload))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Worker.Process(ctx, e); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -362,7 +379,7 @@ func TestBranchR_WorkerDiesAfterCommitTheRedeliveryStillNotifies(t *testing.T) {
 		t.Fatalf("m1 = %d after the commit", b)
 	}
 	w.SetWorkerHooks(inbox.Hooks{})
-	expectCount(t, w, story.Count{Charges: 1, Credits: 1, Balance: 15000, Shown: 1})
+	expectCount(t, w, story.Count{Charges: 1, Credits: 1, Balance: 15000, Shown: 1, Alerts: 1})
 }
 
 // The late original (seed Part 4): the deadline refuses it, the void stops
@@ -374,7 +391,7 @@ func TestBranchLateOriginal_DeadlineAndVoidStopIt(t *testing.T) {
 	if err := story.LateOriginal(ctx, w); err != nil {
 		t.Fatal(err)
 	}
-	expectCount(t, w, story.Count{Charges: 1, Credits: 0, Balance: 12000, Shown: 1})
+	expectCount(t, w, story.Count{Charges: 1, Credits: 0, Balance: 12000, Shown: 1, Alerts: 1})
 }
 
 // Snapshot P6: after the seed's main line, two hours on, the key record has
@@ -390,7 +407,9 @@ func TestSnapshotP6_TheBuyerComesBackTwoHoursLater(t *testing.T) {
 	w.Clock.Advance(2 * time.Hour)
 	back := w.Pay(ctx, "u1", "K1", story.Body, w.Clock.Now())
 	expectStatus(t, back, http.StatusCreated)
-	c := expectCount(t, w, story.Count{Charges: 1, Credits: 1, Balance: 15000, Shown: 1})
+	// The main line's worker died after pushing (P4): its redelivery pushed
+	// again under the same replace id, so two alerts and one notification.
+	c := expectCount(t, w, story.Count{Charges: 1, Credits: 1, Balance: 15000, Shown: 1, Alerts: 2})
 	if c.Alerts != before {
 		t.Fatalf("the return buzzed the phone: %d -> %d alerts", before, c.Alerts)
 	}
@@ -435,7 +454,7 @@ func TestKeyReuseThatDiesAfterTheWindowDoesNotLockOutThePayment(t *testing.T) {
 		t.Fatalf("after the lease: %s replayed=%q, want the first answer replayed", back.Body, back.Headers.Get("Idempotent-Replayed"))
 	}
 	expectStatus(t, w.Pay(ctx, "u1", "K1", reuse, w.Clock.Now()), http.StatusUnprocessableEntity)
-	expectCount(t, w, story.Count{Charges: 1, Credits: 1, Balance: 15000, Shown: 1})
+	expectCount(t, w, story.Count{Charges: 1, Credits: 1, Balance: 15000, Shown: 1, Alerts: 1})
 }
 
 // Found by the chaos runner (seed 658): the owner of K1 dies inside its
@@ -474,7 +493,7 @@ func TestKeyReuseInsideADeadOwnersLease(t *testing.T) {
 			}
 			expectStatus(t, w.Pay(ctx, "u1", "K1", c.other, w.Clock.Now()), http.StatusUnprocessableEntity)
 			settle(t, w)
-			expectCount(t, w, story.Count{Charges: 1, Credits: 1, Balance: c.wantBalance, Shown: 1})
+			expectCount(t, w, story.Count{Charges: 1, Credits: 1, Balance: c.wantBalance, Shown: 1, Alerts: 1})
 		})
 	}
 }

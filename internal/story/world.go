@@ -80,6 +80,11 @@ type Options struct {
 	// WrapLedger wraps the API's ledger (tests only: the Branch X
 	// counterfactual replaces the durable guard).
 	WrapLedger func(api.Ledger) api.Ledger
+	// WrapClaims wraps the API's key store, and WrapPublisher its outbox
+	// publisher (tests only: outages and failed writes injected in front of
+	// the real stores).
+	WrapClaims    func(api.Claims) api.Claims
+	WrapPublisher func(api.Publisher) api.Publisher
 	// Logger receives the handlers' JSON logs; nil: discarded.
 	Logger *slog.Logger
 	// Serial makes the resolver and the worker do one payment or message
@@ -308,8 +313,16 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 	if o.WrapLedger != nil {
 		led = o.WrapLedger(led)
 	}
+	var claims api.Claims = w.Claims
+	if o.WrapClaims != nil {
+		claims = o.WrapClaims(claims)
+	}
+	var pub api.Publisher = w.Outbox
+	if o.WrapPublisher != nil {
+		pub = o.WrapPublisher(pub)
+	}
 	w.API = api.New(api.Deps{
-		Claims: w.Claims, Ledger: led, PSP: w.PSP, Publisher: w.Outbox, Clock: w.Clock, Timing: w.Timing,
+		Claims: claims, Ledger: led, PSP: w.PSP, Publisher: pub, Clock: w.Clock, Timing: w.Timing,
 		Log: w.log, Metrics: metrics.New(w.EMF, "api"), Hooks: w.apiHooks(),
 	})
 

@@ -20,6 +20,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/oncepay/oncepay/internal/ledger/migrations"
 	"github.com/oncepay/oncepay/internal/localenv"
 )
 
@@ -120,6 +121,12 @@ func Ledger(t testing.TB) (*pgxpool.Pool, string) {
 		t.Fatalf("create test database: %v", err)
 	}
 	testDSN := replaceDB(dsn, name)
+	// The template is migrated by `make up`; a tree with newer migration
+	// files than the running template brings its clone up to date, so a test
+	// always sees the schema of the code it tests.
+	if _, err := migrations.Apply(ctx, testDSN); err != nil {
+		t.Fatalf("migrate test database: %v", err)
+	}
 	pool, err := pgxpool.New(context.Background(), testDSN)
 	if err != nil {
 		t.Fatalf("pool: %v", err)
