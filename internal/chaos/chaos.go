@@ -598,7 +598,11 @@ func (r *Runner) withNet(s *schedule, f func() error) error {
 	r.w.Net.Disarm()
 	if fired := total(r.w.Net.Fired()) - before; fired > 0 {
 		r.coverN(LedgerReplyLost, fired)
-		r.coverN(LedgerReplyLost+"("+rule.Statement+")", fired)
+		kind := rule.Statement
+		if kind == "" {
+			kind = "any"
+		}
+		r.coverN(LedgerReplyLost+"("+kind+")", fired)
 		s.log("ledger reply lost after %q (skip %d)", rule.Statement, rule.Skip)
 		if err != nil {
 			// A function invocation that failed on a lost ledger reply (the

@@ -28,11 +28,12 @@ var played struct {
 }
 
 // TestMain prints, after the tests, how many schedules ran and how often
-// each fault kind fired (what fired, not what was armed).
+// each fault kind fired (what fired, not what was armed), as a SUMMARY line
+// make test repeats at its end (scripts/testsummary.sh).
 func TestMain(m *testing.M) {
 	code := m.Run()
 	played.Lock()
-	fmt.Printf("chaos: %d schedules run; fired: %s\n", played.sum.Runs, played.sum.FiredLine())
+	fmt.Printf("SUMMARY chaos: %d schedules run; fired: %s\n", played.sum.Runs, played.sum.FiredLine())
 	played.Unlock()
 	os.Exit(code)
 }

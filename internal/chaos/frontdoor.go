@@ -14,13 +14,12 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/oncepay/oncepay/internal/api"
+	pmt "github.com/oncepay/oncepay/internal/payment"
 )
 
-// keyAlphabet is every byte an Idempotency-Key may hold, the keys of a
-// schedule are drawn from. Until payment.KeyAlphabet is on main (another
-// change narrows the accepted set to it), this is its value: RFC 3986's
-// unreserved characters, which a path segment carries unchanged.
-const keyAlphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~"
+// keyAlphabet is every byte an Idempotency-Key may hold: the keys of a
+// schedule are drawn from all of it.
+const keyAlphabet = pmt.KeyAlphabet
 
 // newKey draws a key of 1..24 bytes from keyAlphabet that is not a dot
 // segment ("." and ".." cannot travel in a path).
