@@ -16,6 +16,7 @@ import (
 	"github.com/oncepay/oncepay/internal/eventsource"
 	"github.com/oncepay/oncepay/internal/localenv"
 	"github.com/oncepay/oncepay/internal/metrics"
+	"github.com/oncepay/oncepay/internal/outbox"
 )
 
 // TestSizings: the numbers the stack derives, read from the one place.
@@ -148,6 +149,8 @@ func TestFunctionEnvironment(t *testing.T) {
 		}
 		return out
 	}
+	// The sandbox's topic fallback, for the worker and the resolver's sweep.
+	push := map[string]string{localenv.PushTopicArn: "${" + s.logicalID(t, st.Data.Push.Topic) + "}", oncepay.EnvPushTopicFallback: "true"}
 	cases := map[string]struct {
 		fn   *oncepay.GoFunction
 		want map[string]string
@@ -155,9 +158,8 @@ func TestFunctionEnvironment(t *testing.T) {
 		"api": {st.Api.Function, join(ledger, timing, apiKey, map[string]string{localenv.IdemTable: claims, localenv.OutboxTable: outbox})},
 		"relay": {st.Relay.Function, map[string]string{
 			localenv.EventsQueueURL: "${" + s.logicalID(t, st.Data.Events.Queue) + "}"}},
-		"worker": {st.Worker.Function, join(ledger, map[string]string{
-			localenv.PushTopicArn: "${" + s.logicalID(t, st.Data.Push.Topic) + "}"})},
-		"resolver": {st.Resolver, join(ledger, timing, apiKey, map[string]string{localenv.IdemTable: claims, localenv.OutboxTable: outbox})},
+		"worker":   {st.Worker.Function, join(ledger, push)},
+		"resolver": {st.Resolver, join(ledger, timing, apiKey, push, map[string]string{localenv.IdemTable: claims, localenv.OutboxTable: outbox})},
 		"webhook": {st.Webhook, join(ledger, map[string]string{
 			localenv.OutboxTable: outbox, oncepay.EnvPSPSecretRevision: "1",
 			oncepay.EnvWebhookSecret: "{{resolve:secretsmanager:" + secret + ":SecretString:webhook_secret::}}"})},
@@ -394,6 +396,12 @@ func TestAlarms(t *testing.T) {
 		oncepay.AlarmRelayIteratorAge:   {"AWS/Lambda", "IteratorAge", "Maximum", map[string]any{"FunctionName": fnName(st.Relay.Function)}, oncepay.RelayIteratorAgeMaxMilli},
 		oncepay.AlarmUnknownOverHorizon: {metrics.Namespace, oncepay.MetricUnknownOverHorizon, "Maximum", map[string]any{"Function": oncepay.FnResolver}, 1},
 		oncepay.AlarmKeyStoreDegraded:   {metrics.Namespace, oncepay.MetricKeyStoreDegraded, "Sum", map[string]any{"Function": oncepay.FnAPI}, 1},
+		oncepay.AlarmChargedButClosed:   {metrics.Namespace, oncepay.MetricWebhookSucceededOnFailed, "Sum", map[string]any{"Function": oncepay.FnWebhook}, 1},
+		oncepay.AlarmNotifStuck:         {metrics.Namespace, oncepay.MetricNotifStuck, "Maximum", map[string]any{"Function": oncepay.FnResolver}, 1},
+		oncepay.AlarmOutboxRedriven:     {metrics.Namespace, oncepay.MetricOutboxRedriven, "Sum", map[string]any{"Function": oncepay.FnResolver}, 1},
+	}
+	if oncepay.MetricOutboxRedriven != outbox.MetricRedriven {
+		t.Errorf("the alarm watches %q, the sweep emits %q", oncepay.MetricOutboxRedriven, outbox.MetricRedriven)
 	}
 	if metrics.Namespace != "oncepay" {
 		t.Errorf("EMF namespace %q", metrics.Namespace)

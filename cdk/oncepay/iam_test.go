@@ -223,9 +223,10 @@ func TestGrants(t *testing.T) {
 			"rds-db:connect": {dbuser},
 		})},
 		{"resolver", st.Resolver, base(st.Resolver, true, merge(keyWrite, map[string][]string{
-			"dynamodb:PutItem": {outbox}, "dynamodb:UpdateItem": {claims},
+			"dynamodb:PutItem": {outbox}, "dynamodb:UpdateItem": {claims, outbox},
 			"rds-db:connect":  {dbuser},
 			"sqs:SendMessage": {asyncDlq},
+			"sns:Publish":     {topic}, // the notification sweep, with the sandbox's topic fallback
 		}))},
 		{"webhook", st.Webhook, base(st.Webhook, true, merge(keyWrite, map[string][]string{
 			"dynamodb:PutItem": {outbox},

@@ -25,6 +25,15 @@ const (
 	MetricUnknownOverHorizon = "UnknownOverHorizon"
 	// MetricKeyStoreDegraded: the api carried on without the claim table.
 	MetricKeyStoreDegraded = "KeyStoreDegraded"
+	// MetricWebhookSucceededOnFailed: the PSP reported a charge for a
+	// payment the ledger holds as FAILED or VOID (webhook.MetricSucceededOnFailed).
+	MetricWebhookSucceededOnFailed = "WebhookSucceededOnFailed"
+	// MetricNotifStuck: the resolver's count, on every run, of notifications
+	// STUCK after the give-up horizon (inbox.NotifSweeper).
+	MetricNotifStuck = "NotifStuck"
+	// MetricOutboxRedriven: the resolver's sweep re-drove events the worker
+	// had not processed a grace period after their commit (outbox.MetricRedriven).
+	MetricOutboxRedriven = "OutboxRedriven"
 )
 
 // AlarmPeriod is the evaluation period of every alarm.
@@ -41,6 +50,9 @@ const (
 	AlarmRelayIteratorAge    = "RelayIteratorAge"
 	AlarmUnknownOverHorizon  = "UnknownOverHorizon"
 	AlarmKeyStoreDegraded    = "KeyStoreDegraded"
+	AlarmChargedButClosed    = "ChargedButClosed"
+	AlarmNotifStuck          = "NotifStuck"
+	AlarmOutboxRedriven      = "OutboxRedriven"
 	RelayIteratorAgeMaxMilli = 60_000 // a minute behind the outbox is an outage of the event path
 )
 
@@ -90,13 +102,17 @@ func newMonitoring(s *Stack) *Monitoring {
 		c.alarm(id, desc, m, 1)
 	}
 	atLeastOne(AlarmEventsDlq, "Events parked in the events DLQ after 5 deliveries: a consumer-side failure (ledger, push) needs a look and a redrive.", depth(s.Data.Events.Dlq))
-	atLeastOne(AlarmRelayFailures, "The relay mapping gave up on a stream batch: events are recorded as intents in the ledger and the resolver re-puts them, but the cause needs a look.", depth(s.Relay.FailureQueue))
+	atLeastOne(AlarmRelayFailures, "The relay mapping gave up on a stream batch. Its events are not lost: their intents stay unpublished in the ledger until the worker's inbox holds them, and the resolver's sweep re-drives each one (a new stream record with the same event id; after 30 s, then 5 min, doubling, at most hourly; see OutboxRedriven). The cause needs a look.", depth(s.Relay.FailureQueue))
 	atLeastOne(AlarmAsyncFailures, "A scheduled resolver run or a migration run failed after its retries.", depth(s.AsyncFailures))
 	atLeastOne(AlarmRelayErrors, "The relay function failed invocations (partial batch failures retry; errors mean whole batches).", errs(s.Relay.Function))
 	atLeastOne(AlarmWorkerErrors, "The worker function failed invocations.", errs(s.Worker.Function))
 	atLeastOne(AlarmResolverErrors, "The resolver's sweep failed.", errs(s.Resolver))
 	atLeastOne(AlarmUnknownOverHorizon, "UNKNOWN payments older than the resolver's horizon: money in doubt that replays have not settled.", custom(MetricUnknownOverHorizon, FnResolver, "Maximum"))
+	atLeastOne(AlarmNotifStuck, "Notifications still not sent after the sweep's give-up horizon, kept as STUCK: the push path (SNS, a platform certificate, the topic's key) needs a look; then re-arm them (inbox.NotifSweeper.Rearm, README).",
+		custom(MetricNotifStuck, FnResolver, "Maximum"))
+	atLeastOne(AlarmOutboxRedriven, "The resolver's sweep re-drove events the worker had not processed 30 s after their commit: the relay, the events queue or the worker is failing or slow (events parked in the events DLQ are re-driven too, so they return once the cause is fixed). The resolver logs each re-drive with its event id.", custom(MetricOutboxRedriven, FnResolver, "Sum"))
 	atLeastOne(AlarmKeyStoreDegraded, "The api answered without the claim table (the ledger's unique key alone guarded those payments).", custom(MetricKeyStoreDegraded, FnAPI, "Sum"))
+	atLeastOne(AlarmChargedButClosed, "The PSP reported a charge (payment_intent.succeeded) for a payment the ledger holds as FAILED or VOID: money taken with no payment behind it; refund or settle it by hand.", custom(MetricWebhookSucceededOnFailed, FnWebhook, "Sum"))
 	c.alarm(AlarmRelayIteratorAge, "The relay is more than a minute behind the outbox stream.",
 		s.Relay.Function.Function.Metric(jsii.String("IteratorAge"), &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")}),
 		RelayIteratorAgeMaxMilli)
@@ -122,8 +138,9 @@ func newMonitoring(s *Stack) *Monitoring {
 	c.Dashboard.AddWidgets(
 		graph("Queue depth: events, events DLQ, relay failures, async failures",
 			depth(s.Data.Events.Queue), depth(s.Data.Events.Dlq), depth(s.Relay.FailureQueue), depth(s.AsyncFailures)),
-		graph("Money in doubt and degraded answers",
-			custom(MetricUnknownOverHorizon, FnResolver, "Maximum"), custom(MetricKeyStoreDegraded, FnAPI, "Sum")),
+		graph("Money in doubt, degraded answers, stuck notifications",
+			custom(MetricUnknownOverHorizon, FnResolver, "Maximum"), custom(MetricKeyStoreDegraded, FnAPI, "Sum"),
+			custom(MetricNotifStuck, FnResolver, "Maximum")),
 		graph("Relay iterator age (ms)",
 			s.Relay.Function.Function.Metric(jsii.String("IteratorAge"), &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")})),
 	)

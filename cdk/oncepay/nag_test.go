@@ -122,7 +122,8 @@ func TestNagSuppressions(t *testing.T) {
 				want = append(want,
 					id(st.Alb.SecurityGroup)+" AwsSolutions-EC23",
 					id(st.Alb.LoadBalancer)+" AwsSolutions-ELB2",
-					policy(st.Worker.Function)+" AwsSolutions-IAM5") // the platform endpoints
+					policy(st.Worker.Function)+" AwsSolutions-IAM5", // the platform endpoints
+					policy(st.Resolver)+" AwsSolutions-IAM5")        // the same, for its notification sweep
 			}
 			sort.Strings(want)
 			var got []string

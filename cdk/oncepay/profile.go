@@ -81,6 +81,13 @@ func (p Profile) LogRetention() awslogs.RetentionDays {
 	return awslogs.RetentionDays_ONE_WEEK
 }
 
+// PushTopicFallback: a sandbox sends the push of a caller with no enabled
+// device to the push topic, so a deploy with no mobile platform application
+// still shows every push to a subscriber; prod never does (every subscriber
+// would see every device-less caller's payments) and records such a push
+// UNDELIVERABLE instead.
+func (p Profile) PushTopicFallback() bool { return !p.IsProd() }
+
 // ProfileContextKey selects the profile: cdk synth -c oncepay:profile=prod.
 const ProfileContextKey = "oncepay:profile"
 

@@ -46,8 +46,9 @@ type OutboxRelay struct {
 	Function *GoFunction
 	Mapping  awslambda.EventSourceMapping
 	// FailureQueue receives, for a batch given up on, its shard and
-	// sequence-number range (never the records), so an operator can read
-	// them from the stream or re-put them from the ledger's intents.
+	// sequence-number range (never the records). Nothing is lost with it:
+	// the ledger's intents stay unpublished until the worker's inbox holds
+	// their events, and the resolver's sweep re-drives them meanwhile.
 	FailureQueue awssqs.Queue
 	Settings     eventsource.Stream
 }

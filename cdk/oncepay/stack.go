@@ -190,6 +190,7 @@ func (s *Stack) addFunctions(props *StackProps) {
 		Events:                  d.Events,
 		Push:                    d.Push,
 		PlatformApplicationArns: props.PlatformApplicationArns,
+		TopicFallback:           jsii.Bool(s.Profile.PushTopicFallback()),
 		Ledger:                  d.Ledger,
 		LogRetention:            retention,
 	})
@@ -212,11 +213,15 @@ func (s *Stack) addFunctions(props *StackProps) {
 		DeadLetterQueue:     s.AsyncFailures,
 		LogRetention:        retention,
 		RemovalPolicy:       removal,
-		Description:         "oncepay resolver: settles UNKNOWN and stale PENDING payments by replaying the PSP call with the same key; re-puts unpublished events",
+		Description:         "oncepay resolver: settles UNKNOWN and stale PENDING payments by replaying the PSP call with the same key; re-drives events the worker has not processed",
 	})
 	d.Ledger.Connect(s.Resolver, LedgerAppUser)
 	s.Psp.InjectAPIKey(s.Resolver)
 	s.grantOutboxPut(s.Resolver)
+	s.Worker.GrantPush(s.Resolver) // its notification sweep pushes as the worker does
+	// The outbox sweep's re-drive: an UpdateItem that rewrites an item the
+	// worker has not processed, so its stream carries a new record.
+	s.Resolver.Grant([]string{"dynamodb:UpdateItem"}, d.Outbox.Table.TableArn())
 	// Finalize: a stored pointer becomes the final answer (conditional update).
 	s.Resolver.Grant([]string{"dynamodb:UpdateItem"}, d.Claims.Table.TableArn())
 	s.Resolver.grantKey(d.Claims.Key, kmsWrite)

@@ -2,6 +2,7 @@ package oncepay
 
 import (
 	"fmt"
+	"strconv"
 	"strings"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -12,11 +13,14 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/oncepay/oncepay/internal/eventsource"
+	"github.com/oncepay/oncepay/internal/notify"
 )
 
 // InboxWorkerProps configures the worker. The zero value is a working
 // worker with its own events queue (and DLQ) and push topic; it needs a
-// ledger (Ledger, or ONCEPAY_LEDGER_DSN in Environment) to run.
+// ledger (Ledger, or ONCEPAY_LEDGER_DSN in Environment) to run, and a push
+// target (PlatformApplicationArns, or the sandbox's TopicFallback): without
+// either every notification is recorded UNDELIVERABLE.
 type InboxWorkerProps struct {
 	// Protection of what the construct creates.
 	Protection
@@ -29,6 +33,13 @@ type InboxWorkerProps struct {
 	// PlatformApplicationArns (SNS mobile push, literal ARNs): the worker may
 	// publish to the endpoints of these applications.
 	PlatformApplicationArns []string
+	// TopicFallback sends a push for a caller with no enabled device to the
+	// Push topic, where every subscriber sees it: a sandbox's way to watch
+	// pushes without a mobile platform application, a cross-caller leak in
+	// production. nil is false; the stack sets Profile.PushTopicFallback().
+	// Off, such a push is recorded UNDELIVERABLE and the function gets no
+	// publish right on the topic.
+	TopicFallback *bool
 	// Ledger, when set, places the worker in the ledger's VPC and lets it
 	// log in as LedgerUser ("" means LedgerAppUser) with an IAM token.
 	Ledger     *Ledger
@@ -54,7 +65,15 @@ type InboxWorker struct {
 	Function *GoFunction
 	Mapping  awslambda.EventSourceMapping
 	Settings eventsource.Queue
+	// TopicFallback is whether pushes with no device go to the topic.
+	TopicFallback bool
+
+	platformApps []string
 }
+
+// EnvPushTopicFallback carries InboxWorkerProps.TopicFallback to the
+// functions that push ("true" or "false"; see package pushboot).
+const EnvPushTopicFallback = notify.EnvTopicFallback
 
 // NewInboxWorker creates the worker.
 func NewInboxWorker(scope constructs.Construct, id string, props *InboxWorkerProps) *InboxWorker {
@@ -104,21 +123,9 @@ func NewInboxWorker(scope constructs.Construct, id string, props *InboxWorkerPro
 	fn := c.Function
 	fn.Grant([]string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"}, c.Events.Queue.QueueArn())
 	fn.grantKey(c.Events.Key, []string{"kms:Decrypt"})
-	fn.Grant([]string{"sns:Publish"}, c.Push.Topic.TopicArn())
-	fn.grantKey(c.Push.Key, kmsProduce)
-	env := map[string]*string{EnvPushTopicArn: c.Push.Topic.TopicArn()}
-	if len(props.PlatformApplicationArns) > 0 {
-		var endpoints []*string
-		for _, app := range props.PlatformApplicationArns {
-			endpoints = append(endpoints, jsii.String(PlatformEndpointsArn(app)))
-		}
-		fn.Grant([]string{"sns:Publish"}, endpoints...)
-		env[EnvPushPlatformApps] = jsii.String(strings.Join(props.PlatformApplicationArns, ","))
-		suppressApplies(fn.Role.Node().FindChild(jsii.String("DefaultPolicy")).Node().DefaultChild(), "AwsSolutions-IAM5",
-			"sns:Publish to the endpoints of the configured platform applications only: SNS creates an endpoint ARN per device at registration, so the application's endpoint prefix is the narrowest name known at deploy time.",
-			endpointFindings(props.PlatformApplicationArns)...)
-	}
-	fn.SetEnv(env)
+	c.TopicFallback = props.TopicFallback != nil && *props.TopicFallback
+	c.platformApps = props.PlatformApplicationArns
+	c.GrantPush(fn)
 	if props.Ledger != nil {
 		user := props.LedgerUser
 		if user == "" {
@@ -143,6 +150,33 @@ func NewInboxWorker(scope constructs.Construct, id string, props *InboxWorkerPro
 	suppress(cfn(c.Mapping), "Serverless-LambdaEventSourceMappingDestination",
 		"Lambda has no on-failure destination for SQS mappings: the queue's redrive policy moves a message that failed maxReceiveCount times to its DLQ, which an alarm watches.")
 	return c
+}
+
+// GrantPush gives fn what the worker pushes with: publish to the caller's
+// platform endpoints, to the topic only when the fallback is on, and the
+// variables that say so. The resolver gets it too: its notification sweep
+// (inbox.NotifSweeper) finishes the pushes the worker could not send.
+func (c *InboxWorker) GrantPush(fn *GoFunction) {
+	env := map[string]*string{
+		EnvPushTopicArn:      c.Push.Topic.TopicArn(),
+		EnvPushTopicFallback: jsii.String(strconv.FormatBool(c.TopicFallback)),
+	}
+	if c.TopicFallback {
+		fn.Grant([]string{"sns:Publish"}, c.Push.Topic.TopicArn())
+		fn.grantKey(c.Push.Key, kmsProduce)
+	}
+	if len(c.platformApps) > 0 {
+		var endpoints []*string
+		for _, app := range c.platformApps {
+			endpoints = append(endpoints, jsii.String(PlatformEndpointsArn(app)))
+		}
+		fn.Grant([]string{"sns:Publish"}, endpoints...)
+		env[EnvPushPlatformApps] = jsii.String(strings.Join(c.platformApps, ","))
+		suppressApplies(fn.Role.Node().FindChild(jsii.String("DefaultPolicy")).Node().DefaultChild(), "AwsSolutions-IAM5",
+			"sns:Publish to the endpoints of the configured platform applications only: SNS creates an endpoint ARN per device at registration, so the application's endpoint prefix is the narrowest name known at deploy time.",
+			endpointFindings(c.platformApps)...)
+	}
+	fn.SetEnv(env)
 }
 
 // PlatformEndpointsArn is the ARN pattern of every endpoint of an SNS

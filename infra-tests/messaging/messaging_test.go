@@ -386,12 +386,15 @@ func TestTheSweepPublishesAnIntentTheAPINeverPut(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if res, err := s.Sweep(w.ctx); err != nil || res.Created != 1 || res.Marked != 1 {
-		t.Fatalf("Sweep = %+v, %v", res, err)
+	if res, err := s.Sweep(w.ctx); err != nil || res.Created != 1 || res.Redriven != 1 || res.Marked != 0 {
+		t.Fatalf("Sweep = %+v, %v; want the item created and nothing marked before the worker has it", res, err)
 	}
 	w.relayAll()
 	w.work()
 	if w.balance("m1") != 15000 || len(w.collect()) != 1 {
 		t.Fatalf("m1 = %d; want the swept event credited and notified", w.balance("m1"))
+	}
+	if res, err := s.Sweep(w.ctx); err != nil || res.Marked != 1 {
+		t.Fatalf("Sweep after the worker had it = %+v, %v; want it marked published", res, err)
 	}
 }

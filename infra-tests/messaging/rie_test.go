@@ -10,6 +10,7 @@ import (
 	"github.com/oncepay/oncepay/internal/harness"
 	"github.com/oncepay/oncepay/internal/inbox"
 	"github.com/oncepay/oncepay/internal/localenv"
+	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/testenv"
 )
 
@@ -51,8 +52,9 @@ func TestRelayAndWorkerBootstrapsUnderTheLambdaRuntimeInterfaceEmulator(t *testi
 		t.Fatalf("queue holds %+v, want ev_7 in group m1", msgs)
 	}
 
-	pool, dsn := testenv.Ledger(t) // the worker's own database
-	workerFn := testenv.Lambda(t, "worker", append(common, localenv.LedgerDSN+"="+dsn, localenv.PushTopicArn+"="+w.topic))
+	pool, dsn := testenv.MigratedLedger(t) // the worker's own database, at this tree's schema
+	// The sandbox's topic fallback: the watched topic is where a device-less push goes.
+	workerFn := testenv.Lambda(t, "worker", append(common, localenv.LedgerDSN+"="+dsn, localenv.PushTopicArn+"="+w.topic, notify.EnvTopicFallback+"=true"))
 	sqsEv := events.SQSEvent{Records: []events.SQSMessage{{
 		MessageId: aws.ToString(msgs[0].MessageId), Body: aws.ToString(msgs[0].Body), EventSource: "aws:sqs",
 		Attributes: map[string]string{"MessageGroupId": "m1", "ApproximateReceiveCount": "1"},

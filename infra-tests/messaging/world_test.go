@@ -56,7 +56,8 @@ func (b *syncBuffer) sum(name string) float64 {
 // options shape a world.
 type options struct {
 	settings eventsource.Settings
-	relay    func(harness.StreamHandler) harness.StreamHandler // wraps the relay's handler
+	relay    func(harness.StreamHandler) harness.StreamHandler         // wraps the relay's handler
+	relaySQS func(relay.SendMessageBatchAPI) relay.SendMessageBatchAPI // wraps the relay's SQS client
 	worker   func(*inbox.Config)
 	handler  func(harness.QueueHandler) harness.QueueHandler // wraps the worker's handler
 	queue    func(*harness.QueueConfig)
@@ -98,7 +99,7 @@ func newWorld(t testing.TB, o options) *world {
 	if o.api != nil {
 		w.pool, w.table, streamArn, w.pub = o.api.Pool, o.api.OutboxTable, o.api.OutboxStream, o.api.Outbox
 	} else {
-		w.pool, _ = testenv.Ledger(t)
+		w.pool, _ = testenv.MigratedLedger(t)
 		w.table, streamArn = testenv.NewOutboxTable(t, w.db)
 		if w.pub, err = outbox.NewPublisher(w.db, outbox.Config{Table: w.table, Logger: quiet}); err != nil {
 			t.Fatal(err)
@@ -114,7 +115,11 @@ func newWorld(t testing.TB, o options) *world {
 	testenv.SubscribeQueue(t, w.sns, w.topic, w.watch.Arn, true)
 	w.pushes = harness.NewPushQueue(w.sqs, w.watch.URL)
 
-	r, err := relay.New(w.sqs, relay.Config{QueueURL: w.queue.URL, Logger: quiet, Metrics: metrics.New(w.emf, "relay")})
+	var relaySQS relay.SendMessageBatchAPI = w.sqs
+	if o.relaySQS != nil {
+		relaySQS = o.relaySQS(relaySQS)
+	}
+	r, err := relay.New(relaySQS, relay.Config{QueueURL: w.queue.URL, Logger: quiet, Metrics: metrics.New(w.emf, "relay")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,8 +6,8 @@ import (
 )
 
 // Render is the answer the API gives about p as the row stands: 201
-// SUCCEEDED, 402 FAILED, 202 PROCESSING while PENDING or UNKNOWN, 409 for a
-// voided key. A stored pointer is replayed as exactly this (plus
+// SUCCEEDED, 402 FAILED (502 when the PSP refused the request itself), 202
+// PROCESSING while PENDING or UNKNOWN, 409 for a voided key. A stored pointer is replayed as exactly this (plus
 // Idempotent-Replayed), so whoever rewrites a pointer into a final answer
 // (the resolver) must store these bytes: see FinalAnswer.
 func Render(p ledger.Payment) Response { return render(p) }

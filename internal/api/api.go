@@ -94,9 +94,7 @@ func New(d Deps) *Handler {
 	if d.Log == nil {
 		d.Log = slog.Default()
 	}
-	if d.Timing == (config.Timing{}) {
-		d.Timing = config.Default()
-	}
+	d.Timing = d.Timing.WithDefaults()
 	if d.NewOwner == nil {
 		d.NewOwner = func() string {
 			b := make([]byte, 16)

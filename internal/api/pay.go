@@ -95,13 +95,17 @@ func (a *attempt) run(ctx context.Context, now time.Time) Response {
 		return resp
 	}
 	// 3. The durable guard, before any external call.
-	row, inserted, err := h.d.Ledger.InsertPending(ctx, ledger.Payment{
+	intent := ledger.Payment{
 		ID: a.pid, CallerID: a.caller, ClientKey: a.key, Fingerprint: a.fp,
 		Amount: a.req.Amount, Currency: a.req.Currency, MerchantID: a.req.MerchantID,
 		OrderID: a.req.OrderID, PaymentMethod: a.req.PaymentMethod, DeadlineAt: a.deadline,
-	})
+	}
+	row, inserted, err := h.d.Ledger.InsertPending(ctx, intent)
+	if errors.Is(err, ledger.ErrOutcomeUnknown) {
+		return a.afterUnknownInsert(ctx, intent, err)
+	}
 	if err != nil {
-		// No PSP call without a durable intent.
+		// Definitely not written: no PSP call without a durable intent.
 		a.log.Error("ledger unavailable; nothing ran", "err", err)
 		h.d.Metrics.Count("LedgerUnavailable", 1)
 		a.release()
@@ -113,7 +117,46 @@ func (a *attempt) run(ctx context.Context, now time.Time) Response {
 	if !inserted {
 		return a.fromRow(ctx, row)
 	}
-	return a.charge(ctx, row)
+	return a.charge(ctx, row, psp.FirstCall)
+}
+
+// afterUnknownInsert handles an insert whose outcome is unknown (its reply
+// was lost: the row may exist). "Nothing ran" would be a guess that the
+// resolver could contradict with the first charge a minute later, after the
+// client made a new key. So ask the ledger again, with a fresh context: the
+// same insert-if-absent, which either writes the row now or returns the one
+// that exists. A row with this request's deadline and fingerprint is the
+// one its first try wrote: carry on from it. Any other row answers as a
+// repeat's would. If the ledger still cannot say, keep the claim: a retry
+// within the lease hears 409, and after it takes over and finds out; the
+// resolver takes the row, if it exists, only once this request's deadline
+// + margin has passed, when this request can no longer be running.
+func (a *attempt) afterUnknownInsert(ctx context.Context, intent ledger.Payment, first error) Response {
+	h := a.h
+	a.log.Warn("PENDING insert outcome unknown; asking the ledger again", "err", first)
+	h.d.Metrics.Count("LedgerInsertUnknown", 1)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.d.Timing.Margin)
+	defer cancel()
+	row, inserted, err := h.d.Ledger.InsertPending(rctx, intent)
+	if err != nil {
+		a.log.Error("PENDING insert unconfirmed; keeping the claim, answering 503 without saying nothing ran",
+			"err", err, "first_err", first)
+		h.d.Metrics.Count("LedgerInsertUnconfirmed", 1)
+		retry := a.deadline.Add(h.d.Timing.Margin).Sub(h.d.Clock.Now())
+		return problemResponse(problem.LedgerUnconfirmed(retry))
+	}
+	ours := inserted || (row.State == ledger.Pending && row.Fingerprint == a.fp && row.DeadlineAt.Equal(a.deadline.Truncate(time.Microsecond)))
+	if !ours {
+		return a.fromRow(ctx, row)
+	}
+	a.log.Info("PENDING row confirmed after an unknown insert", "inserted_now", inserted)
+	if ctx.Err() != nil || h.d.Clock.Now().After(a.deadline) {
+		// No PSP call starts past the deadline: UNKNOWN and a pointer, and
+		// the resolver makes the call with the derived key.
+		return a.unknown(rctx, row)
+	}
+	// Conservatively a replay: only the deadline tells this row for ours.
+	return a.charge(ctx, row, psp.Replay)
 }
 
 // degrade carries on with the durable guard alone: correctness never rested
@@ -227,18 +270,30 @@ func (a *attempt) fromRow(ctx context.Context, row ledger.Payment) Response {
 		// store's help): don't race it.
 		a.release()
 		return problemResponse(problem.InProgress(row.DeadlineAt.Add(h.d.Timing.Margin).Sub(now)))
+	case row.State == ledger.Pending && !h.d.Timing.PSPKeyLive(row.DeadlineAt, a.deadline):
+		// Past the PSP's key window (the resolver's, from the same config)
+		// the PSP may have forgotten the key: a replay could be a new
+		// charge. Leave it to the resolver's look-up by reference.
+		a.log.Warn("PENDING payment past the PSP's key window; not replaying its key, leaving it to the resolver's look-up",
+			"deadline_at", row.DeadlineAt, "psp_key_window", h.d.Timing.PSPKeyWindow.String())
+		h.d.Metrics.Count("TakeoverPastPSPKeyWindow", 1)
+		wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.d.Timing.Margin)
+		defer cancel()
+		return a.unknown(wctx, row)
 	case row.State == ledger.Pending:
 		// The owner died or froze after writing the intent: finish what it
 		// started. The derived key makes our PSP call a replay of its call.
 		a.log.Info("finishing a PENDING payment whose owner passed its deadline")
-		return a.charge(ctx, row)
+		return a.charge(ctx, row, psp.Replay)
 	}
 	return a.complete(ctx, row, replayed(render(row)))
 }
 
 // charge is steps 4 and 5: the PSP call with the derived key, then either one
-// settle transaction (the reply came in time) or UNKNOWN and a pointer.
-func (a *attempt) charge(ctx context.Context, row ledger.Payment) Response {
+// settle transaction (the reply came in time) or UNKNOWN and a pointer. call
+// says whether an earlier call with the key may exist (a takeover): then a
+// refusal proves less (psp.NotCharged).
+func (a *attempt) charge(ctx context.Context, row ledger.Payment, call psp.Call) Response {
 	h := a.h
 	res, err := h.d.PSP.Charge(ctx, psp.ChargeRequest{
 		IdempotencyKey: ids.ChargeKey(row.ID), PaymentID: row.ID, MerchantID: row.MerchantID,
@@ -258,9 +313,17 @@ func (a *attempt) charge(ctx context.Context, row ledger.Payment) Response {
 	case late:
 		a.log.Warn("PSP reply after the deadline; recording UNKNOWN", "outcome", res.Outcome.String())
 		return a.unknown(wctx, row)
-	case errors.Is(err, psp.ErrInvalidRequest):
-		a.log.Error("PSP refused the request as invalid; nothing was charged", "err", err)
-		outcome = ledger.Outcome{State: ledger.Failed, DeclineCode: "psp_invalid_request"}
+	case err != nil && psp.NotCharged(err, call):
+		a.log.Error("PSP refused the request; nothing was charged", "err", err, "takeover", call == psp.Replay)
+		h.d.Metrics.Count("PSPRejected", 1)
+		outcome = ledger.Outcome{State: ledger.Failed, DeclineCode: declineInvalidRequest}
+	case errors.Is(err, psp.ErrInvalidRequest) && !errors.Is(err, psp.ErrKeyReuse):
+		// A replay refused before the PSP looked at the key (a rotated or
+		// restricted key: 401/403; 404): the dead owner's call may have
+		// charged. Never read it as "not charged": the resolver settles it.
+		a.log.Error("PSP refused a takeover's replay; says nothing about the original call, left UNKNOWN", "err", err)
+		h.d.Metrics.Count("PSPRefusedReplay", 1)
+		return a.unknown(wctx, row)
 	case err != nil:
 		// ErrKeyReuse cannot happen with derived keys and identical
 		// parameters; if it does, don't guess: leave it to the resolver.
@@ -299,12 +362,11 @@ func (a *attempt) charge(ctx context.Context, row ledger.Payment) Response {
 		}
 	}()
 	defer func() { <-published }()
+	// One rendering for every answer about p: the one stored now is the one
+	// a pointer or the resolver's rewrite would give.
 	resp := render(p)
 	if !moved {
 		resp = replayed(resp)
-	}
-	if outcome.State == ledger.Failed && outcome.DeclineCode == "psp_invalid_request" && moved {
-		resp = problemResponse(problem.PSPRejected("the payment service refused the request"))
 	}
 	return a.complete(wctx, p, resp)
 }

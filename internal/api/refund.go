@@ -116,7 +116,7 @@ func (h *Handler) refund(ctx context.Context, r Request, paymentKey string) Resp
 
 	// 4. The first attempt. The resolver makes any other.
 	att := refund.Attempter{
-		Ledger: led, PSP: pspc, Metrics: h.d.Metrics, WriteTimeout: h.d.Timing.Margin,
+		Ledger: led, PSP: pspc, Publisher: h.d.Publisher, Metrics: h.d.Metrics, WriteTimeout: h.d.Timing.Margin,
 		Log: h.d.Log.With("scope", ids.Scope(r.Caller, paymentKey), "op", "refund"), // it adds payment_id
 	}
 	row, err = att.Attempt(ctx, row, now)

@@ -40,11 +40,27 @@ func jsonResponse(status int, h http.Header, v any) Response {
 	return Response{Status: status, Headers: h, Body: b}
 }
 
+// declineInvalidRequest is the decline code of a payment FAILED because the
+// PSP refused the request itself (psp.NotCharged), not the card.
+const declineInvalidRequest = "psp_invalid_request"
+
 // render answers from the payments row as it stands: 201 SUCCEEDED, 402
-// FAILED, 202 PROCESSING while PENDING or UNKNOWN, 409 for a voided key.
+// FAILED, 502 FAILED by the PSP's refusal of the request, 202 PROCESSING
+// while PENDING or UNKNOWN, 409 for a voided key. It is the only rendering
+// of a payment, so an answer stored at settle time, a pointer rendered
+// later and the resolver's rewrite are the same bytes.
 func render(p ledger.Payment) Response {
 	switch p.State {
-	case ledger.Succeeded, ledger.Failed:
+	case ledger.Failed:
+		if p.DeclineCode == declineInvalidRequest {
+			// Not a card decline: the provider refused our request. Nothing
+			// was charged; a new key may try again once that is fixed.
+			pr := problem.PSPRejected("The payment service refused the request. Nothing was charged.")
+			pr.Extensions = map[string]any{"payment_id": p.ID, "state": string(p.State), "decline_code": p.DeclineCode}
+			return problemResponse(pr)
+		}
+		fallthrough
+	case ledger.Succeeded:
 		status := http.StatusCreated
 		if p.State == ledger.Failed {
 			status = http.StatusPaymentRequired

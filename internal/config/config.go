@@ -27,6 +27,12 @@ type Timing struct {
 	// KeyWindow is how long a key record answers repeats (an accelerator;
 	// the ledger's unique key is the durable guard).
 	KeyWindow time.Duration
+	// PSPKeyWindow is how long the PSP keeps an Idempotency-Key and its
+	// saved result (Stripe: at least 24 h). Inside it a charge is replayed
+	// with its derived key; after it a replay would be a new charge, so the
+	// payment is looked up by our reference instead. The API and the
+	// resolver both read it from here (ONCEPAY_PSP_KEY_WINDOW).
+	PSPKeyWindow time.Duration
 }
 
 // Default returns the seed's values.
@@ -37,6 +43,7 @@ func Default() Timing {
 		PreStampWait:  500 * time.Millisecond,
 		Margin:        1 * time.Second,
 		KeyWindow:     time.Hour,
+		PSPKeyWindow:  24 * time.Hour,
 	}
 }
 
@@ -59,11 +66,38 @@ func (t Timing) Validate() error {
 	if t.KeyWindow <= t.FunctionTimeout() {
 		return fmt.Errorf("config: key window %s must outlast the function timeout %s", t.KeyWindow, t.FunctionTimeout())
 	}
+	if t.PSPKeyWindow <= t.FunctionTimeout()+t.Deadline+t.Margin {
+		return fmt.Errorf("config: PSP key window %s is too short to replay a charge in", t.PSPKeyWindow)
+	}
 	return nil
 }
 
+// WithDefaults fills the durations left zero with Default's: a Timing
+// written as a literal before a field existed keeps working.
+func (t Timing) WithDefaults() Timing {
+	d := Default()
+	if t == (Timing{}) {
+		return d
+	}
+	if t.PSPKeyWindow == 0 {
+		t.PSPKeyWindow = d.PSPKeyWindow
+	}
+	return t
+}
+
+// PSPKeyLive reports whether a charge key first sent by a request whose
+// deadline was firstDeadline may still be replayed by a call that ends by
+// callDeadline. Both are stamps of the API's own clock (a payments row's
+// deadline_at is the first request's arrival + Deadline, and its PSP call
+// started after that arrival). The replay must reach the PSP before the key
+// can have expired there, with the clock margin to spare.
+func (t Timing) PSPKeyLive(firstDeadline, callDeadline time.Time) bool {
+	firstArrival := firstDeadline.Add(-t.Deadline)
+	return callDeadline.Add(t.Margin).Before(firstArrival.Add(t.PSPKeyWindow))
+}
+
 // FromEnv overlays ONCEPAY_DEADLINE, ONCEPAY_CLIENT_TIMEOUT, ONCEPAY_PRESTAMP_WAIT,
-// ONCEPAY_CLOCK_MARGIN and ONCEPAY_KEY_WINDOW (Go durations) on the defaults
+// ONCEPAY_CLOCK_MARGIN, ONCEPAY_KEY_WINDOW and ONCEPAY_PSP_KEY_WINDOW (Go durations) on the defaults
 // and validates the result.
 func FromEnv() (Timing, error) {
 	t := Default()
@@ -73,6 +107,7 @@ func FromEnv() (Timing, error) {
 		"ONCEPAY_PRESTAMP_WAIT":  &t.PreStampWait,
 		"ONCEPAY_CLOCK_MARGIN":   &t.Margin,
 		"ONCEPAY_KEY_WINDOW":     &t.KeyWindow,
+		"ONCEPAY_PSP_KEY_WINDOW": &t.PSPKeyWindow,
 	} {
 		v := os.Getenv(name)
 		if v == "" {

@@ -10,11 +10,19 @@ import (
 	"time"
 )
 
+// The kinds of event, named by the state the payment reached. The event id
+// is ids.EventID(payment_id, kind).
+const (
+	Succeeded = "SUCCEEDED" // charged: the merchant is credited, the buyer told
+	Failed    = "FAILED"    // declined: nothing credited, the buyer told
+	Refunded  = "REFUNDED"  // the charge was refunded: the merchant is debited, the buyer told
+)
+
 // Event is a payment reaching a published state.
 type Event struct {
 	EventID    string    `json:"event_id"`   // <payment_id>:<state>
 	PaymentID  string    `json:"payment_id"` //
-	State      string    `json:"state"`      // SUCCEEDED or FAILED
+	State      string    `json:"state"`      // Succeeded, Failed or Refunded
 	MerchantID string    `json:"merchant_id"`
 	CallerID   string    `json:"caller_id"` // whose devices are notified; an opaque subject, no personal data
 	Amount     int64     `json:"amount"`    // minor units

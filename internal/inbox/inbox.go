@@ -6,7 +6,8 @@
 //	INSERT INTO processed (event_id) ... ON CONFLICT DO NOTHING  -- 1 row: first time; 0: a repeat
 //	-- only if 1 row was inserted:
 //	SUCCEEDED: INSERT credits; upsert merchant_balances (balance + cents)
-//	both:      INSERT notif (event_id, channel, 'PENDING', replace_id, caller) ON CONFLICT DO NOTHING
+//	REFUNDED:  INSERT debits;  upsert merchant_balances (balance - cents)
+//	all:       INSERT notif (event_id, channel, 'PENDING', replace_id, caller, payload) ON CONFLICT DO NOTHING
 //	COMMIT
 //
 // The balance is an increment, which an at-least-once consumer must never
@@ -16,6 +17,18 @@
 // SENT ("ready means notified", seed Part 7 Branch R). A crash between the
 // push and SENT is the one case that pushes twice; the replace id makes the
 // second copy land on top of the first.
+//
+// A committed event never waits on its push (DESIGN §10). The event is done
+// once its transaction committed: a push that fails is logged and counted
+// (PushFailed), its row stays PENDING with the attempt recorded, and the
+// message is acknowledged all the same. Failing it instead would let one
+// buyer's broken push (an expired APNs certificate, a KMS error on the topic)
+// hold back every later event of the merchant's FIFO group and, after
+// maxReceiveCount deliveries, dead-letter them all. The PENDING row is its
+// own durable trigger: NotifSweeper (run by the resolver) sends it again with
+// the same replace id and backoff, and flags it STUCK, kept and alarmed,
+// after a give-up horizon. A push no channel can take (notify.ErrNoTarget)
+// is recorded UNDELIVERABLE: final, since no retry changes it.
 //
 // Batches follow FIFO semantics: messages of one message group (one
 // merchant) are handled in order, and once one fails, the later messages of
@@ -31,6 +44,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"time"
 
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/jackc/pgx/v5"
@@ -43,14 +57,17 @@ import (
 
 // The event states the worker acts on.
 const (
-	Succeeded = "SUCCEEDED"
-	Failed    = "FAILED"
+	Succeeded = event.Succeeded
+	Failed    = event.Failed
+	Refunded  = event.Refunded
 )
 
-// Notification states of a notif row.
+// Notification states of a notif row (migration 00005).
 const (
-	NotifPending = "PENDING"
-	NotifSent    = "SENT"
+	NotifPending       = "PENDING"       // owed: the worker or the sweep sends it
+	NotifSent          = "SENT"          // handed to SNS
+	NotifUndeliverable = "UNDELIVERABLE" // no channel can take it (notify.ErrNoTarget): final
+	NotifStuck         = "STUCK"         // still failing after the give-up horizon: kept, alarmed, re-armable
 )
 
 // ErrPoison marks a message no retry can process: its body is not an event,
@@ -97,8 +114,12 @@ type Config struct {
 	// Logger receives a line per event (default slog.Default()).
 	Logger *slog.Logger
 	// Metrics receives EventsCredited, EventsDuplicate, PushesSent,
-	// EventsFailed and EventsDeadLettered counts.
+	// PushFailed, PushUndeliverable, EventsFailed and EventsDeadLettered
+	// counts.
 	Metrics *metrics.Emitter
+	// RetryAfter is when the sweep may first retry a push the worker could
+	// not send (default 30 s; the sweep's backoff takes it from there).
+	RetryAfter time.Duration
 	// Hooks: crash points for tests.
 	Hooks Hooks
 	// WithoutNotifRecord is a test-only switch for the seed's Branch N:
@@ -125,8 +146,12 @@ func New(db DB, pusher Pusher, cfg Config) (*Worker, error) {
 	if cfg.GroupConcurrency == 0 {
 		cfg.GroupConcurrency = 4
 	}
-	if cfg.GroupConcurrency < 0 || cfg.MaxReceiveCount < 0 {
-		return nil, fmt.Errorf("inbox: negative GroupConcurrency %d or MaxReceiveCount %d", cfg.GroupConcurrency, cfg.MaxReceiveCount)
+	if cfg.RetryAfter == 0 {
+		cfg.RetryAfter = 30 * time.Second
+	}
+	if cfg.GroupConcurrency < 0 || cfg.MaxReceiveCount < 0 || cfg.RetryAfter < 0 {
+		return nil, fmt.Errorf("inbox: negative GroupConcurrency %d, MaxReceiveCount %d or RetryAfter %s",
+			cfg.GroupConcurrency, cfg.MaxReceiveCount, cfg.RetryAfter)
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -136,16 +161,21 @@ func New(db DB, pusher Pusher, cfg Config) (*Worker, error) {
 
 // Result says what Process did with one delivery.
 type Result struct {
-	Credited  bool // the inbox row was new: this delivery applied the event
-	Duplicate bool // the inbox row existed: nothing was applied again
-	Pushed    bool // this delivery sent the push
+	Credited      bool // the inbox row was new: this delivery applied the event
+	Duplicate     bool // the inbox row existed: nothing was applied again
+	Pushed        bool // this delivery sent the push
+	PushFailed    bool // the push failed: the row stays PENDING for the sweep
+	Undeliverable bool // no channel can take the push: the row is UNDELIVERABLE
 }
 
 // Process handles one delivery of e: the inbox transaction, then the push
-// if the notif row is still PENDING. It blocks until both are done.
+// if the notif row is still PENDING. It blocks until both are done. Once the
+// transaction committed, a failed push is not an error (see the package
+// comment); only without the notif record (a test switch) is it one, since
+// the redelivery is then the only retry.
 func (w *Worker) Process(ctx context.Context, e event.Event) (Result, error) {
 	var res Result
-	if e.State != Succeeded && e.State != Failed {
+	if e.State != Succeeded && e.State != Failed && e.State != Refunded {
 		return res, fmt.Errorf("%w: event %s has state %q", ErrPoison, e.EventID, e.State)
 	}
 	if err := hook(ctx, w.cfg.Hooks.BeforeEvent, e, "before the transaction"); err != nil {
@@ -169,7 +199,11 @@ func (w *Worker) Process(ctx context.Context, e event.Event) (Result, error) {
 		return res, nil
 	}
 	if err := w.pusher.Send(ctx, notify.FromEvent(e)); err != nil {
-		return res, fmt.Errorf("inbox: push %s: %w", e.EventID, err)
+		if w.cfg.WithoutNotifRecord {
+			return res, fmt.Errorf("inbox: push %s: %w", e.EventID, err)
+		}
+		w.pushNotSent(ctx, e, err, &res)
+		return res, nil
 	}
 	res.Pushed = true
 	if err := hook(ctx, w.cfg.Hooks.AfterPush, e, "after the push"); err != nil {
@@ -179,11 +213,44 @@ func (w *Worker) Process(ctx context.Context, e event.Event) (Result, error) {
 		return res, nil
 	}
 	if _, err := w.db.Exec(ctx, `
-		UPDATE notif SET state = 'SENT', sent_at = now()
+		UPDATE notif SET state = 'SENT', sent_at = now(), last_error = NULL
 		WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, e.EventID, w.cfg.Channel); err != nil {
-		return res, fmt.Errorf("inbox: mark %s notified: %w", e.EventID, err)
+		// The push went out; the row stays PENDING and the sweep sends it
+		// once more, landing on top of this one (same replace id).
+		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "push sent but not marked SENT; the sweep will send it again",
+			slog.String("event_id", e.EventID), slog.String("payment_id", e.PaymentID), slog.String("error", err.Error()))
 	}
 	return res, nil
+}
+
+// pushNotSent records a push that did not go out: UNDELIVERABLE when no
+// channel can take it, otherwise the attempt and when the sweep may retry.
+// A failure to record it is only logged: the row is PENDING either way, and
+// the sweep picks it up after its grace.
+func (w *Worker) pushNotSent(ctx context.Context, e event.Event, pushErr error, res *Result) {
+	attrs := []slog.Attr{slog.String("event_id", e.EventID), slog.String("payment_id", e.PaymentID), slog.String("error", pushErr.Error())}
+	var err error
+	if errors.Is(pushErr, notify.ErrNoTarget) {
+		res.Undeliverable = true
+		w.cfg.Metrics.Count("PushUndeliverable", 1)
+		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "no channel can take the push; recorded UNDELIVERABLE", attrs...)
+		_, err = w.db.Exec(ctx, `
+			UPDATE notif SET state = 'UNDELIVERABLE', attempts = attempts + 1, last_error = $3
+			WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, e.EventID, w.cfg.Channel, pushErr.Error())
+	} else {
+		res.PushFailed = true
+		w.cfg.Metrics.Count("PushFailed", 1)
+		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "push failed; the event is done and the sweep retries the push", attrs...)
+		_, err = w.db.Exec(ctx, `
+			UPDATE notif SET attempts = attempts + 1, last_error = $3,
+			                 next_attempt_at = now() + make_interval(secs => $4)
+			WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`,
+			e.EventID, w.cfg.Channel, pushErr.Error(), w.cfg.RetryAfter.Seconds())
+	}
+	if err != nil {
+		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "could not record the push attempt; the row stays PENDING for the sweep",
+			append(attrs, slog.String("record_error", err.Error()))...)
+	}
 }
 
 func hook(ctx context.Context, h func(context.Context, event.Event) error, e event.Event, where string) error {
@@ -211,20 +278,35 @@ func (w *Worker) apply(ctx context.Context, e event.Event) (inserted bool, err e
 		return false, nil // a repeat: nothing to write, the deferred rollback ends the transaction
 	}
 	b := &pgx.Batch{}
-	if e.State == Succeeded {
-		b.Queue(`INSERT INTO credits (merchant_id, cents, currency, event_id) VALUES ($1, $2, $3, $4)`,
-			e.MerchantID, e.Amount, e.Currency, e.EventID)
+	balance := func(delta int64) {
 		b.Queue(`
 			INSERT INTO merchant_balances (merchant_id, currency, balance) VALUES ($1, $2, $3)
 			ON CONFLICT (merchant_id, currency)
 			DO UPDATE SET balance = merchant_balances.balance + EXCLUDED.balance, updated_at = now()`,
-			e.MerchantID, e.Currency, e.Amount)
+			e.MerchantID, e.Currency, delta)
+	}
+	switch e.State {
+	case Succeeded:
+		b.Queue(`INSERT INTO credits (merchant_id, cents, currency, event_id) VALUES ($1, $2, $3, $4)`,
+			e.MerchantID, e.Amount, e.Currency, e.EventID)
+		balance(e.Amount)
+	case Refunded:
+		// The debit row's CHECK (cents > 0) refuses a non-positive amount
+		// before the balance could rise: poison, as for a credit.
+		b.Queue(`INSERT INTO debits (merchant_id, cents, currency, event_id) VALUES ($1, $2, $3, $4)`,
+			e.MerchantID, e.Amount, e.Currency, e.EventID)
+		balance(-e.Amount)
 	}
 	if !w.cfg.WithoutNotifRecord {
+		// The row carries the event, so the sweep can finish it alone.
+		payload, err := e.Marshal()
+		if err != nil {
+			return false, fmt.Errorf("%w: %w", ErrPoison, err)
+		}
 		b.Queue(`
-			INSERT INTO notif (event_id, channel, state, replace_id, caller_id) VALUES ($1, $2, 'PENDING', $3, $4)
+			INSERT INTO notif (event_id, channel, state, replace_id, caller_id, payload) VALUES ($1, $2, 'PENDING', $3, $4, $5)
 			ON CONFLICT (event_id, channel) DO NOTHING`,
-			e.EventID, w.cfg.Channel, notify.FromEvent(e).ReplaceID, e.CallerID)
+			e.EventID, w.cfg.Channel, notify.FromEvent(e).ReplaceID, e.CallerID, payload)
 	}
 	if b.Len() > 0 {
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
@@ -349,7 +431,8 @@ func (w *Worker) done(ctx context.Context, m events.SQSMessage, e event.Event, r
 	w.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "event processed",
 		slog.String("event_id", e.EventID), slog.String("payment_id", e.PaymentID),
 		slog.String("message_id", m.MessageId), slog.Int("receive_count", receives),
-		slog.Bool("duplicate", res.Duplicate), slog.Bool("pushed", res.Pushed))
+		slog.Bool("duplicate", res.Duplicate), slog.Bool("pushed", res.Pushed),
+		slog.Bool("push_failed", res.PushFailed), slog.Bool("undeliverable", res.Undeliverable))
 }
 
 // heldBack logs the messages reported failed only because an earlier message

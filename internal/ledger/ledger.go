@@ -91,11 +91,27 @@ func unavailable(op string, err error) error {
 	return fmt.Errorf("ledger: %s: %w: %w", op, ErrUnavailable, err)
 }
 
+// ErrOutcomeUnknown marks an InsertPending error after which it is not known
+// whether a row for (caller, key) exists: the statement may have committed
+// with its reply lost (a deadline, a reset connection), or it met a row it
+// could not read. It always comes with ErrUnavailable. Without it, an
+// InsertPending error means the statement was definitely not executed:
+// nothing was written.
+var ErrOutcomeUnknown = errors.New("ledger: outcome unknown")
+
 // InsertPending writes the PENDING row before any external call. If a row for
 // the same (caller, key) exists, it writes nothing and returns that row with
-// inserted == false: the caller answers from it.
+// inserted == false: the caller answers from it. It is safe to call again
+// with the same p after an ErrOutcomeUnknown: a row the first call wrote
+// comes back with inserted == false.
 func (s *Store) InsertPending(ctx context.Context, p Payment) (row Payment, inserted bool, err error) {
-	row, err = scan(s.pool.QueryRow(ctx, `
+	// A connection that cannot be had means nothing was sent.
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return Payment{}, false, unavailable("insert pending: acquire a connection", err)
+	}
+	defer conn.Release()
+	row, err = scan(conn.QueryRow(ctx, `
 		INSERT INTO payments (payment_id, caller_id, client_key, fingerprint, amount, currency, merchant_id,
 		                      order_id, payment_method, state, deadline_at)
 		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'PENDING', $10)
@@ -106,15 +122,41 @@ func (s *Store) InsertPending(ctx context.Context, p Payment) (row Payment, inse
 		return row, true, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
+		if mayHaveCommitted(err) {
+			return Payment{}, false, fmt.Errorf("ledger: insert pending: %w: %w: %w", ErrUnavailable, ErrOutcomeUnknown, err)
+		}
 		return Payment{}, false, unavailable("insert pending", err)
 	}
-	row, err = s.GetByKey(ctx, p.CallerID, p.ClientKey)
+	row, err = getByKey(ctx, conn, p.CallerID, p.ClientKey)
 	if errors.Is(err, ErrNotFound) {
 		// The conflict was on payment_id alone: the id is derived from the
 		// scope, so this is the same payment under an escaped caller spelling.
-		row, err = s.Get(ctx, p.ID)
+		row, err = get(ctx, conn, p.ID)
+	}
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		// A row holds the key and could not be read: its payment may be
+		// anywhere along its path.
+		return Payment{}, false, fmt.Errorf("ledger: insert pending: a row exists: %w: %w", ErrOutcomeUnknown, err)
 	}
 	return row, false, err
+}
+
+// mayHaveCommitted reports whether a failed single statement (its own
+// implicit transaction) may still have committed. Not when pgx never sent it
+// (SafeToRetry: a refused connection, a context that ended before the
+// write), nor when the server answered it with an ERROR (the statement and
+// its transaction were rolled back). Anything else — a deadline or a reset
+// while the reply was awaited, a FATAL that ended the session — leaves its
+// fate open.
+func mayHaveCommitted(err error) bool {
+	if pgconn.SafeToRetry(err) {
+		return false
+	}
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Severity == "FATAL" || pgErr.Severity == "PANIC"
+	}
+	return true
 }
 
 // InsertVoid records "not found, and it never will be" for (caller, key) if
@@ -136,7 +178,16 @@ func (s *Store) InsertVoid(ctx context.Context, paymentID, caller, key string) (
 
 // Get reads a payment by id.
 func (s *Store) Get(ctx context.Context, paymentID string) (Payment, error) {
-	p, err := scan(s.pool.QueryRow(ctx, `SELECT `+columns+` FROM payments WHERE payment_id = $1`, paymentID))
+	return get(ctx, s.pool, paymentID)
+}
+
+// GetByKey reads a payment by its caller and client key.
+func (s *Store) GetByKey(ctx context.Context, caller, key string) (Payment, error) {
+	return getByKey(ctx, s.pool, caller, key)
+}
+
+func get(ctx context.Context, q rowQuerier, paymentID string) (Payment, error) {
+	p, err := scan(q.QueryRow(ctx, `SELECT `+columns+` FROM payments WHERE payment_id = $1`, paymentID))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Payment{}, ErrNotFound
 	}
@@ -146,9 +197,8 @@ func (s *Store) Get(ctx context.Context, paymentID string) (Payment, error) {
 	return p, nil
 }
 
-// GetByKey reads a payment by its caller and client key.
-func (s *Store) GetByKey(ctx context.Context, caller, key string) (Payment, error) {
-	p, err := scan(s.pool.QueryRow(ctx, `SELECT `+columns+` FROM payments WHERE caller_id = $1 AND client_key = $2`, caller, key))
+func getByKey(ctx context.Context, q rowQuerier, caller, key string) (Payment, error) {
+	p, err := scan(q.QueryRow(ctx, `SELECT `+columns+` FROM payments WHERE caller_id = $1 AND client_key = $2`, caller, key))
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Payment{}, ErrNotFound
 	}
@@ -283,7 +333,7 @@ func (s *Store) settleOne(ctx context.Context, paymentID string, o Outcome, now 
 	return p, e, moved, err
 }
 
-// rowQuerier is a pool or a transaction.
+// rowQuerier is a pool, one of its connections, or a transaction.
 type rowQuerier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }

@@ -7,6 +7,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/oncepay/oncepay/internal/event"
+	"github.com/oncepay/oncepay/internal/ids"
 )
 
 // RefundState is a refund's state. The moves allowed are those of a payment
@@ -135,11 +138,27 @@ type RefundOutcome struct {
 	FailureReason string
 }
 
+// RefundEvent is the event a succeeded refund publishes: id
+// <payment_id>:REFUNDED (derived like every event id), the refund's amount,
+// merchant and caller, at the moment the refund became final (updated_at,
+// which only the state move sets). It is a function of the settled row, so
+// the outbox intent SettleRefund records and a later put of the same row's
+// event are the same event.
+func RefundEvent(r Refund) event.Event {
+	return event.Event{
+		EventID: ids.EventID(r.PaymentID, event.Refunded), PaymentID: r.PaymentID, State: event.Refunded,
+		MerchantID: r.MerchantID, CallerID: r.CallerID, Amount: r.Amount, Currency: r.Currency,
+		PSPCharge: r.PSPCharge, OccurredAt: r.UpdatedAt.UTC(),
+	}
+}
+
 // SettleRefund makes the refund final in ONE transaction: the
 // compare-and-set from PENDING or UNKNOWN and, for a refund that succeeded,
-// the journal entries that reverse the charge. If the row had already left
-// those states nothing is written and moved is false; the row as it stands
-// is returned either way.
+// the journal entries that reverse the charge and the outbox intent of its
+// event (RefundEvent), which the outbox path publishes like a payment's: the
+// merchant's balance is debited and the buyer told by the worker. If the row
+// had already left those states nothing is written and moved is false; the
+// row as it stands is returned either way.
 func (s *Store) SettleRefund(ctx context.Context, paymentID string, o RefundOutcome) (r Refund, moved bool, err error) {
 	if o.State != RefundSucceeded && o.State != RefundFailed {
 		return Refund{}, false, fmt.Errorf("ledger: settle refund of %s to %s: not a final PSP outcome", paymentID, o.State)
@@ -171,6 +190,16 @@ func (s *Store) SettleRefund(ctx context.Context, paymentID string, o RefundOutc
 			  ($1, 'refund', 'merchant_payable:' || $4, $2::bigint, $3)`,
 			r.PaymentID, r.Amount, r.Currency, r.MerchantID); err != nil {
 			return Refund{}, false, unavailable("refund journal", err)
+		}
+		e := RefundEvent(r)
+		payload, err := e.Marshal()
+		if err != nil {
+			return Refund{}, false, err
+		}
+		if _, err := tx.Exec(ctx, `
+			INSERT INTO outbox_intents (event_id, payment_id, merchant_id, payload) VALUES ($1, $2, $3, $4)`,
+			e.EventID, e.PaymentID, e.MerchantID, payload); err != nil {
+			return Refund{}, false, unavailable("refund outbox intent", err)
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {

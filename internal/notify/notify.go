@@ -26,7 +26,11 @@
 // worker already holds a connection to it and reads the caller's endpoints
 // with one indexed query, and a registration is a rare write. If the caller
 // has enabled endpoints, the push is published to each; if not (or if SNS
-// reports every one of them disabled or gone), to the push topic.
+// reports every one of them disabled or gone), to the push topic when the
+// sandbox's topic fallback is on (Config.TopicArn), and otherwise nowhere:
+// Send says ErrNoTarget and the worker records the notification as
+// undeliverable. The fallback is a sandbox-only choice: every subscriber of
+// the topic sees every device-less caller's payments.
 package notify
 
 import (
@@ -68,7 +72,7 @@ type Push struct {
 	ReplaceID  string // the thing announced: the payment
 	CallerID   string // whose devices; used to find them, never sent
 	MerchantID string
-	State      string // SUCCEEDED or FAILED
+	State      string // event.Succeeded, event.Failed or event.Refunded
 	Amount     int64  // minor units
 	Currency   string
 }
@@ -97,9 +101,16 @@ type Data struct {
 
 // Content returns the push's title, text and data.
 func (p Push) Content() Data {
-	title, body := "Payment confirmed", fmt.Sprintf("%s to %s", FormatAmount(p.Amount, p.Currency), p.MerchantID)
-	if p.State != "SUCCEEDED" {
-		title, body = "Payment failed", fmt.Sprintf("%s to %s was not charged", FormatAmount(p.Amount, p.Currency), p.MerchantID)
+	amount := FormatAmount(p.Amount, p.Currency)
+	var title, body string
+	switch p.State {
+	case event.Succeeded:
+		title, body = "Payment confirmed", fmt.Sprintf("%s to %s", amount, p.MerchantID)
+	case event.Refunded:
+		// Same replace id as the payment's push: this one takes its place.
+		title, body = "Payment refunded", fmt.Sprintf("%s to %s was refunded", amount, p.MerchantID)
+	default:
+		title, body = "Payment failed", fmt.Sprintf("%s to %s was not charged", amount, p.MerchantID)
 	}
 	return Data{
 		ReplaceID: p.ReplaceID, PaymentID: p.PaymentID, EventID: p.EventID, State: p.State,
@@ -205,10 +216,23 @@ type Devices interface {
 	Disable(ctx context.Context, d Device) error
 }
 
+// EnvTopicFallback names the variable that chooses the topic fallback for a
+// deployed function: "true" in a sandbox, "false" (or unset) in production.
+const EnvTopicFallback = "ONCEPAY_PUSH_TOPIC_FALLBACK"
+
+// ErrNoTarget means no channel can take the push: the caller has no enabled
+// endpoint and the Notifier has no topic fallback. No retry changes that, so
+// the caller records the notification as undeliverable rather than retrying.
+var ErrNoTarget = errors.New("notify: the caller has no enabled push endpoint and there is no topic fallback")
+
 // Config configures a Notifier. Zero fields take the defaults.
 type Config struct {
-	// TopicArn is where a push goes when the caller has no usable endpoint
-	// (required).
+	// TopicArn, when set, is where a push goes when the caller has no usable
+	// endpoint: the sandbox's fallback, which lets a deploy with no mobile
+	// platform application see every push. Every subscriber of the topic
+	// then sees every device-less caller's payments, so it is never set in
+	// production (cdk: Profile.PushTopicFallback). Empty: no fallback, and
+	// Send returns ErrNoTarget for a caller no endpoint can reach.
 	TopicArn string
 	// Logger receives a line per publish (default slog.Default()).
 	Logger *slog.Logger
@@ -223,13 +247,14 @@ type Notifier struct {
 	cfg     Config
 }
 
-// New returns a Notifier. devices may be nil: every push then goes to the topic.
+// New returns a Notifier. devices may be nil: every push then goes to the
+// topic, which must be set.
 func New(client PublishAPI, devices Devices, cfg Config) (*Notifier, error) {
 	if client == nil {
 		return nil, errors.New("notify: nil SNS client")
 	}
-	if cfg.TopicArn == "" {
-		return nil, errors.New("notify: Config.TopicArn is required")
+	if devices == nil && cfg.TopicArn == "" {
+		return nil, errors.New("notify: New needs devices or a Config.TopicArn: there is nowhere to push")
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -238,10 +263,12 @@ func New(client PublishAPI, devices Devices, cfg Config) (*Notifier, error) {
 }
 
 // Send publishes p to each of the caller's enabled endpoints, or to the
-// topic if there is none, and blocks until SNS has accepted every publish.
-// An endpoint SNS reports disabled or gone is marked disabled and skipped. It
-// returns an error if any publish failed otherwise: the caller retries the
-// whole push, and the replace id makes the copies that did go out harmless.
+// topic fallback if none took it, and blocks until SNS has accepted every
+// publish. An endpoint SNS reports disabled or gone is marked disabled and
+// skipped. With no endpoint delivered to and no fallback it returns
+// ErrNoTarget (counted as PushNoTarget). It returns another error if any
+// publish failed otherwise: the caller retries the whole push, and the
+// replace id makes the copies that did go out harmless.
 func (n *Notifier) Send(ctx context.Context, p Push) error {
 	msg, attrs, err := Message(p)
 	if err != nil {
@@ -274,6 +301,12 @@ func (n *Notifier) Send(ctx context.Context, p Push) error {
 	}
 	if delivered > 0 {
 		return nil
+	}
+	if n.cfg.TopicArn == "" {
+		n.cfg.Metrics.Count("PushNoTarget", 1)
+		n.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "push has no target: no enabled endpoint and no topic fallback",
+			slog.String("event_id", p.EventID), slog.String("payment_id", p.PaymentID), slog.Int("endpoints", len(targets)))
+		return fmt.Errorf("notify: push %s: %w", p.EventID, ErrNoTarget)
 	}
 	return n.publish(ctx, p, "", msg, attrs)
 }

@@ -3,6 +3,7 @@ package notify_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"os"
@@ -168,5 +169,80 @@ func TestRegisteredEndpointsGetThePushAndADisabledOneIsRetired(t *testing.T) {
 	}
 	if got, err := harness.NewPushQueue(sqsc, watch.URL).Collect(ctx); err != nil || len(got) != 0 {
 		t.Fatalf("topic got %d pushes (%v), want none: the caller has a device", len(got), err)
+	}
+}
+
+// Defect 12: the topic fallback shows every device-less caller's payments to
+// any subscriber of the topic. Without it (production) a caller no endpoint
+// can reach is pushed to nowhere: Send says ErrNoTarget and the topic's
+// subscriber sees nothing, whether the caller has no device or only one
+// SNS reports disabled.
+func TestWithoutTheTopicFallbackADevicelessCallerIsNeverPushedToTheTopic(t *testing.T) {
+	snsc, sqsc := testenv.SNS(t), testenv.SQS(t)
+	pool, _ := testenv.MigratedLedger(t)
+	ctx := context.Background()
+	topic := testenv.NewTopic(t, snsc)
+	watch := testenv.NewStandardQueue(t, sqsc)
+	testenv.SubscribeQueue(t, snsc, topic, watch.Arn, true)
+	app, err := snsc.CreatePlatformApplication(ctx, &sns.CreatePlatformApplicationInput{
+		Name: aws.String("t-app-" + testenv.RandomID(4)), Platform: aws.String("GCM"),
+		Attributes: map[string]string{"PlatformCredential": "test"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep, err := snsc.CreatePlatformEndpoint(ctx, &sns.CreatePlatformEndpointInput{PlatformApplicationArn: app.PlatformApplicationArn, Token: aws.String("tok-" + testenv.RandomID(4))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := snsc.SetEndpointAttributes(ctx, &sns.SetEndpointAttributesInput{EndpointArn: ep.EndpointArn, Attributes: map[string]string{"Enabled": "false"}}); err != nil {
+		t.Fatal(err)
+	}
+	store := notify.NewDeviceStore(pool)
+	if err := store.Register(ctx, notify.Device{CallerID: "u2", Platform: notify.GCM, EndpointArn: aws.ToString(ep.EndpointArn)}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := notify.New(snsc, nil, notify.Config{Logger: quiet}); err == nil {
+		t.Fatal("New accepted no devices and no topic")
+	}
+	n, err := notify.New(snsc, store, notify.Config{Logger: quiet}) // no TopicArn: no fallback
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, caller := range []string{"u1", "u2"} { // u1 has no device; u2's only one is disabled
+		p := push()
+		p.CallerID = caller
+		if err := n.Send(ctx, p); !errors.Is(err, notify.ErrNoTarget) {
+			t.Fatalf("Send for %s = %v, want ErrNoTarget", caller, err)
+		}
+	}
+	if got, err := harness.NewPushQueue(sqsc, watch.URL).Collect(ctx); err != nil || len(got) != 0 {
+		t.Fatalf("the topic's subscriber got %d pushes (%v), want none", len(got), err)
+	}
+	// The same callers with the sandbox's fallback on: the topic gets both.
+	sandbox, err := notify.New(snsc, store, notify.Config{TopicArn: topic, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, caller := range []string{"u1", "u2"} {
+		p := push()
+		p.CallerID = caller
+		if err := sandbox.Send(ctx, p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got, err := harness.NewPushQueue(sqsc, watch.URL).Collect(ctx); err != nil || len(got) != 2 {
+		t.Fatalf("with the fallback the subscriber got %d pushes (%v), want 2", len(got), err)
+	}
+}
+
+func TestARefundPushSaysRefundedAndReplacesThePayments(t *testing.T) {
+	p := notify.FromEvent(event.Event{
+		EventID: "pay_7:REFUNDED", PaymentID: "pay_7", State: event.Refunded, MerchantID: "m1",
+		CallerID: "u1", Amount: 3000, Currency: "USD",
+	})
+	d := p.Content()
+	if d.ReplaceID != "pay_7" || d.Title != "Payment refunded" || d.Body != "30.00 USD to m1 was refunded" || d.State != "REFUNDED" {
+		t.Fatalf("refund push content = %+v", d)
 	}
 }

@@ -7,23 +7,38 @@
 // derived event id. A ConditionalCheckFailed answer means the item is already
 // there, which is success.
 //
-// Why the API does not mark the intent published. The happy path of a
-// payment may make at most five durable writes: the key claim, the PENDING
-// row, the settle transaction, the outbox put and the key record's
-// completion. An UPDATE of published_at would be a sixth. So the hot path
-// leaves published_at NULL, and the resolver calls Sweeper.Sweep on its
-// schedule: every intent still unpublished after a grace period (30 s by
-// default, longer than a normal request's commit-to-put gap) is put again —
-// conditionally, so an item already there costs one failed condition and no
-// stream record — and then all of them are marked published in ONE batched
-// UPDATE. A sweep's work is bounded by a limit per call. A re-put is harmless
-// even when it does create an item (the first put was lost): it carries the
-// same derived event id, and the consumer's inbox is the guard that can't be
-// skipped. Sweeps running at once are harmless for the same reason.
+// "Published" means delivered: an intent is marked published only once the
+// consumer's inbox (processed, in the same PostgreSQL) holds its event id.
+// An item in the table proves nothing: the relay's stream mapping may have
+// given up on its record after its retries (the on-failure destination then
+// holds only shard and sequence numbers, never the event). Nothing on the
+// hot path marks anything: the happy path of a payment makes at most five
+// durable writes (the key claim, the PENDING row, the settle transaction, the
+// outbox put and the key record's completion), and an UPDATE of
+// published_at would be a sixth. The resolver calls Sweeper.Sweep on its
+// schedule instead, which
 //
-// Items carry expires_at (now + 24 h by default): DynamoDB's TTL deletes them
-// for free, long after the relay has sent them. See package relay for why the
-// relay does not delete them.
+//   - marks every unpublished intent whose event the inbox holds, in ONE
+//     batched UPDATE ... FROM processed;
+//   - re-drives every intent older than the grace period (30 s) that the
+//     inbox does not hold: an UpdateItem that rewrites the outbox item and
+//     bumps its redrive counter (creating it if the API's put was lost or
+//     TTL removed it). A changed item always puts a new stream record (MODIFY
+//     or INSERT) carrying the same event id, so the relay sends the event
+//     again. Re-drives back off per intent (5 min, doubling, at most 1 h,
+//     on the intent row); SQS FIFO drops a re-send with the same dedup id
+//     within 5 minutes of a real send anyway, and the worker's inbox drops
+//     any later copy. Events the worker dead-lettered are re-driven the same
+//     way, so once their cause is fixed they arrive without an operator's
+//     DLQ redrive.
+//
+// A sweep's work is bounded by a limit per call, and sweeps running at once
+// are harmless: same derived event id, and the consumer's inbox is the
+// guard that can't be skipped.
+//
+// Items carry expires_at (now + 24 h by default, renewed by each re-drive):
+// DynamoDB's TTL deletes them for free, long after the relay has sent them.
+// See package relay for why the relay does not delete them.
 package outbox
 
 import (
@@ -47,11 +62,17 @@ const (
 	AttrMerchantID = "merchant_id"
 	AttrPayload    = "payload"
 	AttrExpiresAt  = "expires_at"
+	// AttrRedrive counts the sweep's re-drives of the item. Bumping it is
+	// what makes a re-drive a change, and only a change puts a stream
+	// record: DynamoDB writes none for an update that changes nothing.
+	AttrRedrive = "redrive"
 )
 
-// PutItemAPI is the DynamoDB call the Publisher makes.
-type PutItemAPI interface {
+// ItemAPI is the DynamoDB calls the Publisher makes: PutItem to publish,
+// UpdateItem to re-drive.
+type ItemAPI interface {
 	PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	UpdateItem(ctx context.Context, in *dynamodb.UpdateItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.UpdateItemOutput, error)
 }
 
 // Config configures a Publisher. Zero fields take the defaults.
@@ -89,12 +110,12 @@ func (c *Config) setDefaults() error {
 
 // Publisher puts events into the outbox table. It is safe for concurrent use.
 type Publisher struct {
-	db  PutItemAPI
+	db  ItemAPI
 	cfg Config
 }
 
 // NewPublisher returns a Publisher writing to cfg.Table through db.
-func NewPublisher(db PutItemAPI, cfg Config) (*Publisher, error) {
+func NewPublisher(db ItemAPI, cfg Config) (*Publisher, error) {
 	if db == nil {
 		return nil, errors.New("outbox: nil DynamoDB client")
 	}
@@ -115,21 +136,17 @@ func (p *Publisher) Publish(ctx context.Context, e event.Event) error {
 
 // put reports whether this call created the item.
 func (p *Publisher) put(ctx context.Context, e event.Event) (created bool, err error) {
-	if e.EventID == "" || e.MerchantID == "" {
-		return false, fmt.Errorf("outbox: publish %q: event lacks event_id or merchant_id", e.EventID)
-	}
-	payload, err := e.Marshal()
+	payload, expires, err := p.encode(e)
 	if err != nil {
-		return false, fmt.Errorf("outbox: publish %s: %w", e.EventID, err)
+		return false, fmt.Errorf("outbox: publish %q: %w", e.EventID, err)
 	}
-	expires := p.cfg.Now().Add(p.cfg.TTL).Unix()
 	_, err = p.db.PutItem(ctx, &dynamodb.PutItemInput{
 		TableName: aws.String(p.cfg.Table),
 		Item: map[string]types.AttributeValue{
 			AttrEventID:    &types.AttributeValueMemberS{Value: e.EventID},
 			AttrMerchantID: &types.AttributeValueMemberS{Value: e.MerchantID},
-			AttrPayload:    &types.AttributeValueMemberS{Value: string(payload)},
-			AttrExpiresAt:  &types.AttributeValueMemberN{Value: strconv.FormatInt(expires, 10)},
+			AttrPayload:    &types.AttributeValueMemberS{Value: payload},
+			AttrExpiresAt:  &types.AttributeValueMemberN{Value: expires},
 		},
 		ConditionExpression: aws.String("attribute_not_exists(" + AttrEventID + ")"),
 	})
@@ -145,6 +162,53 @@ func (p *Publisher) put(ctx context.Context, e event.Event) (created bool, err e
 	p.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "outbox item put",
 		slog.String("event_id", e.EventID), slog.String("payment_id", e.PaymentID))
 	return true, nil
+}
+
+// encode checks e and returns its payload and the item's expires_at.
+func (p *Publisher) encode(e event.Event) (payload, expires string, err error) {
+	if e.EventID == "" || e.MerchantID == "" {
+		return "", "", errors.New("event lacks event_id or merchant_id")
+	}
+	b, err := e.Marshal()
+	if err != nil {
+		return "", "", err
+	}
+	return string(b), strconv.FormatInt(p.cfg.Now().Add(p.cfg.TTL).Unix(), 10), nil
+}
+
+// Redrive rewrites e's outbox item, creating it if it is absent, and bumps
+// its redrive counter, so the table's stream carries a new record (MODIFY,
+// or INSERT when the item was gone) with e's event id and the relay sends
+// the event again. It blocks for one DynamoDB call and reports whether the
+// item had to be created. Unlike Publish it always writes: it is for an
+// event the consumer has not had, whatever the table holds.
+func (p *Publisher) Redrive(ctx context.Context, e event.Event) (created bool, err error) {
+	payload, expires, err := p.encode(e)
+	if err != nil {
+		return false, fmt.Errorf("outbox: redrive %q: %w", e.EventID, err)
+	}
+	out, err := p.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+		TableName: aws.String(p.cfg.Table),
+		Key:       map[string]types.AttributeValue{AttrEventID: &types.AttributeValueMemberS{Value: e.EventID}},
+		// The counter makes the write a change even when every other
+		// attribute is the same; expires_at is renewed so TTL cannot
+		// remove the item while its new record is on its way.
+		UpdateExpression: aws.String("SET #m = :m, #p = :p, #e = :e ADD #r :one"),
+		ExpressionAttributeNames: map[string]string{
+			"#m": AttrMerchantID, "#p": AttrPayload, "#e": AttrExpiresAt, "#r": AttrRedrive,
+		},
+		ExpressionAttributeValues: map[string]types.AttributeValue{
+			":m":   &types.AttributeValueMemberS{Value: e.MerchantID},
+			":p":   &types.AttributeValueMemberS{Value: payload},
+			":e":   &types.AttributeValueMemberN{Value: expires},
+			":one": &types.AttributeValueMemberN{Value: "1"},
+		},
+		ReturnValues: types.ReturnValueUpdatedOld, // nothing came back: the item was created
+	})
+	if err != nil {
+		return false, fmt.Errorf("outbox: redrive %s: %w", e.EventID, err)
+	}
+	return len(out.Attributes) == 0, nil
 }
 
 // Intent is an outbox_intents row.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -132,6 +133,24 @@ func insertIntent(t *testing.T, pool *pgxpool.Pool, e event.Event, age time.Dura
 	}
 }
 
+// consume records e in the consumer's inbox, as the worker does.
+func consume(t *testing.T, pool *pgxpool.Pool, e event.Event) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), `INSERT INTO processed (event_id) VALUES ($1)`, e.EventID); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// passTime moves e's last re-drive d into the past (the database's clock
+// stamps it; the test cannot wait minutes).
+func passTime(t *testing.T, pool *pgxpool.Pool, e event.Event, d time.Duration) {
+	t.Helper()
+	if _, err := pool.Exec(context.Background(), `
+		UPDATE outbox_intents SET redriven_at = redriven_at - make_interval(secs => $2) WHERE event_id = $1`, e.EventID, d.Seconds()); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func published(t *testing.T, pool *pgxpool.Pool, eventID string) bool {
 	t.Helper()
 	var ok bool
@@ -141,51 +160,191 @@ func published(t *testing.T, pool *pgxpool.Pool, eventID string) bool {
 	return ok
 }
 
-func TestSweepRePutsOldUnpublishedIntentsAndMarksThemInOneGo(t *testing.T) {
+func redrives(t *testing.T, pool *pgxpool.Pool, eventID string) int {
+	t.Helper()
+	var n int
+	if err := pool.QueryRow(context.Background(), `SELECT redrives FROM outbox_intents WHERE event_id = $1`, eventID).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func newSweeper(t *testing.T, p *outbox.Publisher, pool *pgxpool.Pool, cfg outbox.SweepConfig) *outbox.Sweeper {
+	t.Helper()
+	cfg.Logger = quiet
+	s, err := outbox.NewSweeper(p, pool, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func sweep(t *testing.T, s *outbox.Sweeper) outbox.SweepResult {
+	t.Helper()
+	res, err := s.Sweep(context.Background())
+	if err != nil {
+		t.Fatalf("Sweep = %+v, %v", res, err)
+	}
+	return res
+}
+
+// Redrive always writes, so the stream always carries a new record with
+// the same event id: MODIFY while the item is there, INSERT once TTL (or a
+// lost put) removed it.
+func TestRedriveAlwaysPutsANewStreamRecordWithTheSameEventID(t *testing.T) {
 	db := testenv.DynamoDB(t)
 	table, stream := testenv.NewOutboxTable(t, db)
-	pool, _ := testenv.Ledger(t)
 	p, err := outbox.NewPublisher(db, outbox.Config{Table: table, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	ctx := context.Background()
-	lost, putByAPI, young := ev("pay_lost"), ev("pay_api"), ev("pay_young")
+	e := ev("pay_a")
+	if err := p.Publish(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		created, err := p.Redrive(ctx, e)
+		if err != nil || created {
+			t.Fatalf("Redrive %d = %v, %v; want the existing item rewritten", i, created, err)
+		}
+	}
+	if _, err := db.DeleteItem(ctx, &dynamodb.DeleteItemInput{TableName: &table, Key: map[string]types.AttributeValue{
+		"event_id": &types.AttributeValueMemberS{Value: e.EventID}}}); err != nil { // as TTL would
+		t.Fatal(err)
+	}
+	if created, err := p.Redrive(ctx, e); err != nil || !created {
+		t.Fatalf("Redrive after TTL = %v, %v; want the item created", created, err)
+	}
+	var kinds []string
+	for _, r := range streamRecords(t, stream) {
+		kinds = append(kinds, string(r.EventName))
+		if r.EventName == stypes.OperationTypeRemove {
+			continue
+		}
+		img := r.Dynamodb.NewImage
+		if id := img["event_id"].(*stypes.AttributeValueMemberS).Value; id != e.EventID {
+			t.Errorf("record carries event id %s", id)
+		}
+		got, err := event.Unmarshal([]byte(img["payload"].(*stypes.AttributeValueMemberS).Value))
+		if err != nil || got != e || img["merchant_id"].(*stypes.AttributeValueMemberS).Value != "m1" {
+			t.Errorf("record's new image = %v (%v), want the event and its merchant", img, err)
+		}
+	}
+	if want := []string{"INSERT", "MODIFY", "MODIFY", "REMOVE", "INSERT"}; !slices.Equal(kinds, want) {
+		t.Fatalf("stream records %v, want %v", kinds, want)
+	}
+	if r := getItem(t, db, table, e.EventID)["redrive"].(*types.AttributeValueMemberN).Value; r != "1" {
+		t.Errorf("redrive counter of the re-created item = %s, want 1", r)
+	}
+}
+
+// Issue 13, defect 2: an item in the outbox table proves nothing (the
+// relay's mapping may have given up on its record). The sweep marks only
+// what the consumer's inbox holds and re-drives every other intent past the
+// grace, whether or not its item is there. The old sweep marked every
+// intent whose item existed.
+func TestSweepMarksOnlyConsumedIntentsAndRedrivesTheRest(t *testing.T) {
+	db := testenv.DynamoDB(t)
+	table, stream := testenv.NewOutboxTable(t, db)
+	pool, _ := testenv.MigratedLedger(t)
+	p, err := outbox.NewPublisher(db, outbox.Config{Table: table, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	lost, stuck, consumed, young := ev("pay_lost"), ev("pay_stuck"), ev("pay_consumed"), ev("pay_young")
 	insertIntent(t, pool, lost, time.Minute)     // the API crashed before its put
-	insertIntent(t, pool, putByAPI, time.Minute) // the API put it (the hot path never marks)
+	insertIntent(t, pool, stuck, time.Minute)    // put, but the relay gave up on it
+	insertIntent(t, pool, consumed, time.Minute) // put, sent, processed
 	insertIntent(t, pool, young, time.Second)    // inside the grace period
-	if err := p.Publish(ctx, putByAPI); err != nil {
-		t.Fatal(err)
+	for _, e := range []event.Event{stuck, consumed, young} {
+		if err := p.Publish(ctx, e); err != nil {
+			t.Fatal(err)
+		}
 	}
-	s, err := outbox.NewSweeper(p, pool, outbox.SweepConfig{Logger: quiet})
+	consume(t, pool, consumed)
+	s := newSweeper(t, p, pool, outbox.SweepConfig{})
+	if res := sweep(t, s); res != (outbox.SweepResult{Marked: 1, Found: 2, Redriven: 2, Created: 1}) {
+		t.Fatalf("Sweep = %+v, want 1 marked (the consumed one), 2 re-driven of which 1 created (the lost one)", res)
+	}
+	if published(t, pool, stuck.EventID) || published(t, pool, lost.EventID) || published(t, pool, young.EventID) {
+		t.Error("an intent the consumer never had was marked published")
+	}
+	if !published(t, pool, consumed.EventID) || redrives(t, pool, consumed.EventID) != 0 {
+		t.Error("the consumed intent was not marked, or was re-driven")
+	}
+	if redrives(t, pool, stuck.EventID) != 1 || redrives(t, pool, lost.EventID) != 1 {
+		t.Error("the re-drives were not recorded on the intents")
+	}
+	var modifies, inserts int
+	for _, r := range streamRecords(t, stream) {
+		switch id := r.Dynamodb.NewImage["event_id"].(*stypes.AttributeValueMemberS).Value; {
+		case r.EventName == stypes.OperationTypeModify && id == stuck.EventID:
+			modifies++
+		case r.EventName == stypes.OperationTypeInsert && id == lost.EventID:
+			inserts++
+		}
+	}
+	if modifies != 1 || inserts != 1 {
+		t.Errorf("stream: %d MODIFY of the stuck item and %d INSERT of the lost one, want 1 and 1", modifies, inserts)
+	}
+	if res := sweep(t, s); res != (outbox.SweepResult{}) {
+		t.Fatalf("second Sweep = %+v; want nothing: the re-drives are throttled and the consumed one is marked", res)
+	}
+	consume(t, pool, stuck) // the re-drive got through
+	if res := sweep(t, s); res != (outbox.SweepResult{Marked: 1}) || !published(t, pool, stuck.EventID) {
+		t.Fatalf("Sweep after the consumer had it = %+v, want it marked", res)
+	}
+}
+
+// Re-drives back off per intent: RedriveAfter after the first, doubling,
+// never more than RedriveMax apart.
+func TestSweepRedrivesBackOffPerIntent(t *testing.T) {
+	db := testenv.DynamoDB(t)
+	table, _ := testenv.NewOutboxTable(t, db)
+	pool, _ := testenv.MigratedLedger(t)
+	p, err := outbox.NewPublisher(db, outbox.Config{Table: table, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
-	res, err := s.Sweep(ctx)
-	if err != nil {
+	e := ev("pay_x")
+	insertIntent(t, pool, e, time.Minute)
+	s := newSweeper(t, p, pool, outbox.SweepConfig{RedriveAfter: 5 * time.Minute, RedriveMax: time.Hour})
+	steps := []struct {
+		pass time.Duration
+		want int // re-drives in that sweep
+	}{
+		{0, 1},                // first: as soon as the grace has passed
+		{4 * time.Minute, 0},  // 4 min after it: too soon
+		{time.Minute, 1},      // 5 min: second
+		{9 * time.Minute, 0},  // 9 min: too soon for the third (10 min)
+		{time.Minute, 1},      // third
+		{19 * time.Minute, 0}, // fourth waits 20 min
+		{time.Minute, 1},
+	}
+	for i, st := range steps {
+		passTime(t, pool, e, st.pass)
+		if res := sweep(t, s); res.Redriven != st.want {
+			t.Fatalf("step %d (+%s): re-driven %d, want %d", i, st.pass, res.Redriven, st.want)
+		}
+	}
+	if _, err := pool.Exec(context.Background(), `UPDATE outbox_intents SET redrives = 30, redriven_at = now() - interval '59 minutes'`); err != nil {
 		t.Fatal(err)
 	}
-	if res != (outbox.SweepResult{Found: 2, Created: 1, Marked: 2}) {
-		t.Fatalf("Sweep = %+v, want found 2, created 1 (the lost one), marked 2", res)
+	if res := sweep(t, s); res.Redriven != 0 {
+		t.Fatal("re-driven 59 minutes after the last one: the cap is an hour")
 	}
-	if getItem(t, db, table, lost.EventID) == nil {
-		t.Error("the lost intent's item was not put")
-	}
-	if !published(t, pool, lost.EventID) || !published(t, pool, putByAPI.EventID) || published(t, pool, young.EventID) {
-		t.Error("want the two old intents marked and the young one left alone")
-	}
-	if recs := streamRecords(t, stream); len(recs) != 2 {
-		t.Errorf("stream has %d records, want 2 (the API's put and the sweep's re-put of the lost item)", len(recs))
-	}
-	if res, err := s.Sweep(ctx); err != nil || res.Found != 0 {
-		t.Fatalf("second Sweep = %+v, %v; want nothing left", res, err)
+	passTime(t, pool, e, time.Minute)
+	if res := sweep(t, s); res.Redriven != 1 {
+		t.Fatal("not re-driven an hour after the last one, however many came before")
 	}
 }
 
 func TestSweepWorkIsBoundedByItsLimit(t *testing.T) {
 	db := testenv.DynamoDB(t)
 	table, _ := testenv.NewOutboxTable(t, db)
-	pool, _ := testenv.Ledger(t)
+	pool, _ := testenv.MigratedLedger(t)
 	p, err := outbox.NewPublisher(db, outbox.Config{Table: table, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -193,45 +352,44 @@ func TestSweepWorkIsBoundedByItsLimit(t *testing.T) {
 	for i := range 5 {
 		insertIntent(t, pool, ev("pay_"+strconv.Itoa(i)), time.Duration(10-i)*time.Minute)
 	}
-	s, err := outbox.NewSweeper(p, pool, outbox.SweepConfig{Limit: 2, Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
+	s := newSweeper(t, p, pool, outbox.SweepConfig{Limit: 2})
 	counts := []int{}
 	for range 4 {
-		res, err := s.Sweep(context.Background())
-		if err != nil {
-			t.Fatal(err)
-		}
-		counts = append(counts, res.Marked)
+		counts = append(counts, sweep(t, s).Redriven)
 	}
-	if counts[0] != 2 || counts[1] != 2 || counts[2] != 1 || counts[3] != 0 {
-		t.Fatalf("marked per sweep = %v, want [2 2 1 0]", counts)
+	if !slices.Equal(counts, []int{2, 2, 1, 0}) {
+		t.Fatalf("re-driven per sweep = %v, want [2 2 1 0]", counts)
 	}
-	if !published(t, pool, ids.EventID("pay_0", "SUCCEEDED")) {
+	if redrives(t, pool, ids.EventID("pay_0", "SUCCEEDED")) != 1 {
 		t.Error("the oldest intent was not among the first swept")
+	}
+	for i := range 5 {
+		consume(t, pool, ev("pay_"+strconv.Itoa(i)))
+	}
+	s = newSweeper(t, p, pool, outbox.SweepConfig{Limit: 2, MarkLimit: 3})
+	if a, b := sweep(t, s).Marked, sweep(t, s).Marked; a != 3 || b != 2 {
+		t.Fatalf("marked %d then %d, want 3 then 2 (MarkLimit 3)", a, b)
 	}
 }
 
-func TestSweepLeavesAnIntentWhosePutFailedUnpublished(t *testing.T) {
+func TestSweepLeavesAFailedRedriveDueForTheNextSweep(t *testing.T) {
 	db := testenv.DynamoDB(t)
-	pool, _ := testenv.Ledger(t)
+	pool, _ := testenv.MigratedLedger(t)
 	p, err := outbox.NewPublisher(db, outbox.Config{Table: "t-no-such-" + testenv.RandomID(4), Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	e := ev("pay_x")
 	insertIntent(t, pool, e, time.Minute)
-	s, err := outbox.NewSweeper(p, pool, outbox.SweepConfig{Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
+	s := newSweeper(t, p, pool, outbox.SweepConfig{})
+	for range 2 {
+		res, err := s.Sweep(context.Background())
+		if err == nil || res.Found != 1 || res.Failed != 1 || res.Redriven != 0 || res.Marked != 0 {
+			t.Fatalf("Sweep = %+v, %v; want the failure reported, nothing marked and the intent due again", res, err)
+		}
 	}
-	res, err := s.Sweep(context.Background())
-	if err == nil || res.Failed != 1 || res.Marked != 0 {
-		t.Fatalf("Sweep = %+v, %v; want the failure reported and nothing marked", res, err)
-	}
-	if published(t, pool, e.EventID) {
-		t.Fatal("an intent whose put failed was marked published")
+	if published(t, pool, e.EventID) || redrives(t, pool, e.EventID) != 0 {
+		t.Fatal("an intent whose re-drive failed was marked or counted as re-driven")
 	}
 }
 

@@ -44,7 +44,8 @@ const (
 	// two-decimal currency). Far above any real card payment, far below
 	// where int64 or a PSP's own limits could overflow.
 	MaxAmount int64 = 1_000_000_000_000
-	// MaxIDLen caps merchant_id, order_id and payment_method.
+	// MaxIDLen caps merchant_id, order_id and payment_method. For
+	// merchant_id it is also SQS's limit on a message group id.
 	MaxIDLen = 128
 )
 
@@ -128,7 +129,7 @@ func Parse(body []byte) (Request, error) {
 		seen[name] = true
 		switch name {
 		case FieldMerchantID:
-			r.MerchantID, err = readID(dec, name)
+			r.MerchantID, err = readMerchantID(dec)
 		case FieldOrderID:
 			r.OrderID, err = readID(dec, name)
 		case FieldPaymentMethod:
@@ -218,6 +219,34 @@ func readID(dec *json.Decoder, field string) (string, error) {
 		return "", fieldErr(field, reason)
 	}
 	return s, nil
+}
+
+// readMerchantID reads merchant_id: 1..MaxIDLen characters, each a letter,
+// a digit or ASCII punctuation (0x21-0x7E: printable ASCII without space).
+// That is exactly the alphabet SQS documents for a FIFO MessageGroupId, and
+// the merchant id becomes the events queue's group id (DESIGN §5): a
+// merchant id SQS would refuse would stall the relay and lose the events.
+// Like every id it is kept as sent.
+func readMerchantID(dec *json.Decoder) (string, error) {
+	s, err := readString(dec, FieldMerchantID)
+	if err != nil {
+		return "", err
+	}
+	if reason := checkMerchantID(s); reason != "" {
+		return "", fieldErr(FieldMerchantID, reason)
+	}
+	return s, nil
+}
+
+// checkMerchantID returns why s is not a valid merchant id, or "" if it is.
+func checkMerchantID(s string) string {
+	if reason := checkPrintable(s, MaxIDLen); reason != "" {
+		return reason
+	}
+	if strings.IndexByte(s, ' ') >= 0 {
+		return "must not contain a space (letters, digits and ASCII punctuation only)"
+	}
+	return ""
 }
 
 // checkPrintable returns why s is not 1..max printable ASCII characters

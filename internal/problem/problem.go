@@ -34,6 +34,7 @@ const (
 	TypeKeyVoided         = TypeBase + "key-voided"
 	TypeDeadlineExceeded  = TypeBase + "deadline-exceeded"
 	TypeLedgerUnavailable = TypeBase + "ledger-unavailable"
+	TypeLedgerUnconfirmed = TypeBase + "ledger-unconfirmed"
 	TypePSPRejected       = TypeBase + "psp-rejected"
 	TypeTooLarge          = TypeBase + "too-large"
 	TypeNotFound          = TypeBase + "not-found"
@@ -253,6 +254,22 @@ func LedgerUnavailable() Problem {
 		Title:  "Service temporarily unavailable",
 		Status: http.StatusServiceUnavailable,
 		Detail: "The payment could not be recorded, so nothing was run.",
+	}
+}
+
+// LedgerUnconfirmed is the 503 when the ledger may have recorded the
+// payment but could not confirm it (the write's reply was lost, and so was
+// the read that followed): unlike LedgerUnavailable it does NOT say that
+// nothing ran. The request keeps its claim, so a retry with the same key
+// after retryAfter (the claim's lease) finds out and finishes the payment;
+// a new key could pay twice. "retry_after" carries the delay in seconds.
+func LedgerUnconfirmed(retryAfter time.Duration) Problem {
+	return Problem{
+		Type:       TypeLedgerUnconfirmed,
+		Title:      "Payment not confirmed yet",
+		Status:     http.StatusServiceUnavailable,
+		Detail:     "The payment may have been recorded, but the service could not confirm it. Retry with the same Idempotency-Key after the delay to learn its outcome; do not use a new key.",
+		Extensions: map[string]any{"retry_after": RetryAfterSeconds(retryAfter)},
 	}
 }
 

@@ -36,6 +36,7 @@ func TestConstructors(t *testing.T) {
 		{KeyVoided(), TypeKeyVoided, 409, nil},
 		{DeadlineExceeded(), TypeDeadlineExceeded, 503, nil},
 		{LedgerUnavailable(), TypeLedgerUnavailable, 503, nil},
+		{LedgerUnconfirmed(1500 * time.Millisecond), TypeLedgerUnconfirmed, 503, map[string]any{"retry_after": 2.0}},
 		{PSPRejected("parameter_invalid_integer"), TypePSPRejected, 502, nil},
 		{TooLarge(16384), TypeTooLarge, 413, map[string]any{"limit_bytes": 16384.0}},
 		{NotFound(), TypeNotFound, 404, nil},

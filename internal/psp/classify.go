@@ -90,7 +90,13 @@ func fromPaymentIntent(pi *stripe.PaymentIntent) Result {
 			}
 		}
 	default:
-		// processing, requires_action, requires_capture, requires_confirmation.
+		// processing: Stripe finishes it on its own, succeeded or failed
+		// (ask again). requires_action: only a PaymentIntent confirmed
+		// without error_on_requires_action (before that flag was sent) can
+		// sit there; no money has moved. requires_capture: authorized, not
+		// captured: money held, not taken, so never Succeeded (a merchant
+		// is not credited for it). requires_confirmation: never confirmed.
+		// All are open; past the resolver's horizon they alarm.
 		res.Outcome = Pending
 	}
 	return res
@@ -125,4 +131,45 @@ func fromRefund(rf *stripe.Refund) Result {
 // the PSP's idempotency store, not from a new action.
 func replayed(r *stripe.APIResponse) bool {
 	return r != nil && r.Header.Get("Idempotent-Replayed") == "true"
+}
+
+// Call says what a charge call is to its key: the first call ever made with
+// it, or a replay of a call another process may have made (a takeover of a
+// dead owner's PENDING row, the resolver).
+type Call int
+
+const (
+	// FirstCall: this process wrote the payment's PENDING row itself, so no
+	// call with the key was made before this one.
+	FirstCall Call = iota
+	// Replay: a call with the key may already have reached the PSP, made by
+	// someone else, whose outcome this process never saw.
+	Replay
+)
+
+// NotCharged reports what a Charge error proves: true only when no charge
+// can exist under the request's key. It is the one rule the API and the
+// resolver apply to a PSP refusal.
+//
+// A refusal by our own client's checks was never sent, by anyone. On a
+// FirstCall any refusal (400, 401/403 bad or restricted key, 404) proves
+// nothing was charged: the PSP refused before acting, and no earlier call
+// exists. On a Replay only a 400 invalid_request_error proves it: the PSP
+// compared the very parameters the original sent and refused them, so it
+// holds no saved result for the key. An authentication or routing refusal
+// (401, 403, 404) is answered before the PSP looks at the key, so it says
+// nothing about the original call, which may have charged. A key reuse
+// (idempotency_error) never proves anything.
+func NotCharged(err error, call Call) bool {
+	if !errors.Is(err, ErrInvalidRequest) || errors.Is(err, ErrKeyReuse) {
+		return false
+	}
+	var apiErr *APIError
+	if !errors.As(err, &apiErr) {
+		return true
+	}
+	if call == FirstCall {
+		return apiErr.HTTPStatus >= 400 && apiErr.HTTPStatus < 500
+	}
+	return apiErr.HTTPStatus == http.StatusBadRequest && apiErr.Type == string(stripe.ErrorTypeInvalidRequest)
 }

@@ -36,7 +36,7 @@ const (
 	// unpaid PaymentIntent, a failed refund).
 	Declined
 	// Pending: the PSP holds the payment but it is not final yet
-	// (processing, requires_action, a pending refund). Ask again later with
+	// (processing, requires_action, requires_capture, a pending refund). Ask again later with
 	// Retrieve or Lookup; replaying the key would only replay this answer.
 	Pending
 	// NotFound: Lookup found no PaymentIntent carrying our reference.

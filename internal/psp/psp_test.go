@@ -190,6 +190,7 @@ func TestChargeRequestShape(t *testing.T) {
 		"amount":                             "3000",
 		"currency":                           "usd",
 		"confirm":                            "true",
+		"error_on_requires_action":           "true",
 		"payment_method":                     "pm_card_visa",
 		"automatic_payment_methods[enabled]": "true",
 		"automatic_payment_methods[allow_redirects]": "never",

@@ -9,19 +9,63 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
-// decline is how a test payment method fails, after Stripe's test cards.
-type decline struct{ code, declineCode, message string }
+// behaviour is what a test payment method does when confirmed, after
+// Stripe's test PaymentMethods (docs.stripe.com/testing).
+type behaviour int
 
-var declines = map[string]decline{
-	"pm_card_chargeDeclined":                  {"card_declined", "generic_decline", "Your card was declined."},
-	"pm_card_chargeDeclinedInsufficientFunds": {"card_declined", "insufficient_funds", "Your card has insufficient funds."},
-	"pm_card_chargeDeclinedExpiredCard":       {"expired_card", "expired_card", "Your card has expired."},
+const (
+	succeeds     behaviour = iota // charged at once
+	declines                      // 402 card_error; the PaymentIntent wants another method
+	authenticate                  // 3-D Secure: requires_action, or with error_on_requires_action a decline
+	processes                     // accepted, not final: processing (a bank debit)
+)
+
+// method is one test payment method; code, declineCode and message are the
+// card_error it fails with (declines only).
+type method struct {
+	does                       behaviour
+	code, declineCode, message string
 }
 
+// methods are the payment methods the simulator knows. As at Stripe, any
+// other pm_ id is refused with 400 resource_missing: nothing is charged.
+var methods = map[string]method{
+	"pm_card_visa":                            {does: succeeds},
+	"pm_card_visa_debit":                      {does: succeeds},
+	"pm_card_mastercard":                      {does: succeeds},
+	"pm_card_amex":                            {does: succeeds},
+	"pm_card_discover":                        {does: succeeds},
+	"pm_card_us":                              {does: succeeds},
+	"pm_card_chargeDeclined":                  {declines, "card_declined", "generic_decline", "Your card was declined."},
+	"pm_card_visa_chargeDeclined":             {declines, "card_declined", "generic_decline", "Your card was declined."},
+	"pm_card_chargeDeclinedInsufficientFunds": {declines, "card_declined", "insufficient_funds", "Your card has insufficient funds."},
+	"pm_card_chargeDeclinedExpiredCard":       {declines, "expired_card", "expired_card", "Your card has expired."},
+	"pm_card_chargeDeclinedFraudulent":        {declines, "card_declined", "fraudulent", "Your card was declined."},
+	"pm_card_chargeDeclinedIncorrectCvc":      {declines, "incorrect_cvc", "incorrect_cvc", "Your card's security code is incorrect."},
+	"pm_card_chargeDeclinedProcessingError":   {declines, "processing_error", "processing_error", "An error occurred while processing your card. Try again in a little bit."},
+	// 3-D Secure: the issuer asks the card holder to authenticate.
+	"pm_card_authenticationRequired":        {does: authenticate},
+	"pm_card_authenticationRequiredOnSetup": {does: authenticate},
+	"pm_card_threeDSecure2Required":         {does: authenticate},
+	// An ACH debit: Stripe answers processing and settles days later.
+	"pm_usBankAccount_success": {does: processes},
+}
+
+// bankDebitSettles is how long a processing bank debit takes to succeed,
+// by the simulator's clock (ACH: up to four business days).
+const bankDebitSettles = 4 * 24 * time.Hour
+
+// authRequired is Stripe's answer to a confirm with error_on_requires_action
+// when the card needs authentication: a decline, nothing charged.
+var authRequired = method{declines, "authentication_required", "authentication_required",
+	"Your card was declined. This transaction requires authentication."}
+
 var piParams = params{
-	names:    []string{"amount", "currency", "confirm", "payment_method", "description", "return_url", "off_session", "error_on_requires_action"},
+	names: []string{"amount", "currency", "confirm", "payment_method", "description", "return_url", "off_session",
+		"error_on_requires_action", "capture_method"},
 	prefixes: []string{"metadata[", "payment_method_types[", "automatic_payment_methods[", "expand["},
 }
 
@@ -44,10 +88,28 @@ func (s *Sim) createPaymentIntent(form url.Values, key string) (reply, bool) {
 	if form.Get("confirm") != "true" {
 		return invalid("confirm", "parameter_invalid", "pspsim supports only confirm=true."), false
 	}
+	errorOnAction, rep, bad := boolean(form, "error_on_requires_action")
+	if bad {
+		return rep, false
+	}
+	capture := form.Get("capture_method")
+	switch capture {
+	case "":
+		capture = "automatic"
+	case "automatic", "automatic_async", "manual":
+	default:
+		return invalid("capture_method", "parameter_invalid_string", fmt.Sprintf("Invalid capture_method: %s.", capture)), false
+	}
 	pm := form.Get("payment_method")
 	if pm == "" {
 		return invalid("payment_method", "parameter_missing",
 			"You cannot confirm this PaymentIntent because it's missing a payment method."), false
+	}
+	m, known := methods[pm]
+	if !known {
+		// Stripe refuses an id it holds no PaymentMethod for before any
+		// attempt: a validation error, so nothing is saved under the key.
+		return invalid("payment_method", "resource_missing", fmt.Sprintf("No such PaymentMethod: '%s'", pm)), false
 	}
 	md, rep, bad := metadata(form)
 	if bad {
@@ -59,7 +121,7 @@ func (s *Sim) createPaymentIntent(form url.Values, key string) (reply, bool) {
 		ID:                 s.newIDLocked("pi"),
 		Object:             "payment_intent",
 		Amount:             amount,
-		CaptureMethod:      "automatic",
+		CaptureMethod:      capture,
 		ConfirmationMethod: "automatic",
 		Created:            now.Unix(),
 		Currency:           currency,
@@ -67,6 +129,10 @@ func (s *Sim) createPaymentIntent(form url.Values, key string) (reply, bool) {
 		PaymentMethod:      pm,
 		PaymentMethodTypes: []string{"card"},
 		createdAt:          now,
+		key:                key,
+	}
+	if m.does == processes {
+		pi.PaymentMethodTypes = []string{"us_bank_account"}
 	}
 	pi.ClientSecret = pi.ID + "_secret_pspsim"
 	chargeID := s.newIDLocked("ch")
@@ -75,18 +141,48 @@ func (s *Sim) createPaymentIntent(form url.Values, key string) (reply, bool) {
 	s.order = append(s.order, pi)
 	log := s.log.With("payment_id", md["payment_id"], "payment_intent", pi.ID, "charge", chargeID, "idempotency_key", key)
 
-	if d, declined := declines[pm]; declined {
+	if m.does == authenticate && errorOnAction {
+		m = authRequired
+	}
+	switch m.does {
+	case declines:
 		pi.Status = "requires_payment_method"
-		e := apiError{Type: typeCard, Code: d.code, DeclineCode: d.declineCode, Message: d.message, Charge: chargeID}
+		e := apiError{Type: typeCard, Code: m.code, DeclineCode: m.declineCode, Message: m.message, Charge: chargeID}
 		pi.LastPaymentError = &e
 		withPI := e
 		withPI.PaymentIntent = pi
 		rep = errorReply(http.StatusPaymentRequired, withPI) // marshalled now: a snapshot
 		s.emitLocked("payment_intent.payment_failed", pi, key, "/v1/payment_intents")
-		log.Info("payment declined", "decline_code", d.declineCode)
+		log.Info("payment declined", "decline_code", m.declineCode)
+		return rep, true
+	case authenticate:
+		// Parked until the card holder authenticates, which in a
+		// server-side flow nobody does: no attempt is made, no charge.
+		pi.Status = "requires_action"
+		pi.LatestCharge = nil
+		pi.NextAction = &nextAction{Type: "use_stripe_sdk"}
+		rep = jsonReply(http.StatusOK, pi)
+		s.emitLocked("payment_intent.requires_action", pi, key, "/v1/payment_intents")
+		log.Info("payment requires action", "status", pi.Status)
+		return rep, true
+	case processes:
+		pi.Status = "processing"
+		rep = jsonReply(http.StatusOK, pi)
+		s.emitLocked("payment_intent.processing", pi, key, "/v1/payment_intents")
+		log.Info("payment processing", "status", pi.Status)
 		return rep, true
 	}
 
+	if capture == "manual" {
+		// Authorized, not captured: the money is held, not taken, so it
+		// is not a charge in Charges().
+		pi.Status = "requires_capture"
+		pi.AmountCapturable = amount
+		rep = jsonReply(http.StatusOK, pi)
+		s.emitLocked("payment_intent.amount_capturable_updated", pi, key, "/v1/payment_intents")
+		log.Info("payment authorized, awaiting capture", "amount", amount, "currency", currency)
+		return rep, true
+	}
 	pi.Status = "succeeded"
 	pi.AmountReceived = amount
 	s.charges = append(s.charges, &Charge{
@@ -104,6 +200,29 @@ func (s *Sim) createPaymentIntent(form url.Values, key string) (reply, bool) {
 	return rep, true
 }
 
+// settleLocked finishes a processing PaymentIntent whose time has come, as
+// Stripe does by itself: succeeded, the charge made, the webhook sent. It
+// runs when the PaymentIntent is read (the simulator has no timers on its
+// clock). A replay of the confirm still answers the saved "processing".
+func (s *Sim) settleLocked(pi *paymentIntent) {
+	if pi.Status != "processing" || s.nowLocked().Before(pi.createdAt.Add(bankDebitSettles)) {
+		return
+	}
+	pi.Status = "succeeded"
+	pi.AmountReceived = pi.Amount
+	s.charges = append(s.charges, &Charge{
+		ID:             *pi.LatestCharge,
+		PaymentIntent:  pi.ID,
+		IdempotencyKey: pi.key,
+		Amount:         pi.Amount,
+		Currency:       pi.Currency,
+		Metadata:       maps.Clone(pi.Metadata),
+		Created:        s.nowLocked().Unix(),
+	})
+	s.emitLocked("payment_intent.succeeded", pi, pi.key, "/v1/payment_intents")
+	s.log.Info("bank debit settled", "payment_id", pi.Metadata["payment_id"], "payment_intent", pi.ID, "charge", *pi.LatestCharge)
+}
+
 // getPaymentIntent is GET /v1/payment_intents/{id}.
 func (s *Sim) getPaymentIntent(form url.Values, _ string) (reply, bool) {
 	id := form.Get("id")
@@ -114,6 +233,7 @@ func (s *Sim) getPaymentIntent(form url.Values, _ string) (reply, bool) {
 			Message: fmt.Sprintf("No such payment_intent: '%s'", id),
 		}), false
 	}
+	s.settleLocked(pi)
 	return jsonReply(http.StatusOK, pi), true
 }
 
@@ -171,6 +291,7 @@ func (s *Sim) searchPaymentIntents(form url.Values, _ string) (reply, bool) {
 			continue
 		}
 		if matchesAll(pi.Metadata, want) {
+			s.settleLocked(pi)
 			hits = append(hits, pi)
 		}
 	}

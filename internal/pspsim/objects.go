@@ -76,11 +76,18 @@ type paymentIntent struct {
 	LatestCharge       *string           `json:"latest_charge"`
 	Livemode           bool              `json:"livemode"`
 	Metadata           map[string]string `json:"metadata"`
+	NextAction         *nextAction       `json:"next_action"`
 	PaymentMethod      string            `json:"payment_method"`
 	PaymentMethodTypes []string          `json:"payment_method_types"`
 	Status             string            `json:"status"`
 
 	createdAt time.Time // precise, for the search lag
+	key       string    // the Idempotency-Key of the request that created it
+}
+
+// nextAction is what a requires_action PaymentIntent asks of the client.
+type nextAction struct {
+	Type string `json:"type"` // use_stripe_sdk: the card holder authenticates in Stripe.js
 }
 
 // refundObject is Stripe's Refund object.

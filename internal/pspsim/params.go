@@ -52,6 +52,19 @@ func positiveInt(form url.Values, name string, required bool) (int64, reply, boo
 	return n, reply{}, false
 }
 
+// boolean reads an optional boolean parameter ("true" or "false", as
+// stripe-go sends it).
+func boolean(form url.Values, name string) (bool, reply, bool) {
+	switch v := form.Get(name); v {
+	case "", "false":
+		return false, reply{}, false
+	case "true":
+		return true, reply{}, false
+	default:
+		return false, invalid(name, "parameter_invalid_boolean", fmt.Sprintf("Invalid boolean: %s", v)), true
+	}
+}
+
 func isCurrency(c string) bool {
 	if len(c) != 3 {
 		return false

@@ -33,9 +33,15 @@
 //	POST   /_sim/webhooks/flush  FlushWebhooks(ctx): deliver pending events now,
 //	                             {"delivered": N, "pending": M, "error": "..."}
 //
-// Payment methods: pm_card_chargeDeclined (generic_decline),
-// pm_card_chargeDeclinedInsufficientFunds and pm_card_chargeDeclinedExpiredCard
-// are declined with a 402 card_error; any other payment method succeeds.
+// Payment methods are Stripe's test PaymentMethods (intents.go lists them):
+// pm_card_visa and the other brands succeed; pm_card_chargeDeclined and its
+// kin (InsufficientFunds, ExpiredCard, ...) are declined with a 402
+// card_error; pm_card_threeDSecure2Required and pm_card_authenticationRequired
+// wait in requires_action, or with error_on_requires_action=true are
+// declined with authentication_required; pm_usBankAccount_success is
+// processing until, four days on by the simulator's clock, it succeeds (on
+// the next read); capture_method=manual stops at requires_capture. An unknown
+// pm_ id is refused as Stripe refuses it: 400 resource_missing.
 package pspsim
 
 import (

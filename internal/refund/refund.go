@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/event"
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/metrics"
@@ -102,12 +103,22 @@ type PSP interface {
 	Lookup(ctx context.Context, paymentID string) (psp.Result, error)
 }
 
+// Publisher puts a committed event's outbox item (internal/outbox).
+type Publisher interface {
+	Publish(ctx context.Context, e event.Event) error
+}
+
 // Attempter makes one refund attempt at a time. Its zero Wait, CallTimeout,
-// Log and Metrics are fine.
+// Publisher, Log and Metrics are fine.
 type Attempter struct {
 	Ledger  Ledger
 	PSP     PSP
 	Backoff Backoff
+	// Publisher, when set, puts the refund's event (ledger.RefundEvent) into
+	// the outbox right after the settle committed it as an intent, as the
+	// API does for a payment's event; nil (or a failed put) leaves it to the
+	// resolver's outbox sweep, a grace period later.
+	Publisher Publisher
 	// Wait is called before every PSP call: the resolver's rate cap. nil:
 	// no cap (the API's live path).
 	Wait func(ctx context.Context) error
@@ -223,6 +234,12 @@ func (a *Attempter) settle(ctx context.Context, r ledger.Refund, o ledger.Refund
 	if moved {
 		log.Info("refund settled", "state", row.State, "psp_refund", row.PSPRefund)
 		a.Metrics.Count("Refund"+titleCase(string(row.State)), 1)
+		if row.State == ledger.RefundSucceeded && a.Publisher != nil {
+			e := ledger.RefundEvent(row)
+			if err := a.Publisher.Publish(wctx, e); err != nil {
+				log.Warn("refund event's outbox put failed; the sweep will re-put it", "event_id", e.EventID, "err", err)
+			}
+		}
 	}
 	return row, nil
 }

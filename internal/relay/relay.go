@@ -4,11 +4,24 @@
 // Each INSERT or MODIFY record's new image is one outbox item; it becomes one
 // message: body = the item's payload, MessageDeduplicationId = the item's
 // event id, MessageGroupId = its merchant id. The ids come from the item, so
-// every re-send of a record (a retried batch, a crashed invocation, a re-put
+// every re-send of a record (a retried batch, a crashed invocation, a re-drive
 // by the resolver's sweep) carries the original event id: the queue's
 // five-minute window drops fast repeats and the worker's inbox drops the
 // rest. Messages go out in stream order, at most 10 per SendMessageBatch
-// call.
+// call. A MODIFY is how the resolver's sweep re-drives an event the consumer
+// never processed (package outbox): it is sent like an INSERT.
+//
+// Ids SQS would refuse. Every group id and deduplication id is checked
+// against SQS's documented alphabet and length (CheckMessageID) before it
+// is sent, because moto does not check and a refusal on AWS would be the
+// sender's fault for every retry. One SQS would refuse (a merchant id with
+// a space, say, written before the API checked merchant ids) is replaced by
+// a stand-in derived from it (safeMessageID): the event is still delivered,
+// in its merchant's order, and the replacement is logged as an error and
+// counted (RelayIDDerived) so the data can be fixed. Refusing the record
+// instead would stall its shard through every retry, then drop it to the
+// on-failure destination, and the sweep's re-drives would bring it back to
+// do the same again.
 //
 // Failures. The relay stops at the first record it could not send and
 // reports it as the batch item failure; Lambda checkpoints before it and
@@ -52,13 +65,18 @@ type SendMessageBatchAPI interface {
 	SendMessageBatch(ctx context.Context, in *sqs.SendMessageBatchInput, opts ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error)
 }
 
+// MetricIDDerived counts messages sent under a derived group or
+// deduplication id because SQS would refuse the item's own.
+const MetricIDDerived = "RelayIDDerived"
+
 // Config configures a Relay. Zero fields take the defaults.
 type Config struct {
 	// QueueURL is the events FIFO queue (required).
 	QueueURL string
 	// Logger receives a line per sent message and per failure (default slog.Default()).
 	Logger *slog.Logger
-	// Metrics receives RelaySent and RelayFailed counts (default: none).
+	// Metrics receives RelaySent, RelayFailed and RelayIDDerived counts
+	// (default: none).
 	Metrics *metrics.Emitter
 }
 
@@ -155,11 +173,21 @@ func (r *Relay) flush(ctx context.Context, ev events.DynamoDBEvent, chunk []mess
 	}
 	entries := make([]sqstypes.SendMessageBatchRequestEntry, len(chunk))
 	for k, m := range chunk {
+		group, groupDerived := safeMessageID(m.merchant)
+		dedup, dedupDerived := safeMessageID(m.eventID)
+		if groupDerived || dedupDerived {
+			r.cfg.Metrics.Count(MetricIDDerived, 1)
+			r.cfg.Logger.LogAttrs(ctx, slog.LevelError, "relay: SQS would refuse the item's message group or deduplication id; sent under one derived from it",
+				slog.String("event_id", m.eventID), slog.String("payment_id", ids.PaymentOfEvent(m.eventID)),
+				slog.String("sequence_number", m.seq),
+				slog.Bool("group_id_derived", groupDerived), slog.String("group_id", group),
+				slog.Bool("dedup_id_derived", dedupDerived), slog.String("dedup_id", dedup))
+		}
 		entries[k] = sqstypes.SendMessageBatchRequestEntry{
 			Id:                     aws.String(strconv.Itoa(k)),
 			MessageBody:            aws.String(m.payload),
-			MessageDeduplicationId: aws.String(m.eventID),
-			MessageGroupId:         aws.String(m.merchant),
+			MessageDeduplicationId: aws.String(dedup),
+			MessageGroupId:         aws.String(group),
 		}
 	}
 	out, err := r.sqs.SendMessageBatch(ctx, &sqs.SendMessageBatchInput{QueueUrl: aws.String(r.cfg.QueueURL), Entries: entries})

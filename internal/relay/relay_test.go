@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"strconv"
 	"testing"
 
@@ -22,6 +24,7 @@ type fakeSQS struct {
 	failCall map[int]error   // call index -> error
 	failID   map[string]bool // dedup id -> fail that entry (receiver's fault)
 	sender   map[string]bool // dedup id -> fail that entry as the sender's fault
+	strict   bool            // refuse, as SQS does, group and dedup ids outside its alphabet
 }
 
 func (f *fakeSQS) SendMessageBatch(_ context.Context, in *sqs.SendMessageBatchInput, _ ...func(*sqs.Options)) (*sqs.SendMessageBatchOutput, error) {
@@ -34,6 +37,9 @@ func (f *fakeSQS) SendMessageBatch(_ context.Context, in *sqs.SendMessageBatchIn
 	for _, e := range in.Entries {
 		id := aws.ToString(e.MessageDeduplicationId)
 		switch {
+		case f.strict && (relay.CheckMessageID(id) != nil || relay.CheckMessageID(aws.ToString(e.MessageGroupId)) != nil):
+			out.Failed = append(out.Failed, sqstypes.BatchResultErrorEntry{Id: e.Id, Code: aws.String("InvalidParameterValue"),
+				Message: aws.String("Value for parameter MessageGroupId is invalid."), SenderFault: true})
 		case f.failID[id]:
 			out.Failed = append(out.Failed, sqstypes.BatchResultErrorEntry{Id: e.Id, Code: aws.String("InternalError"), Message: aws.String("try again")})
 		case f.sender[id]:
@@ -78,9 +84,11 @@ func batch(n int) events.DynamoDBEvent {
 	return ev
 }
 
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
 func newRelay(t *testing.T, f *fakeSQS) *relay.Relay {
 	t.Helper()
-	r, err := relay.New(f, relay.Config{QueueURL: "http://q/events.fifo"})
+	r, err := relay.New(f, relay.Config{QueueURL: "http://q/events.fifo", Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

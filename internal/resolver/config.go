@@ -25,18 +25,26 @@ type Config struct {
 	// 50 s timeout): a run's work is bounded; the next run takes the rest.
 	Limit int
 	// RefundLimit bounds the refunds one run retries
-	// (ONCEPAY_RESOLVER_REFUND_LIMIT, default 50).
+	// (ONCEPAY_RESOLVER_REFUND_LIMIT, default 50). Refunds run beside the
+	// payments and share the PSP rate cap with them.
 	RefundLimit int
-	// Concurrency is how many payments are worked on at once
-	// (ONCEPAY_RESOLVER_CONCURRENCY, default 8). The rate cap, not this,
-	// bounds the PSP calls.
+	// NotifyLimit bounds the PENDING notifications one run finishes
+	// (ONCEPAY_RESOLVER_NOTIFY_LIMIT, default 100). The phase runs when
+	// Deps.Notifications is set.
+	NotifyLimit int
+	// Concurrency is how many payments are worked on at once, and as many
+	// refunds beside them (ONCEPAY_RESOLVER_CONCURRENCY, default 8). The
+	// rate cap, not this, bounds the PSP calls. 1 means one thing at a
+	// time: the phases too run one after the other (for replayable test
+	// schedules), so a payments backlog can again hold the others back.
 	Concurrency int
 	// Lease is how long a run holds the rows it took
 	// (ONCEPAY_RESOLVER_LEASE, default 5 min). Another run skips them until
 	// then; a run that crashed gives them up when it lapses.
 	Lease time.Duration
 	// KeyWindow is the PSP's idempotency key window
-	// (ONCEPAY_PSP_KEY_WINDOW, default 24 h), counted from the row's
+	// (config.Timing.PSPKeyWindow, which the API's takeovers obey too:
+	// ONCEPAY_PSP_KEY_WINDOW, default 24 h), counted from the row's
 	// created_at: inside it a charge is replayed with its derived key, after
 	// it the payment is looked up by our reference.
 	KeyWindow time.Duration
@@ -63,9 +71,10 @@ func DefaultConfig() Config {
 		PSPRate:     10,
 		Limit:       300,
 		RefundLimit: 50,
+		NotifyLimit: 100,
 		Concurrency: 8,
 		Lease:       5 * time.Minute,
-		KeyWindow:   24 * time.Hour,
+		KeyWindow:   config.Default().PSPKeyWindow,
 		Margin:      config.Default().Margin,
 		CallTimeout: 10 * time.Second,
 		Horizon:     15 * time.Minute,
@@ -83,6 +92,9 @@ func (c *Config) fill() {
 	}
 	if c.RefundLimit == 0 {
 		c.RefundLimit = d.RefundLimit
+	}
+	if c.NotifyLimit == 0 {
+		c.NotifyLimit = d.NotifyLimit
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = d.Concurrency
@@ -108,19 +120,21 @@ func (c *Config) fill() {
 }
 
 // Validate checks the values, and that a lease outlasts the work a run can
-// take on: every taken row needs up to two capped PSP calls.
+// take on: every taken payment or refund needs up to two PSP calls, and
+// both phases draw on the one cap at once.
 func (c Config) Validate() error {
-	if c.PSPRate <= 0 || c.Limit <= 0 || c.RefundLimit < 0 || c.Concurrency <= 0 || c.Lease <= 0 ||
+	if c.PSPRate <= 0 || c.Limit <= 0 || c.RefundLimit < 0 || c.NotifyLimit < 0 || c.Concurrency <= 0 || c.Lease <= 0 ||
 		c.KeyWindow <= c.Margin || c.Margin < 0 || c.CallTimeout <= 0 || c.Horizon <= 0 {
 		return fmt.Errorf("resolver: invalid config %+v", c)
 	}
 	if err := c.Refund.Validate(); err != nil {
 		return err
 	}
-	work := time.Duration(float64(2*max(c.Limit, c.RefundLimit))/(c.PSPRate*headroom)*float64(time.Second)) + c.CallTimeout
+	rows := c.Limit + c.RefundLimit
+	work := time.Duration(float64(2*rows)/(c.PSPRate*headroom)*float64(time.Second)) + c.CallTimeout
 	if c.Lease < work {
 		return fmt.Errorf("resolver: lease %s is shorter than a run's work (%d rows at %.1f calls/s: %s)",
-			c.Lease, max(c.Limit, c.RefundLimit), c.PSPRate, work)
+			c.Lease, rows, c.PSPRate, work)
 	}
 	return nil
 }
@@ -133,12 +147,11 @@ func ConfigFromEnv() (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	c.Margin = timing.Margin
+	c.Margin, c.KeyWindow = timing.Margin, timing.PSPKeyWindow
 	for name, d := range map[string]*time.Duration{
 		"ONCEPAY_RESOLVER_LEASE":        &c.Lease,
 		"ONCEPAY_RESOLVER_CALL_TIMEOUT": &c.CallTimeout,
 		"ONCEPAY_RESOLVER_HORIZON":      &c.Horizon,
-		"ONCEPAY_PSP_KEY_WINDOW":        &c.KeyWindow,
 		"ONCEPAY_REFUND_RETRY_BASE":     &c.Refund.Base,
 		"ONCEPAY_REFUND_RETRY_MAX":      &c.Refund.Max,
 	} {
@@ -151,6 +164,7 @@ func ConfigFromEnv() (Config, error) {
 	for name, n := range map[string]*int{
 		"ONCEPAY_RESOLVER_LIMIT":        &c.Limit,
 		"ONCEPAY_RESOLVER_REFUND_LIMIT": &c.RefundLimit,
+		"ONCEPAY_RESOLVER_NOTIFY_LIMIT": &c.NotifyLimit,
 		"ONCEPAY_RESOLVER_CONCURRENCY":  &c.Concurrency,
 		"ONCEPAY_REFUND_RETRY_BUDGET":   &c.Refund.Budget,
 	} {

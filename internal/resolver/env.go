@@ -5,22 +5,35 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/oncepay/oncepay/internal/boot"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/outbox"
 )
 
-// FromEnv builds a Resolver with every collaborator taken from the
-// environment: what the Lambda function runs.
-func FromEnv(ctx context.Context, log *slog.Logger) (*Resolver, error) {
+// Setup is what the environment gives a resolver: its configuration, its
+// collaborators, and the clients they were built on, so the caller can add
+// collaborators of its own (Deps.Notifications) before New.
+type Setup struct {
+	Config Config
+	Deps   Deps
+	AWS    aws.Config
+	Pool   *pgxpool.Pool // the ledger's pool (the notif rows live there too)
+}
+
+// SetupFromEnv builds every collaborator the environment names: what the
+// Lambda function runs. Deps.Notifications is left nil (that phase off).
+func SetupFromEnv(ctx context.Context, log *slog.Logger) (Setup, error) {
 	cfg, err := ConfigFromEnv()
 	if err != nil {
-		return nil, err
+		return Setup{}, err
 	}
 	core, err := boot.PaymentsFromEnv(ctx, log)
 	if err != nil {
-		return nil, err
+		return Setup{}, err
 	}
 	awsCfg, pool := core.AWS, core.Pool
 	d := Deps{
@@ -29,14 +42,23 @@ func FromEnv(ctx context.Context, log *slog.Logger) (*Resolver, error) {
 	}
 	pub, err := boot.Outbox(awsCfg, log)
 	if err != nil {
-		return nil, err
+		return Setup{}, err
 	}
 	if pub != nil {
-		sw, err := outbox.NewSweeper(pub, pool, outbox.SweepConfig{Logger: log})
+		sw, err := outbox.NewSweeper(pub, pool, outbox.SweepConfig{Logger: log, Metrics: d.Metrics})
 		if err != nil {
-			return nil, err
+			return Setup{}, err
 		}
 		d.Publisher, d.Sweeper = pub, sw
 	}
-	return New(cfg, d)
+	return Setup{Config: cfg, Deps: d, AWS: awsCfg, Pool: pool}, nil
+}
+
+// FromEnv is New over SetupFromEnv.
+func FromEnv(ctx context.Context, log *slog.Logger) (*Resolver, error) {
+	s, err := SetupFromEnv(ctx, log)
+	if err != nil {
+		return nil, err
+	}
+	return New(s.Config, s.Deps)
 }

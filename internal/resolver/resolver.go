@@ -22,8 +22,13 @@
 // journal and the outbox intent in the same transaction), rewrites the key
 // record's stored pointer into the final answer (the API's own rendering,
 // byte for byte), and publishes the event. An open answer leaves the row
-// for the next run. Then it retries the open refunds that are due (package
-// refund), and sweeps the outbox: intents recorded but never put are put.
+// for the next run.
+//
+// Beside the payments, in the same run and at the same time, it retries the
+// open refunds that are due (package refund), sweeps the outbox (intents
+// recorded but never put are put), and finishes PENDING notifications.
+// Each phase has its own bound, so no backlog in one can take a run from
+// the others; payments and refunds share the one PSP rate cap.
 //
 // Two runs at once are harmless: the compare-and-set and the derived keys
 // make double work a replay, and the lease (taken with FOR UPDATE SKIP
@@ -79,9 +84,17 @@ type Publisher interface {
 	Publish(ctx context.Context, e event.Event) error
 }
 
-// Sweeper re-puts outbox intents left unpublished (internal/outbox.Sweeper).
+// Sweeper marks the outbox intents the consumer has processed and re-drives
+// the others (internal/outbox.Sweeper).
 type Sweeper interface {
 	Sweep(ctx context.Context) (outbox.SweepResult, error)
+}
+
+// Notifications finishes notification intents left PENDING (their send
+// failed, or the worker died after its commit): it sends up to limit of
+// them and reports how many it finished. Implemented in internal/inbox.
+type Notifications interface {
+	FinishPending(ctx context.Context, limit int) (int, error)
 }
 
 // ErrCrash, returned by a Hook, makes the run drop the payment on the spot,
@@ -96,18 +109,20 @@ type Hooks struct {
 	AfterPSPAnswer func(ctx context.Context, paymentID string) error
 }
 
-// Deps are the Resolver's collaborators. Claims, Publisher and Sweeper may
-// be nil: no pointer rewrite, no outbox put (the sweep will), no sweep.
+// Deps are the Resolver's collaborators. Claims, Publisher, Sweeper and
+// Notifications may be nil: no pointer rewrite, no outbox put (the sweep
+// will), no sweep, no notification phase.
 type Deps struct {
-	Ledger    Ledger
-	PSP       PSP
-	Claims    Claims
-	Publisher Publisher
-	Sweeper   Sweeper
-	Clock     clock.Clock      // nil: the system clock
-	Log       *slog.Logger     // nil: slog.Default()
-	Metrics   *metrics.Emitter // nil: none
-	Hooks     Hooks
+	Ledger        Ledger
+	PSP           PSP
+	Claims        Claims
+	Publisher     Publisher
+	Sweeper       Sweeper
+	Notifications Notifications
+	Clock         clock.Clock      // nil: the system clock
+	Log           *slog.Logger     // nil: slog.Default()
+	Metrics       *metrics.Emitter // nil: none
+	Hooks         Hooks
 	// Cap: the cap the PSP client's transport already applies
 	// (Cap.Transport), so the resolver does not wait twice. nil: the
 	// resolver applies a cap of Config.PSPRate before each call.
@@ -159,6 +174,8 @@ type Report struct {
 	PSPCalls          int64              `json:"psp_calls"`
 	Refunds           RefundReport       `json:"refunds"`
 	Sweep             outbox.SweepResult `json:"sweep"`
+	// NotificationsFinished counts the PENDING notifications sent.
+	NotificationsFinished int `json:"notifications_finished"`
 	// OpenOverHorizon counts the payments still open whose deadline passed
 	// more than Config.Horizon ago (the gauge UnknownOverHorizon).
 	OpenOverHorizon int `json:"open_over_horizon"`
@@ -192,10 +209,19 @@ func (r *Resolver) Handle(ctx context.Context, _ json.RawMessage) (Report, error
 	return r.Run(ctx)
 }
 
-// Run is one pass: the open payments, then the due refunds, then the outbox
-// sweep. It blocks until done or ctx ends; rows it took but did not start
-// are given back. An error means a store could not be read; a PSP answer
-// that stays open is not an error.
+// Run is one pass, four phases side by side: the open payments, the due
+// refunds, the outbox sweep and the PENDING notifications. Each phase is
+// bounded by its own limit and stops starting work near ctx's deadline, so
+// every phase makes progress every run whatever the others' backlog (a
+// payments backlog once took every run whole, and refund retries and the
+// sweep never ran during an incident). Payments and refunds share the PSP
+// rate cap, whose token bucket serves waiting calls in turn: each phase's
+// calls go out as they queue, neither waits for the other to finish.
+//
+// With Config.Concurrency 1 the phases run one after the other instead.
+// Run blocks until every phase is done or ctx ends; rows it took but did
+// not start are given back. An error means a store could not be read; a
+// PSP answer that stays open is not an error.
 func (r *Resolver) Run(ctx context.Context) (Report, error) {
 	var rep Report
 	rn := &run{}
@@ -203,20 +229,28 @@ func (r *Resolver) Run(ctx context.Context) (Report, error) {
 		// Lambda's deadline: leave room for a call and its writes.
 		rn.stopAt = dl.Add(-r.cfg.CallTimeout - 2*time.Second)
 	}
-	var errs []error
-	if err := r.payments(ctx, &rep, rn); err != nil {
-		errs = append(errs, err)
+	// Each phase writes only its own part of the report.
+	var payErr, refundErr error
+	phases := []func(){
+		func() { payErr = r.payments(ctx, &rep, rn) },
+		func() { refundErr = r.refunds(ctx, &rep.Refunds, rn) },
+		func() { rep.Sweep = r.sweep(ctx, rn) },
+		func() { rep.NotificationsFinished = r.notifications(ctx, rn) },
 	}
-	if err := r.refunds(ctx, &rep, rn); err != nil {
-		errs = append(errs, err)
-	}
-	if r.d.Sweeper != nil && rn.starting(ctx) {
-		res, err := r.d.Sweeper.Sweep(ctx)
-		rep.Sweep = res
-		if err != nil {
-			r.d.Log.Warn("outbox sweep incomplete; the next run retries", "err", err)
+	if r.cfg.Concurrency == 1 {
+		// One thing at a time, phases in turn: what a replayable test
+		// schedule needs (internal/chaos), at the cost of the guarantee.
+		for _, phase := range phases {
+			phase()
 		}
+	} else {
+		var wg sync.WaitGroup
+		for _, phase := range phases {
+			wg.Go(phase)
+		}
+		wg.Wait()
 	}
+	errs := []error{payErr, refundErr}
 	rep.PSPCalls = rn.calls.Load()
 	m := r.d.Metrics
 	if n, err := r.d.Ledger.CountOpenBefore(ctx, r.d.Clock.Now().Add(-r.cfg.Horizon)); err != nil {
@@ -235,10 +269,11 @@ func (r *Resolver) Run(ctx context.Context) (Report, error) {
 	m.Count("ResolverErrors", rep.Errors+rep.Refunds.Errors)
 	m.Count("ResolverPSPCalls", int(rep.PSPCalls))
 	m.Count("PointersRewritten", rep.PointersRewritten)
+	m.Count("ResolverNotificationsFinished", rep.NotificationsFinished)
 	r.d.Log.Info("resolver run", "claimed", rep.Claimed, "succeeded", rep.Succeeded, "failed", rep.Failed,
 		"already_settled", rep.AlreadySettled, "open", rep.Open, "errors", rep.Errors, "psp_calls", rep.PSPCalls,
 		"refunds_claimed", rep.Refunds.Claimed, "refunds_succeeded", rep.Refunds.Succeeded, "refunds_open", rep.Refunds.Open,
-		"swept", rep.Sweep.Found)
+		"swept", rep.Sweep.Found, "notifications_finished", rep.NotificationsFinished)
 	return rep, errors.Join(errs...)
 }
 
@@ -375,6 +410,16 @@ func (r *Resolver) ask(ctx context.Context, u ledger.Unsettled, rn *run) (psp.Re
 		})
 	})
 	switch {
+	case errors.Is(err, psp.ErrKeyReuse):
+		// The key's first request carried other parameters: one sent by an
+		// older client (before error_on_requires_action was sent). Nothing
+		// ran for this replay; what the first one did is found by our
+		// reference. Inside the window NotFound proves nothing.
+		res, err = r.lookup(ctx, u.ID, rn)
+		if err == nil && res.Outcome == psp.NotFound {
+			res.Outcome = psp.Unknown
+		}
+		return res, howLookup, err
 	case err != nil:
 		return res, howReplay, err
 	case res.Outcome == psp.Pending && res.PaymentIntentID != "":
@@ -432,7 +477,7 @@ func (r *Resolver) wait(ctx context.Context, rn *run) error {
 // decide turns the PSP's answer into a settle, or reports it open.
 func decide(res psp.Result, how string, err error) (ledger.Outcome, bool) {
 	switch {
-	case err != nil && how == howReplay && definitelyNotCharged(err):
+	case err != nil && how == howReplay && psp.NotCharged(err, psp.Replay):
 		// The PSP refused the very request the owner sent, as invalid,
 		// inside the key window: it holds no result for the key (a result
 		// would have been replayed), so the owner's call never charged.
@@ -452,20 +497,6 @@ func decide(res psp.Result, how string, err error) (ledger.Outcome, bool) {
 		return ledger.Outcome{State: ledger.Failed, DeclineCode: "psp_no_charge"}, true
 	}
 	return ledger.Outcome{}, false
-}
-
-// definitelyNotCharged: a 400 invalid_request_error (or our own client's
-// refusal to send), not an authentication or routing error, which says
-// nothing about the original call.
-func definitelyNotCharged(err error) bool {
-	if !errors.Is(err, psp.ErrInvalidRequest) || errors.Is(err, psp.ErrKeyReuse) {
-		return false
-	}
-	var apiErr *psp.APIError
-	if !errors.As(err, &apiErr) {
-		return true // refused by the client's own checks: never sent, by anyone
-	}
-	return apiErr.HTTPStatus == 400 && apiErr.Type == "invalid_request_error"
 }
 
 // rewrite turns the key record's pointer into the final answer, exactly as
@@ -504,7 +535,33 @@ func (r *Resolver) publish(ctx context.Context, ev *event.Event, log *slog.Logge
 	return true
 }
 
-func (r *Resolver) refunds(ctx context.Context, rep *Report, rn *run) error {
+// sweep re-puts the outbox intents left unpublished (Sweeper's own limit
+// bounds it). It needs no PSP call, so nothing else in the run can hold it
+// back.
+func (r *Resolver) sweep(ctx context.Context, rn *run) outbox.SweepResult {
+	if r.d.Sweeper == nil || !rn.starting(ctx) {
+		return outbox.SweepResult{}
+	}
+	res, err := r.d.Sweeper.Sweep(ctx)
+	if err != nil {
+		r.d.Log.Warn("outbox sweep incomplete; the next run retries", "err", err)
+	}
+	return res
+}
+
+// notifications finishes up to Config.NotifyLimit PENDING notifications.
+func (r *Resolver) notifications(ctx context.Context, rn *run) int {
+	if r.d.Notifications == nil || !rn.starting(ctx) {
+		return 0
+	}
+	n, err := r.d.Notifications.FinishPending(ctx, r.cfg.NotifyLimit)
+	if err != nil {
+		r.d.Log.Warn("PENDING notifications not all finished; the next run retries", "finished", n, "err", err)
+	}
+	return n
+}
+
+func (r *Resolver) refunds(ctx context.Context, rep *RefundReport, rn *run) error {
 	if !rn.starting(ctx) {
 		return nil
 	}
@@ -515,7 +572,7 @@ func (r *Resolver) refunds(ctx context.Context, rep *Report, rn *run) error {
 	if err != nil {
 		return fmt.Errorf("resolver: take due refunds: %w", err)
 	}
-	rep.Refunds.Claimed = len(rows)
+	rep.Claimed = len(rows)
 	att := &refund.Attempter{
 		Ledger: r.d.Ledger, PSP: r.d.PSP, Backoff: r.cfg.Refund, CallTimeout: r.cfg.CallTimeout,
 		WriteTimeout: r.cfg.CallTimeout, Log: r.d.Log, Metrics: r.d.Metrics,
@@ -531,13 +588,13 @@ func (r *Resolver) refunds(ctx context.Context, rep *Report, rn *run) error {
 		defer mu.Unlock()
 		switch {
 		case err != nil && !row.State.Final():
-			rep.Refunds.Errors++
+			rep.Errors++
 		case row.State == ledger.RefundSucceeded:
-			rep.Refunds.Succeeded++
+			rep.Succeeded++
 		case row.State == ledger.RefundFailed:
-			rep.Refunds.Failed++
+			rep.Failed++
 		default:
-			rep.Refunds.Open++
+			rep.Open++
 		}
 	})
 	return nil

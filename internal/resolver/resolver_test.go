@@ -310,7 +310,7 @@ func TestTheRunSweepsAnIntentNeverPut(t *testing.T) {
 		t.Fatal(err)
 	}
 	rep := run(t, w.Resolver(w.ResolverConfig(), worldtest.ResolverOptions{}))
-	if rep.Sweep.Found != 1 || rep.Sweep.Created != 1 || rep.Sweep.Marked != 1 || !outboxItem(t, w, ids.EventID(pid, "SUCCEEDED")) {
+	if rep.Sweep.Found != 1 || rep.Sweep.Created != 1 || rep.Sweep.Redriven != 1 || !outboxItem(t, w, ids.EventID(pid, "SUCCEEDED")) {
 		t.Fatalf("sweep = %+v", rep.Sweep)
 	}
 }

@@ -57,6 +57,10 @@ const (
 	TypeFailed    = "payment_intent.payment_failed"
 )
 
+// MetricSucceededOnFailed counts payment_intent.succeeded events that met a
+// FAILED or VOID payment: an incident the stack alarms on.
+const MetricSucceededOnFailed = "WebhookSucceededOnFailed"
+
 // Ledger applies a verified event (internal/ledger.Store).
 type Ledger interface {
 	ApplyWebhook(ctx context.Context, in ledger.InboxEvent, o *ledger.Outcome, now time.Time) (ledger.WebhookResult, error)
@@ -169,6 +173,16 @@ func (h *Handler) Serve(ctx context.Context, method, path string, hdr http.Heade
 		log.Info("webhook: recorded; this event type moves nothing")
 	case !res.Found:
 		log.Warn("webhook: recorded; no payment carries this reference")
+	case o.State == ledger.Succeeded && (res.Payment.State == ledger.Failed || res.Payment.State == ledger.Void):
+		// The PSP says it charged a payment we closed as not charged (a
+		// FAILED answer was given, a "not charged" push sent, or the key
+		// was voided and the client paid again): money taken with no
+		// payment behind it. No allowed move fixes it; a person must
+		// (refund, or settle by hand).
+		log.Error("webhook: INCIDENT: the PSP charged a payment the ledger holds as not charged",
+			"alert", MetricSucceededOnFailed, "state", res.Payment.State, "decline_code", res.Payment.DeclineCode,
+			"psp_charge", o.PSPCharge)
+		h.d.Metrics.Count(MetricSucceededOnFailed, 1)
 	default:
 		log.Info("webhook: recorded; the payment had already left an open state", "state", res.Payment.State)
 		h.d.Metrics.Count("WebhookLate", 1)

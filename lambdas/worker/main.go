@@ -9,13 +9,11 @@ import (
 
 	"github.com/aws/aws-lambda-go/lambda"
 
-	"github.com/oncepay/oncepay/internal/awsclient/snsclient"
 	"github.com/oncepay/oncepay/internal/boot"
+	"github.com/oncepay/oncepay/internal/boot/pushboot"
 	"github.com/oncepay/oncepay/internal/eventsource"
 	"github.com/oncepay/oncepay/internal/inbox"
-	"github.com/oncepay/oncepay/internal/localenv"
 	"github.com/oncepay/oncepay/internal/metrics"
-	"github.com/oncepay/oncepay/internal/notify"
 )
 
 func main() {
@@ -26,16 +24,12 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	topic, err := boot.Require(localenv.PushTopicArn)
-	if err != nil {
-		fail(err)
-	}
 	pool, err := boot.Ledger(ctx)
 	if err != nil {
 		fail(err)
 	}
 	m := metrics.New(os.Stdout, "worker")
-	n, err := notify.New(snsclient.New(cfg), notify.NewDeviceStore(pool), notify.Config{TopicArn: topic, Logger: log, Metrics: m})
+	n, err := pushboot.Notifier(cfg, pool, log, m)
 	if err != nil {
 		fail(err)
 	}

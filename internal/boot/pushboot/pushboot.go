@@ -1,0 +1,78 @@
+// Package pushboot builds, from the environment, the push side of the
+// consumer: the Notifier the worker pushes through and the NotifSweeper
+// that finishes the notifications it could not send (run by the resolver).
+// It lives apart from package boot so that only the functions that push
+// link the SNS client.
+//
+// Variables: ONCEPAY_LEDGER_DSN (through boot.Ledger), and
+// ONCEPAY_PUSH_TOPIC_FALLBACK: "true" sends a push for a caller with no
+// enabled device to the topic ONCEPAY_PUSH_TOPIC_ARN (a sandbox's choice:
+// every subscriber sees it); "false" or unset sends it nowhere, and the
+// notification is recorded UNDELIVERABLE (production).
+package pushboot
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/awsclient/snsclient"
+	"github.com/oncepay/oncepay/internal/boot"
+	"github.com/oncepay/oncepay/internal/inbox"
+	"github.com/oncepay/oncepay/internal/localenv"
+	"github.com/oncepay/oncepay/internal/metrics"
+	"github.com/oncepay/oncepay/internal/notify"
+)
+
+// TopicFallback reads ONCEPAY_PUSH_TOPIC_FALLBACK: whether a push no device
+// can take goes to the topic. Unset is false: the safe choice.
+func TopicFallback() (bool, error) {
+	switch v := os.Getenv(notify.EnvTopicFallback); v {
+	case "true":
+		return true, nil
+	case "", "false":
+		return false, nil
+	default:
+		return false, fmt.Errorf("pushboot: %s must be true or false, got %q", notify.EnvTopicFallback, v)
+	}
+}
+
+// Notifier returns the Notifier over the caller's devices in pool's devices
+// table, with the topic fallback as the environment chooses it.
+func Notifier(cfg aws.Config, pool *pgxpool.Pool, log *slog.Logger, m *metrics.Emitter) (*notify.Notifier, error) {
+	fallback, err := TopicFallback()
+	if err != nil {
+		return nil, err
+	}
+	nc := notify.Config{Logger: log, Metrics: m}
+	if fallback {
+		if nc.TopicArn, err = boot.Require(localenv.PushTopicArn); err != nil {
+			return nil, err
+		}
+	}
+	log.Info("push targets", "topic_fallback", fallback)
+	n, err := notify.New(snsclient.New(cfg), notify.NewDeviceStore(pool), nc)
+	if err != nil {
+		return nil, fmt.Errorf("pushboot: notifier: %w", err)
+	}
+	return n, nil
+}
+
+// Sweeper returns the NotifSweeper the resolver runs: pool's PENDING
+// notifications sent through the same Notifier the worker builds, with the
+// default grace, backoff and give-up horizon (inbox.SweepConfig). Its
+// FinishPending(ctx, limit) is the whole phase.
+func Sweeper(cfg aws.Config, pool *pgxpool.Pool, log *slog.Logger, m *metrics.Emitter) (*inbox.NotifSweeper, error) {
+	n, err := Notifier(cfg, pool, log, m)
+	if err != nil {
+		return nil, err
+	}
+	s, err := inbox.NewNotifSweeper(pool, n, inbox.SweepConfig{Logger: log, Metrics: m})
+	if err != nil {
+		return nil, fmt.Errorf("pushboot: sweeper: %w", err)
+	}
+	return s, nil
+}

@@ -1,0 +1,265 @@
+package inbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/oncepay/oncepay/internal/event"
+	"github.com/oncepay/oncepay/internal/metrics"
+	"github.com/oncepay/oncepay/internal/notify"
+)
+
+// SweepDB is the part of a pgx pool the NotifSweeper uses.
+type SweepDB interface {
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// SweepConfig configures a NotifSweeper. Zero fields take the defaults.
+type SweepConfig struct {
+	// Channel is the notif rows' channel (default "push").
+	Channel string
+	// Grace: a PENDING row younger than this is left to the worker that
+	// wrote it, which is about to push it (default 1 min, twice the
+	// worker's timeout). Measured on the database's clock.
+	Grace time.Duration
+	// Base is the wait after a row's first failed attempt; it doubles per
+	// attempt up to Max (defaults 30 s and 1 h).
+	Base, Max time.Duration
+	// Horizon is how long a row is retried, from when it was armed (written,
+	// or re-armed by an operator), before it is flagged STUCK (default 24 h:
+	// a payment's push a day late is noise, and a human should look).
+	Horizon time.Duration
+	// Lease is how long a run holds the rows it took (default 1 min), so two
+	// runs at once rarely send the same row (and the replace id makes it
+	// harmless when they do).
+	Lease time.Duration
+	// Logger receives a line per row that did not go out (default slog.Default()).
+	Logger *slog.Logger
+	// Metrics receives NotifSwept, NotifSweepFailed, PushUndeliverable,
+	// NotifStuckFlagged and, on every run, the NotifStuck gauge (rows STUCK
+	// now) that the NotifStuck alarm watches.
+	Metrics *metrics.Emitter
+}
+
+func (c *SweepConfig) setDefaults() error {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	if c.Channel == "" {
+		c.Channel = "push"
+	}
+	def(&c.Grace, time.Minute)
+	def(&c.Base, 30*time.Second)
+	def(&c.Max, time.Hour)
+	def(&c.Horizon, 24*time.Hour)
+	def(&c.Lease, time.Minute)
+	if c.Grace < 0 || c.Base < 0 || c.Max < c.Base || c.Horizon < 0 || c.Lease <= 0 {
+		return fmt.Errorf("inbox: sweep grace %s, base %s, max %s, horizon %s, lease %s: want non-negative, max >= base, a lease",
+			c.Grace, c.Base, c.Max, c.Horizon, c.Lease)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	return nil
+}
+
+// Delay is the wait after the attempts-th failed attempt (1-based): Base,
+// 2 Base, 4 Base, ..., never more than Max.
+func (c SweepConfig) Delay(attempts int) time.Duration {
+	d := c.Base
+	for i := 1; i < attempts && d < c.Max; i++ {
+		d *= 2
+	}
+	return min(d, c.Max)
+}
+
+// NotifSweeper finishes PENDING notifications the worker could not send:
+// it is their own durable trigger, so a committed credit never waits on a
+// push. The resolver runs it on its schedule. It is safe for concurrent use,
+// and runs at once skip each other's rows.
+type NotifSweeper struct {
+	db     SweepDB
+	pusher Pusher
+	cfg    SweepConfig
+}
+
+// NewNotifSweeper returns a NotifSweeper over db that sends through pusher
+// (a notify.Notifier configured as the worker's).
+func NewNotifSweeper(db SweepDB, pusher Pusher, cfg SweepConfig) (*NotifSweeper, error) {
+	if db == nil || pusher == nil {
+		return nil, errors.New("inbox: NewNotifSweeper needs a DB and a Pusher")
+	}
+	if err := cfg.setDefaults(); err != nil {
+		return nil, err
+	}
+	return &NotifSweeper{db: db, pusher: pusher, cfg: cfg}, nil
+}
+
+type dueNotif struct {
+	eventID, replaceID, callerID string
+	payload                      []byte
+	attempts                     int
+	overHorizon                  bool
+}
+
+// FinishPending takes up to limit PENDING rows that are older than the
+// grace and due (their backoff has passed, no other run holds them), sends
+// each with its replace id, and records the outcome: SENT; UNDELIVERABLE
+// when no channel can take it; otherwise the attempt and the next one's
+// time, or STUCK once the row has been failing past the give-up horizon
+// (kept, counted, alarmed; Rearm puts it back). It returns how many rows
+// left PENDING for SENT or UNDELIVERABLE. It blocks for one claim, one send
+// and one update per row, and one count; the error joins what failed.
+func (s *NotifSweeper) FinishPending(ctx context.Context, limit int) (int, error) {
+	var errs []error
+	finished := 0
+	if limit > 0 {
+		due, err := s.claim(ctx, limit)
+		if err != nil {
+			return 0, err
+		}
+		for _, n := range due {
+			ok, err := s.finish(ctx, n)
+			if ok {
+				finished++
+			}
+			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+	}
+	// The gauge keeps the alarm on for as long as a row is STUCK.
+	var stuck int
+	if err := s.db.QueryRow(ctx, `SELECT count(*) FROM notif WHERE state = 'STUCK' AND channel = $1`, s.cfg.Channel).Scan(&stuck); err != nil {
+		errs = append(errs, fmt.Errorf("inbox: count stuck notifications: %w", err))
+	} else {
+		s.cfg.Metrics.Count("NotifStuck", stuck)
+	}
+	return finished, errors.Join(errs...)
+}
+
+func (s *NotifSweeper) claim(ctx context.Context, limit int) ([]dueNotif, error) {
+	rows, err := s.db.Query(ctx, `
+		UPDATE notif n SET lease_until = now() + make_interval(secs => $3), attempts = n.attempts + 1
+		FROM (
+		  SELECT event_id, channel FROM notif
+		  WHERE state = 'PENDING' AND channel = $1
+		    AND created_at < now() - make_interval(secs => $2)
+		    AND (next_attempt_at IS NULL OR next_attempt_at <= now())
+		    AND (lease_until IS NULL OR lease_until < now())
+		  ORDER BY created_at
+		  LIMIT $4
+		  FOR UPDATE SKIP LOCKED
+		) pick
+		WHERE n.event_id = pick.event_id AND n.channel = pick.channel
+		RETURNING n.event_id, n.replace_id, n.caller_id, COALESCE(n.payload::text, ''), n.attempts,
+		          n.armed_at < now() - make_interval(secs => $5)`,
+		s.cfg.Channel, s.cfg.Grace.Seconds(), s.cfg.Lease.Seconds(), limit, s.cfg.Horizon.Seconds())
+	if err != nil {
+		return nil, fmt.Errorf("inbox: take pending notifications: %w", err)
+	}
+	due, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dueNotif, error) {
+		var n dueNotif
+		var payload string
+		err := r.Scan(&n.eventID, &n.replaceID, &n.callerID, &payload, &n.attempts, &n.overHorizon)
+		n.payload = []byte(payload)
+		return n, err
+	})
+	if err != nil {
+		return nil, fmt.Errorf("inbox: take pending notifications: %w", err)
+	}
+	return due, nil
+}
+
+// finish sends one claimed row and records the outcome. ok: it left PENDING
+// for SENT or UNDELIVERABLE.
+func (s *NotifSweeper) finish(ctx context.Context, n dueNotif) (ok bool, err error) {
+	log := s.cfg.Logger.With("event_id", n.eventID, "attempts", n.attempts)
+	e, err := event.Unmarshal(n.payload)
+	if err != nil {
+		// Nothing to send from: no retry helps, a human must.
+		return false, s.stuck(ctx, n, fmt.Errorf("inbox: notification %s carries no event: %w", n.eventID, err), log)
+	}
+	p := notify.FromEvent(e)
+	p.ReplaceID, p.CallerID = n.replaceID, n.callerID // as recorded with the intent
+	log = log.With("payment_id", e.PaymentID)
+	sendErr := s.pusher.Send(ctx, p)
+	switch {
+	case sendErr == nil:
+		if _, err := s.db.Exec(ctx, `
+			UPDATE notif SET state = 'SENT', sent_at = now(), lease_until = NULL, last_error = NULL
+			WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, n.eventID, s.cfg.Channel); err != nil {
+			// Sent; the lease lapses and a later run sends it once more (same replace id).
+			return false, fmt.Errorf("inbox: mark %s SENT: %w", n.eventID, err)
+		}
+		s.cfg.Metrics.Count("NotifSwept", 1)
+		log.Info("pending notification sent by the sweep", "replace_id", p.ReplaceID)
+		return true, nil
+	case errors.Is(sendErr, notify.ErrNoTarget):
+		if _, err := s.db.Exec(ctx, `
+			UPDATE notif SET state = 'UNDELIVERABLE', lease_until = NULL, last_error = $3
+			WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, n.eventID, s.cfg.Channel, sendErr.Error()); err != nil {
+			return false, fmt.Errorf("inbox: mark %s UNDELIVERABLE: %w", n.eventID, err)
+		}
+		s.cfg.Metrics.Count("PushUndeliverable", 1)
+		log.Warn("no channel can take the pending notification; recorded UNDELIVERABLE")
+		return true, nil
+	case n.overHorizon:
+		return false, s.stuck(ctx, n, sendErr, log)
+	}
+	next := s.cfg.Delay(n.attempts)
+	s.cfg.Metrics.Count("NotifSweepFailed", 1)
+	log.Warn("pending notification not sent; retried after the backoff", "error", sendErr.Error(), "retry_in", next.String())
+	if _, err := s.db.Exec(ctx, `
+		UPDATE notif SET lease_until = NULL, last_error = $3, next_attempt_at = now() + make_interval(secs => $4)
+		WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, n.eventID, s.cfg.Channel, sendErr.Error(), next.Seconds()); err != nil {
+		return false, fmt.Errorf("inbox: record the attempt on %s: %w", n.eventID, err)
+	}
+	return false, nil
+}
+
+// stuck flags a row that gave up: kept (never deleted), alerted on once here
+// and by the NotifStuck gauge on every run until it is re-armed.
+func (s *NotifSweeper) stuck(ctx context.Context, n dueNotif, cause error, log *slog.Logger) error {
+	s.cfg.Metrics.Count("NotifStuckFlagged", 1)
+	log.Error("notification still not sent after the give-up horizon; flagged STUCK for a human (re-arm: inbox.NotifSweeper.Rearm)",
+		"alert", "NotifStuck", "error", cause.Error(), "horizon", s.cfg.Horizon.String())
+	if _, err := s.db.Exec(ctx, `
+		UPDATE notif SET state = 'STUCK', stuck_at = now(), lease_until = NULL, last_error = $3
+		WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, n.eventID, s.cfg.Channel, cause.Error()); err != nil {
+		return fmt.Errorf("inbox: flag %s STUCK: %w", n.eventID, err)
+	}
+	return nil
+}
+
+// Rearm puts STUCK rows back to PENDING, due at once and with a fresh
+// horizon: the named events', or every STUCK row when none is named. It
+// returns how many it re-armed. The same by hand:
+//
+//	UPDATE notif SET state = 'PENDING', attempts = 0, next_attempt_at = NULL, lease_until = NULL,
+//	                 stuck_at = NULL, armed_at = now()
+//	WHERE state = 'STUCK' AND channel = 'push' [AND event_id = '<payment_id>:<state>'];
+func (s *NotifSweeper) Rearm(ctx context.Context, eventIDs ...string) (int, error) {
+	if eventIDs == nil {
+		eventIDs = []string{} // an empty array, not NULL: "every STUCK row"
+	}
+	tag, err := s.db.Exec(ctx, `
+		UPDATE notif SET state = 'PENDING', attempts = 0, next_attempt_at = NULL, lease_until = NULL,
+		                 stuck_at = NULL, armed_at = now()
+		WHERE state = 'STUCK' AND channel = $1 AND (cardinality($2::text[]) = 0 OR event_id = ANY($2))`,
+		s.cfg.Channel, eventIDs)
+	if err != nil {
+		return 0, fmt.Errorf("inbox: re-arm stuck notifications: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
