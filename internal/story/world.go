@@ -143,6 +143,7 @@ type World struct {
 	Webhook    *webhook.Handler
 	Stream     *harness.StreamPoller
 	Worker     *inbox.Worker
+	Notifs     *inbox.NotifSweeper // the resolver's sweep of PENDING notifications
 	Queue      *harness.QueuePoller
 	Pushes     *harness.PushQueue
 	Phone      *harness.Phone
@@ -377,6 +378,14 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 	}); err != nil {
 		return nil, err
 	}
+	// The sweep's clocks are the database's, which the fake clock does not
+	// move: a short grace and backoff let quiescence finish what a failed
+	// push left PENDING within a few rounds.
+	if w.Notifs, err = inbox.NewNotifSweeper(w.LedgerPool, n, inbox.SweepConfig{
+		Logger: quiet, Metrics: m, Grace: time.Millisecond, Base: 10 * time.Millisecond, Max: 200 * time.Millisecond, Lease: 2 * time.Second,
+	}); err != nil {
+		return nil, err
+	}
 	if w.Queue, err = harness.NewQueuePoller(w.SQS, w.Worker.Handle, harness.QueueConfig{
 		QueueURL: q.url, QueueArn: q.arn, Settings: settings.Worker, Logger: quiet,
 	}); err != nil {
@@ -417,7 +426,7 @@ func (w *World) Resolver() (*resolver.Resolver, error) {
 		c.Concurrency = 1
 	}
 	return resolver.New(c, resolver.Deps{
-		Ledger: w.Ledger, PSP: w.PSP, Claims: w.Claims, Publisher: w.Outbox, Sweeper: w.Sweeper, Clock: w.Clock,
+		Ledger: w.Ledger, PSP: w.PSP, Claims: w.Claims, Publisher: w.Outbox, Sweeper: w.Sweeper, Notifications: w.Notifs, Clock: w.Clock,
 		Log: w.log, Metrics: metrics.New(w.EMF, "resolver"), Hooks: w.resolverHooks(),
 	})
 }
