@@ -278,7 +278,12 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 	if w.Outbox, err = outbox.NewPublisher(w.Dynamo, outbox.Config{Table: outboxTable, Logger: quiet}); err != nil {
 		return nil, err
 	}
-	if w.Sweeper, err = outbox.NewSweeper(w.Outbox, w.LedgerPool, outbox.SweepConfig{Logger: quiet, Grace: time.Millisecond /* on the database clock, which the fake one does not move: no API here races the sweep */}); err != nil {
+	if w.Sweeper, err = outbox.NewSweeper(w.Outbox, w.LedgerPool, outbox.SweepConfig{
+		// On the database's clock, which the fake one does not move: no API
+		// here races the sweep, and a re-drive the relay gave up on again
+		// is re-driven within quiescence, not five real minutes later.
+		Logger: quiet, Grace: time.Millisecond, RedriveAfter: 50 * time.Millisecond, RedriveMax: time.Second,
+	}); err != nil {
 		return nil, err
 	}
 
@@ -375,6 +380,7 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 	if w.Worker, err = inbox.New(w.LedgerPool, n, inbox.Config{
 		MaxReceiveCount: settings.Worker.MaxReceiveCount, Logger: quiet, Metrics: m, Hooks: w.workerHooks(),
 		WithoutNotifRecord: o.WithoutNotifRecord, GroupConcurrency: groups,
+		RetryAfter: 10 * time.Millisecond, // the sweep's first retry, on the database's clock (see Notifs)
 	}); err != nil {
 		return nil, err
 	}
