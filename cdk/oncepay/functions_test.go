@@ -159,7 +159,7 @@ func TestFunctionEnvironment(t *testing.T) {
 		"relay": {st.Relay.Function, map[string]string{
 			localenv.EventsQueueURL: "${" + s.logicalID(t, st.Data.Events.Queue) + "}"}},
 		"worker":   {st.Worker.Function, join(ledger, push)},
-		"resolver": {st.Resolver, join(ledger, timing, apiKey, push, map[string]string{localenv.IdemTable: claims, localenv.OutboxTable: outbox})},
+		"resolver": {st.Resolver, join(ledger, timing, apiKey, map[string]string{localenv.IdemTable: claims, localenv.OutboxTable: outbox})},
 		"webhook": {st.Webhook, join(ledger, map[string]string{
 			localenv.OutboxTable: outbox, oncepay.EnvPSPSecretRevision: "1",
 			oncepay.EnvWebhookSecret: "{{resolve:secretsmanager:" + secret + ":SecretString:webhook_secret::}}"})},
@@ -397,7 +397,7 @@ func TestAlarms(t *testing.T) {
 		oncepay.AlarmUnknownOverHorizon: {metrics.Namespace, oncepay.MetricUnknownOverHorizon, "Maximum", map[string]any{"Function": oncepay.FnResolver}, 1},
 		oncepay.AlarmKeyStoreDegraded:   {metrics.Namespace, oncepay.MetricKeyStoreDegraded, "Sum", map[string]any{"Function": oncepay.FnAPI}, 1},
 		oncepay.AlarmChargedButClosed:   {metrics.Namespace, oncepay.MetricWebhookSucceededOnFailed, "Sum", map[string]any{"Function": oncepay.FnWebhook}, 1},
-		oncepay.AlarmNotifStuck:         {metrics.Namespace, oncepay.MetricNotifStuck, "Maximum", map[string]any{"Function": oncepay.FnResolver}, 1},
+		oncepay.AlarmNotifStuck:         {metrics.Namespace, oncepay.MetricNotifStuck, "Maximum", map[string]any{"Function": oncepay.FnWorker}, 1},
 		oncepay.AlarmOutboxRedriven:     {metrics.Namespace, oncepay.MetricOutboxRedriven, "Sum", map[string]any{"Function": oncepay.FnResolver}, 1},
 	}
 	if oncepay.MetricOutboxRedriven != outbox.MetricRedriven {

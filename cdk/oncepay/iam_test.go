@@ -226,7 +226,6 @@ func TestGrants(t *testing.T) {
 			"dynamodb:PutItem": {outbox}, "dynamodb:UpdateItem": {claims, outbox},
 			"rds-db:connect":  {dbuser},
 			"sqs:SendMessage": {asyncDlq},
-			"sns:Publish":     {topic}, // the notification sweep, with the sandbox's topic fallback
 		}))},
 		{"webhook", st.Webhook, base(st.Webhook, true, merge(keyWrite, map[string][]string{
 			"dynamodb:PutItem": {outbox},

@@ -28,8 +28,8 @@ const (
 	// MetricWebhookSucceededOnFailed: the PSP reported a charge for a
 	// payment the ledger holds as FAILED or VOID (webhook.MetricSucceededOnFailed).
 	MetricWebhookSucceededOnFailed = "WebhookSucceededOnFailed"
-	// MetricNotifStuck: the resolver's count, on every run, of notifications
-	// STUCK after the give-up horizon (inbox.NotifSweeper).
+	// MetricNotifStuck: the worker's count, on every sweep tick, of
+	// notifications STUCK after the give-up horizon (inbox.NotifSweeper).
 	MetricNotifStuck = "NotifStuck"
 	// MetricOutboxRedriven: the resolver's sweep re-drove events the worker
 	// had not processed a grace period after their commit (outbox.MetricRedriven).
@@ -109,7 +109,7 @@ func newMonitoring(s *Stack) *Monitoring {
 	atLeastOne(AlarmResolverErrors, "The resolver's sweep failed.", errs(s.Resolver))
 	atLeastOne(AlarmUnknownOverHorizon, "UNKNOWN payments older than the resolver's horizon: money in doubt that replays have not settled.", custom(MetricUnknownOverHorizon, FnResolver, "Maximum"))
 	atLeastOne(AlarmNotifStuck, "Notifications still not sent after the sweep's give-up horizon, kept as STUCK: the push path (SNS, a platform certificate, the topic's key) needs a look; then re-arm them (inbox.NotifSweeper.Rearm, README).",
-		custom(MetricNotifStuck, FnResolver, "Maximum"))
+		custom(MetricNotifStuck, FnWorker, "Maximum"))
 	atLeastOne(AlarmOutboxRedriven, "The resolver's sweep re-drove events the worker had not processed 30 s after their commit: the relay, the events queue or the worker is failing or slow (events parked in the events DLQ are re-driven too, so they return once the cause is fixed). The resolver logs each re-drive with its event id.", custom(MetricOutboxRedriven, FnResolver, "Sum"))
 	atLeastOne(AlarmKeyStoreDegraded, "The api answered without the claim table (the ledger's unique key alone guarded those payments).", custom(MetricKeyStoreDegraded, FnAPI, "Sum"))
 	atLeastOne(AlarmChargedButClosed, "The PSP reported a charge (payment_intent.succeeded) for a payment the ledger holds as FAILED or VOID: money taken with no payment behind it; refund or settle it by hand.", custom(MetricWebhookSucceededOnFailed, FnWebhook, "Sum"))
@@ -140,7 +140,7 @@ func newMonitoring(s *Stack) *Monitoring {
 			depth(s.Data.Events.Queue), depth(s.Data.Events.Dlq), depth(s.Relay.FailureQueue), depth(s.AsyncFailures)),
 		graph("Money in doubt, degraded answers, stuck notifications",
 			custom(MetricUnknownOverHorizon, FnResolver, "Maximum"), custom(MetricKeyStoreDegraded, FnAPI, "Sum"),
-			custom(MetricNotifStuck, FnResolver, "Maximum")),
+			custom(MetricNotifStuck, FnWorker, "Maximum")),
 		graph("Relay iterator age (ms)",
 			s.Relay.Function.Function.Metric(jsii.String("IteratorAge"), &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")})),
 	)

@@ -102,7 +102,8 @@ func TestNagSuppressions(t *testing.T) {
 				id(st.Relay.FailureQueue) + " AwsSolutions-SQS3",
 				id(st.Relay.FailureQueue) + " Serverless-SQSRedrivePolicy",
 				id(st.Worker.Mapping) + " Serverless-LambdaEventSourceMappingDestination",
-				id(st.Api.Routes[3]) + " AwsSolutions-APIG4", // the webhook route
+				id(st.Worker.SweepSchedule) + " Serverless-EventBusDLQ", // a tick carries no data
+				id(st.Api.Routes[3]) + " AwsSolutions-APIG4",            // the webhook route
 			}
 			// Synchronous or mapping-driven: no DLQ.
 			for _, fn := range []*oncepay.GoFunction{st.Api.Function, st.Relay.Function, st.Worker.Function, st.Webhook} {
@@ -122,8 +123,7 @@ func TestNagSuppressions(t *testing.T) {
 				want = append(want,
 					id(st.Alb.SecurityGroup)+" AwsSolutions-EC23",
 					id(st.Alb.LoadBalancer)+" AwsSolutions-ELB2",
-					policy(st.Worker.Function)+" AwsSolutions-IAM5", // the platform endpoints
-					policy(st.Resolver)+" AwsSolutions-IAM5")        // the same, for its notification sweep
+					policy(st.Worker.Function)+" AwsSolutions-IAM5") // the platform endpoints
 			}
 			sort.Strings(want)
 			var got []string

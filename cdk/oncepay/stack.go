@@ -218,7 +218,6 @@ func (s *Stack) addFunctions(props *StackProps) {
 	d.Ledger.Connect(s.Resolver, LedgerAppUser)
 	s.Psp.InjectAPIKey(s.Resolver)
 	s.grantOutboxPut(s.Resolver)
-	s.Worker.GrantPush(s.Resolver) // its notification sweep pushes as the worker does
 	// The outbox sweep's re-drive: an UpdateItem that rewrites an item the
 	// worker has not processed, so its stream carries a new record.
 	s.Resolver.Grant([]string{"dynamodb:UpdateItem"}, d.Outbox.Table.TableArn())

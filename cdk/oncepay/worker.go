@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/constructs-go/constructs/v10"
@@ -57,14 +60,19 @@ type InboxWorkerProps struct {
 // InboxWorker consumes the events FIFO queue: inbox row + credit +
 // notification intent in one ledger transaction, then the push. Failed
 // messages are retried by visibility timeout and park in the queue's DLQ
-// after maxReceiveCount deliveries.
+// after maxReceiveCount deliveries; a failed push is retried by the
+// function's own schedule (SweepSchedule), never by failing the message.
 type InboxWorker struct {
 	constructs.Construct
 	Events   *EventQueue
 	Push     *PushTopic
 	Function *GoFunction
 	Mapping  awslambda.EventSourceMapping
-	Settings eventsource.Queue
+	// SweepSchedule invokes the function every SweepRate to finish the
+	// PENDING notifications a failed push left (inbox.Function): their own
+	// durable trigger, so a push outage never holds back a credit.
+	SweepSchedule awsevents.Rule
+	Settings      eventsource.Queue
 	// TopicFallback is whether pushes with no device go to the topic.
 	TopicFallback bool
 
@@ -134,7 +142,18 @@ func NewInboxWorker(scope constructs.Construct, id string, props *InboxWorkerPro
 		props.Ledger.Connect(fn, user)
 	}
 	suppress(cfn(fn.Function), "Serverless-LambdaDLQ",
-		"Invoked by the SQS event-source mapping, never asynchronously: a failed message returns to the queue and, after maxReceiveCount deliveries, parks in the queue's own DLQ (EventQueue.Dlq).")
+		"Invoked by the SQS event-source mapping (a failed message returns to the queue and, after maxReceiveCount deliveries, parks in the queue's own DLQ, EventQueue.Dlq) and by its sweep schedule, whose ticks carry nothing: a failed tick leaves the PENDING rows for the next one, a minute later.")
+	c.SweepSchedule = awsevents.NewRule(c.Construct, jsii.String("SweepSchedule"), &awsevents.RuleProps{
+		Description: jsii.String("oncepay: finish the PENDING notifications a failed push left"),
+		Schedule:    awsevents.Schedule_Rate(awscdk.Duration_Seconds(jsii.Number(SweepRate.Seconds()))),
+		Targets: &[]awsevents.IRuleTarget{awseventstargets.NewLambdaFunction(fn.Function, &awseventstargets.LambdaFunctionProps{
+			// A tick is worth nothing once the next one is due.
+			MaxEventAge:   awscdk.Duration_Seconds(jsii.Number(SweepRate.Seconds())),
+			RetryAttempts: jsii.Number(0),
+		})},
+	})
+	suppress(cfn(c.SweepSchedule), "Serverless-EventBusDLQ",
+		"A sweep tick carries no data: a tick that fails to invoke the worker loses nothing a DLQ could keep, the PENDING rows stay for the next tick a minute later, and the NotifStuck alarm watches rows that never go out.")
 
 	s := c.Settings
 	mp := &awslambda.EventSourceMappingProps{
@@ -152,10 +171,13 @@ func NewInboxWorker(scope constructs.Construct, id string, props *InboxWorkerPro
 	return c
 }
 
+// SweepRate is how often the worker's schedule finishes PENDING
+// notifications (inbox.NotifSweeper backs off per row on top of it).
+const SweepRate = time.Minute
+
 // GrantPush gives fn what the worker pushes with: publish to the caller's
 // platform endpoints, to the topic only when the fallback is on, and the
-// variables that say so. The resolver gets it too: its notification sweep
-// (inbox.NotifSweeper) finishes the pushes the worker could not send.
+// variables that say so.
 func (c *InboxWorker) GrantPush(fn *GoFunction) {
 	env := map[string]*string{
 		EnvPushTopicArn:      c.Push.Topic.TopicArn(),

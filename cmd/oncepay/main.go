@@ -1,14 +1,8 @@
 // Command oncepay is a buyer's client for the payment API: it behaves the way
 // a correct app must (internal/client): the key is made and journaled before
 // the first send, reused on every retry, and resolved when the outcome is
-// unknown.
-//
-//	oncepay pay --order 42 --amount 3000 --currency USD --method pm_card_visa [--merchant m1]
-//	oncepay status --order 42
-//	oncepay resolve            (resume every open intent)
-//	oncepay token --caller u1  (local cloud only)
-//
-// Flags common to all: --url, --token (or $ONCEPAY_TOKEN), --journal, --json.
+// unknown or an answer is not the API's own. `oncepay help` prints the rules,
+// the journal's location and the exit codes.
 package main
 
 import (
@@ -17,9 +11,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"sort"
+	"strings"
 	"syscall"
 	"time"
 
@@ -28,66 +25,144 @@ import (
 	"github.com/oncepay/oncepay/internal/localenv"
 )
 
+const usage = `oncepay: a buyer's client for the oncepay payment API.
+
+  oncepay pay --order 42 --amount 3000 [--currency USD] [--method pm_card_visa] [--merchant m1] [--again]
+  oncepay status [--order 42]     what the journal holds (every caller and API; nothing is sent)
+  oncepay resolve                 resume every open intent of this caller and API, same keys
+  oncepay token --caller u1       print a bearer token for the local front door (local cloud only)
+  oncepay help
+
+Common flags: --url (default $ONCEPAY_FRONTDOOR_URL or http://127.0.0.1:8080),
+--token (default $ONCEPAY_TOKEN), --journal, --journal-wait, --retention,
+--timeout, --json. Run 'oncepay <command> -h' for every flag.
+
+Rules:
+  - The key is made at the tap (a random UUID) and written to the journal
+    before the first send; every retry, and every later run, reuses it.
+  - 409 (in progress), 429, 5xx and no answer at all are retried with the
+    same key (10 s timeout, exponential backoff with full jitter; a
+    Retry-After is honoured up to 20 s, plus up to 50 % jitter).
+  - Any other answer that is not the API's final one (201 SUCCEEDED, 402
+    FAILED) is a question, not an answer: a 4xx, a redirect, an unexpected
+    2xx. The key is resolved (POST /payments/{key}/resolve) before anything
+    is decided; an earlier send may have paid.
+  - A new key for an order is made only after the server said "not found,
+    and it never will be" (voided or refused), or after a definite decline
+    when the buyer pays anew: another card or amount, or --again. A paid
+    order is never paid twice.
+  - Intents are the caller's own: scoped by API URL, caller (the token's
+    subject) and merchant. 'resolve' never sends one caller's key under
+    another caller's token.
+
+Journal: $ONCEPAY_JOURNAL or --journal, else one per user:
+$XDG_STATE_HOME/oncepay/journal, or ~/.local/state/oncepay/journal
+(macOS, Windows: the user config directory + oncepay/journal). Final
+intents are pruned after --retention (default 90 days, $ONCEPAY_JOURNAL_RETENTION);
+open ones are kept until they are resolved. One oncepay process holds the
+journal at a time; another waits --journal-wait (default 5 s), then exits 6.
+
+Exit codes: 0 paid; 1 error; 2 usage; 3 declined or refused (nothing
+charged); 4 voided (not charged, and never will be: a new tap may pay);
+5 still unknown (run 'oncepay resolve' later: the same key is used);
+6 the journal is in use by another oncepay process.
+`
+
+// Exit codes.
+const (
+	exitPaid    = 0
+	exitError   = 1
+	exitUsage   = 2
+	exitRefused = 3
+	exitVoided  = 4
+	exitUnknown = 5
+	exitBusy    = 6
+)
+
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	code, err := run(ctx, os.Args[1:])
+	code, err := run(ctx, os.Args[1:], os.Stdout)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "oncepay:", err)
 	}
 	os.Exit(code)
 }
 
-func defaultJournal() string {
-	if root, err := localenv.Root(); err == nil {
-		return filepath.Join(root, ".local", "client.journal")
-	}
-	home, _ := os.UserHomeDir()
-	return filepath.Join(home, ".oncepay.journal")
-}
-
-func run(ctx context.Context, args []string) (int, error) {
+func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	if len(args) == 0 {
-		return 2, errors.New("usage: oncepay pay|status|resolve|token [flags]")
+		fmt.Fprint(os.Stderr, usage)
+		return exitUsage, nil
 	}
 	cmd := args[0]
+	switch cmd {
+	case "help", "-h", "-help", "--help":
+		fmt.Fprint(stdout, usage)
+		return 0, nil
+	case "pay", "status", "resolve", "token":
+	default:
+		fmt.Fprint(os.Stderr, usage)
+		return exitUsage, fmt.Errorf("unknown command %q", cmd)
+	}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	fs.Usage = func() {
+		fmt.Fprintf(fs.Output(), "usage of oncepay %s (see 'oncepay help' for the rules):\n", cmd)
+		fs.PrintDefaults()
+	}
 	baseURL := fs.String("url", envOr(localenv.FrontDoorURL, "http://127.0.0.1:8080"), "the API's base URL")
 	token := fs.String("token", os.Getenv("ONCEPAY_TOKEN"), "bearer token (default $ONCEPAY_TOKEN)")
-	journalPath := fs.String("journal", envOr("ONCEPAY_JOURNAL", defaultJournal()), "the app's journal file")
+	journalPath := fs.String("journal", os.Getenv("ONCEPAY_JOURNAL"), "the journal file (default $ONCEPAY_JOURNAL, else one per user: see 'oncepay help')")
+	journalWait := fs.Duration("journal-wait", 5*time.Second, "how long to wait for another oncepay process to let go of the journal")
+	retention := fs.Duration("retention", envDuration("ONCEPAY_JOURNAL_RETENTION", 90*24*time.Hour), "how long final intents stay in the journal (open ones stay until resolved)")
 	asJSON := fs.Bool("json", false, "print JSON")
 	order := fs.String("order", "", "order id")
 	amount := fs.Int64("amount", 0, "amount in minor units")
 	currency := fs.String("currency", "USD", "ISO 4217 currency")
 	method := fs.String("method", "pm_card_visa", "payment method")
 	merchant := fs.String("merchant", "m1", "merchant id")
-	caller := fs.String("caller", "", "caller (token)")
+	again := fs.Bool("again", false, "pay: after a decline, pay anew (new key) even with the same card")
+	caller := fs.String("caller", "", "token: the caller to mint a token for; others: the journal's caller, for a token that is not a JWT")
 	timeout := fs.Duration("timeout", 10*time.Second, "per-request timeout")
 	if err := fs.Parse(args[1:]); err != nil {
-		return 2, err
+		if errors.Is(err, flag.ErrHelp) {
+			return 0, nil
+		}
+		return exitUsage, err
 	}
 	if cmd == "token" {
-		root, err := localenv.Root()
-		if err != nil {
-			return 1, err
-		}
-		secret, err := frontdoor.LoadOrCreateSecret(filepath.Join(root, ".local", "frontdoor.key"))
-		if err != nil {
-			return 1, err
-		}
-		tok, err := frontdoor.Mint(secret, *caller, 24*time.Hour, time.Now())
-		if err != nil {
-			return 1, err
-		}
-		fmt.Println(tok)
-		return 0, nil
+		return mintToken(*caller, stdout)
 	}
-	j, err := client.OpenJournal(*journalPath)
+	path := *journalPath
+	if path == "" {
+		var err error
+		if path, err = client.DefaultJournalPath(); err != nil {
+			return exitError, err
+		}
+	}
+	if *journalPath == "" {
+		warnLegacyJournal()
+	}
+	wait := *journalWait
+	if wait == 0 {
+		wait = -1 // 0 on the command line: do not wait
+	}
+	j, err := client.OpenJournal(path, client.JournalOptions{LockWait: wait})
+	if errors.Is(err, client.ErrJournalBusy) {
+		return exitBusy, fmt.Errorf("%w; try again when it has finished", err)
+	}
 	if err != nil {
-		return 1, err
+		return exitError, err
 	}
 	defer j.Close()
-	cfg := client.Config{BaseURL: *baseURL, Token: *token, Timeout: *timeout}
+	if cmd == "status" {
+		return status(j, *order, *asJSON, stdout)
+	}
+	if *retention > 0 {
+		if _, err := j.Prune(time.Now().Add(-*retention)); err != nil {
+			return exitError, err
+		}
+	}
+	cfg := client.Config{BaseURL: *baseURL, Token: *token, Caller: *caller, Timeout: *timeout}
 	if !*asJSON {
 		cfg.Progress = func(attempt int, wait time.Duration, why string) {
 			fmt.Fprintf(os.Stderr, "  retry %d in %s (%s), same key\n", attempt, wait.Round(time.Millisecond), why)
@@ -98,69 +173,115 @@ func run(ctx context.Context, args []string) (int, error) {
 	switch cmd {
 	case "pay":
 		if *order == "" || *amount <= 0 {
-			return 2, errors.New("pay needs --order and --amount")
+			return exitUsage, errors.New("pay needs --order and --amount")
 		}
 		p := client.Payment{MerchantID: *merchant, OrderID: *order, Amount: *amount, Currency: *currency, PaymentMethod: *method}
-		r, err := c.Pay(ctx, p)
-		if err != nil {
-			return 1, err
+		pay := c.Pay
+		if *again {
+			pay = c.PayAgain
 		}
-		return print(r, *asJSON), nil
-	case "resolve":
+		r, err := pay(ctx, p)
+		if err != nil {
+			return exitError, err
+		}
+		return print(stdout, r, *asJSON), nil
+	default: // resolve
 		rs, err := c.Resume(ctx)
 		if err != nil {
-			return 1, err
+			return exitError, err
 		}
 		code := 0
 		for _, r := range rs {
-			code = max(code, print(r, *asJSON))
+			code = max(code, print(stdout, r, *asJSON))
+		}
+		if _, others, err := j.OpenIntents(c.Scope()); err == nil && others > 0 && !*asJSON {
+			fmt.Fprintf(os.Stderr, "%d open intent(s) belong to another caller or API: run resolve with their token and --url\n", others)
 		}
 		if len(rs) == 0 && !*asJSON {
-			fmt.Println("nothing open in the journal")
+			fmt.Fprintln(stdout, "nothing open in the journal for this caller and API")
 		}
 		return code, nil
-	case "status":
-		in, err := j.ForOrder(*order)
-		if err != nil {
-			return 1, err
-		}
-		if *asJSON {
-			b, _ := json.Marshal(in)
-			fmt.Println(string(b))
-		} else {
-			fmt.Printf("order %s: key %s, %s %s, %d attempt(s)\n", in.Payment.OrderID, in.Key, in.State, in.Outcome, in.Attempts)
-		}
-		return 0, nil
 	}
-	return 2, fmt.Errorf("unknown command %q", cmd)
 }
 
-// print writes the result and returns the exit code: 0 paid, 3 declined or
-// rejected, 4 voided (a new tap may pay), 5 still unknown (run resolve later).
-func print(r client.Result, asJSON bool) int {
+func mintToken(caller string, stdout io.Writer) (int, error) {
+	root, err := localenv.Root()
+	if err != nil {
+		return exitError, err
+	}
+	secret, err := frontdoor.LoadOrCreateSecret(filepath.Join(root, ".local", "frontdoor.key"))
+	if err != nil {
+		return exitError, err
+	}
+	tok, err := frontdoor.Mint(secret, caller, 24*time.Hour, time.Now())
+	if err != nil {
+		return exitError, err
+	}
+	fmt.Fprintln(stdout, tok)
+	return 0, nil
+}
+
+// status lists the journal's intents for an order (every merchant, caller
+// and API), or every open intent, newest first. It sends nothing.
+func status(j *client.Journal, order string, asJSON bool, stdout io.Writer) (int, error) {
+	all, err := j.All()
+	if err != nil {
+		return exitError, err
+	}
+	var out []client.Intent
+	for _, in := range all {
+		if order == "" && in.State == client.Open || order != "" && in.Payment.OrderID == order {
+			out = append(out, in)
+		}
+	}
+	sort.Slice(out, func(a, b int) bool { return out[a].CreatedAt.After(out[b].CreatedAt) })
+	if len(out) == 0 {
+		if order != "" {
+			return exitError, fmt.Errorf("no intent for order %s in %s", order, j.Path())
+		}
+		fmt.Fprintf(stdout, "nothing open in %s\n", j.Path())
+		return 0, nil
+	}
+	for _, in := range out {
+		if asJSON {
+			b, _ := json.Marshal(in)
+			fmt.Fprintln(stdout, string(b))
+			continue
+		}
+		fmt.Fprintf(stdout, "order %s (merchant %s, caller %s at %s): key %s, %s %s, %d attempt(s)\n",
+			in.Payment.OrderID, in.Payment.MerchantID, orDash(in.Scope.Caller), orDash(in.Scope.API), in.Key, in.State, in.Outcome, in.Attempts)
+	}
+	return 0, nil
+}
+
+// print writes the result and returns the exit code.
+func print(stdout io.Writer, r client.Result, asJSON bool) int {
 	if asJSON {
 		b, _ := json.Marshal(r)
-		fmt.Println(string(b))
+		fmt.Fprintln(stdout, string(b))
 	} else {
 		msg := map[string]string{
-			client.Succeeded: "paid", client.FailedPay: "declined", client.Void: "not charged, and it never will be",
-			client.Unknown: "not confirmed yet: run `oncepay resolve` later (the same key will be used)", "REJECTED": "refused",
+			client.Succeeded: "paid", client.FailedPay: "declined (nothing charged; pay with another card, or --again)",
+			client.Void:    "not charged, and it never will be",
+			client.Unknown: "not confirmed yet: run `oncepay resolve` later (the same key will be used)",
+			client.Refused: "refused (nothing charged)",
 		}[r.State]
-		fmt.Printf("%s: %s (key %s, payment %s, %d attempt(s)) %s\n", r.State, msg, r.Key, r.PaymentID, r.Attempts, r.Detail)
+		fmt.Fprintf(stdout, "%s: %s (key %s, payment %s, %d attempt(s)) %s\n", r.State, msg, r.Key, r.PaymentID, r.Attempts, r.Detail)
 	}
 	switch r.State {
 	case client.Succeeded:
-		return 0
+		return exitPaid
 	case client.Void:
-		return 4
+		return exitVoided
 	case client.Unknown:
-		return 5
+		return exitUnknown
 	}
-	return 3
+	return exitRefused
 }
 
 // crashPoints lets tests kill the process at the client's crash points
-// (ONCEPAY_CLIENT_CRASH=after-journal|after-send): SIGKILL, as kill -9.
+// (ONCEPAY_CLIENT_CRASH=after-journal|after-send|after-final): SIGKILL, as
+// kill -9, so nothing is flushed or closed on the way out.
 func crashPoints(cfg *client.Config) {
 	die := func() { _ = syscall.Kill(os.Getpid(), syscall.SIGKILL); select {} }
 	switch os.Getenv("ONCEPAY_CLIENT_CRASH") {
@@ -168,6 +289,27 @@ func crashPoints(cfg *client.Config) {
 		cfg.AfterJournal = die
 	case "after-send":
 		cfg.AfterSend = die
+	case "after-final":
+		cfg.AfterFinal = die
+	}
+}
+
+// warnLegacyJournal points at a journal an older oncepay wrote where its
+// default used to be (found from the working directory, or in the home
+// directory): its open intents may have been sent, and only the server's
+// resolver settles them now.
+func warnLegacyJournal() {
+	var old []string
+	if root, err := localenv.Root(); err == nil {
+		old = append(old, filepath.Join(root, ".local", "client.journal"))
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		old = append(old, filepath.Join(home, ".oncepay.journal"))
+	}
+	for _, p := range old {
+		if _, err := os.Stat(p); err == nil {
+			fmt.Fprintf(os.Stderr, "oncepay: note: %s is a journal from an older oncepay; list its intents with 'oncepay status --journal %s'\n", p, p)
+		}
 	}
 }
 
@@ -176,4 +318,18 @@ func envOr(k, def string) string {
 		return v
 	}
 	return def
+}
+
+func envDuration(k string, def time.Duration) time.Duration {
+	if d, err := time.ParseDuration(strings.TrimSpace(os.Getenv(k))); err == nil {
+		return d
+	}
+	return def
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
 }

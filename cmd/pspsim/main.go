@@ -18,6 +18,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -35,7 +36,9 @@ func run() error {
 	addr := flag.String("addr", "127.0.0.1:8090", "listen address")
 	webhookURL := flag.String("webhook-url", "", "where to POST webhook events (empty: no webhooks)")
 	webhookSecret := flag.String("webhook-secret", os.Getenv("PSPSIM_WEBHOOK_SECRET"), "webhook signing secret (default $PSPSIM_WEBHOOK_SECRET)")
-	keyWindow := flag.Duration("key-window", 24*time.Hour, "how long idempotency keys and their results are kept")
+	keyWindow := flag.Duration("key-window", 24*time.Hour, "how long idempotency keys and their results are kept at least (24h or more, as Stripe)")
+	searchLag := flag.Duration("search-lag", 0, "how long a new PaymentIntent stays invisible to search (Stripe's search is eventually consistent); POST /_sim/search_lag changes it")
+	events := flag.String("webhook-events", "", "comma-separated event types the endpoint is subscribed to, * for all (default payment_intent.succeeded,payment_intent.payment_failed)")
 	flag.Parse()
 
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
@@ -44,12 +47,20 @@ func run() error {
 		return errors.New("-webhook-url needs -webhook-secret (or PSPSIM_WEBHOOK_SECRET)")
 	}
 
-	sim := pspsim.New(pspsim.Config{
+	cfg := pspsim.Config{
 		KeyWindow:     *keyWindow,
+		SearchLag:     *searchLag,
 		WebhookURL:    *webhookURL,
 		WebhookSecret: *webhookSecret,
 		Logger:        log,
-	})
+	}
+	if *events != "" {
+		cfg.WebhookEvents = strings.Split(*events, ",")
+	}
+	if err := cfg.Validate(); err != nil {
+		return err
+	}
+	sim := pspsim.New(cfg)
 	defer sim.Close()
 
 	ln, err := net.Listen("tcp", *addr)
@@ -62,7 +73,7 @@ func run() error {
 	defer stop()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	log.Info("pspsim listening", "addr", ln.Addr().String(), "webhook_url", *webhookURL, "key_window", keyWindow.String())
+	log.Info("pspsim listening", "addr", ln.Addr().String(), "webhook_url", *webhookURL, "key_window", keyWindow.String(), "search_lag", searchLag.String())
 
 	select {
 	case err := <-errc:

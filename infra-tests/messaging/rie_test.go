@@ -52,7 +52,7 @@ func TestRelayAndWorkerBootstrapsUnderTheLambdaRuntimeInterfaceEmulator(t *testi
 		t.Fatalf("queue holds %+v, want ev_7 in group m1", msgs)
 	}
 
-	pool, dsn := testenv.MigratedLedger(t) // the worker's own database, at this tree's schema
+	pool, dsn := testenv.Ledger(t) // the worker's own database, at this tree's schema
 	// The sandbox's topic fallback: the watched topic is where a device-less push goes.
 	workerFn := testenv.Lambda(t, "worker", append(common, localenv.LedgerDSN+"="+dsn, localenv.PushTopicArn+"="+w.topic, notify.EnvTopicFallback+"=true"))
 	sqsEv := events.SQSEvent{Records: []events.SQSMessage{{

@@ -99,7 +99,7 @@ func newWorld(t testing.TB, o options) *world {
 	if o.api != nil {
 		w.pool, w.table, streamArn, w.pub = o.api.Pool, o.api.OutboxTable, o.api.OutboxStream, o.api.Outbox
 	} else {
-		w.pool, _ = testenv.MigratedLedger(t)
+		w.pool, _ = testenv.Ledger(t)
 		w.table, streamArn = testenv.NewOutboxTable(t, w.db)
 		if w.pub, err = outbox.NewPublisher(w.db, outbox.Config{Table: w.table, Logger: quiet}); err != nil {
 			t.Fatal(err)

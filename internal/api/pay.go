@@ -185,11 +185,11 @@ func (a *attempt) answerRecord(ctx context.Context, rec idem.Record, now time.Ti
 	switch {
 	case rec.State == idem.Void:
 		return problemResponse(problem.KeyVoided()), true
-	case rec.Fingerprint != a.fp && rec.State == idem.Completed:
+	case !a.req.Matches(rec.Fingerprint) && rec.State == idem.Completed:
 		// Checked on the record the failed condition returned (ALL_OLD). A
 		// completed record's fingerprint passed the ledger's check.
 		return problemResponse(problem.KeyReused()), true
-	case rec.Fingerprint != a.fp && !rec.LeaseExpired(now, h.d.Timing.Margin):
+	case !a.req.Matches(rec.Fingerprint) && !rec.LeaseExpired(now, h.d.Timing.Margin):
 		// An in-progress claimant's fingerprint has not met the durable
 		// guard yet: it may itself be the key reuse. Only the ledger row
 		// says which request is the payment, so 422 waits for a row with
@@ -204,7 +204,7 @@ func (a *attempt) answerRecord(ctx context.Context, rec idem.Record, now time.Ti
 			return problemResponse(problem.LedgerUnavailable()), true
 		case p.State == ledger.Void:
 			return problemResponse(problem.KeyVoided()), true
-		case p.Fingerprint != a.fp:
+		case !a.req.Matches(p.Fingerprint):
 			return problemResponse(problem.KeyReused()), true
 		}
 		return problemResponse(problem.InProgress(rec.InProgressUntil.Add(h.d.Timing.Margin).Sub(now))), true
@@ -262,7 +262,7 @@ func (a *attempt) fromRow(ctx context.Context, row ledger.Payment) Response {
 			}
 		}
 		return problemResponse(problem.KeyVoided())
-	case row.Fingerprint != a.fp:
+	case !a.req.Matches(row.Fingerprint):
 		a.release()
 		return problemResponse(problem.KeyReused())
 	case row.State == ledger.Pending && !now.After(row.DeadlineAt.Add(h.d.Timing.Margin)):

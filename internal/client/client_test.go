@@ -22,6 +22,7 @@ import (
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/localenv"
+	"github.com/oncepay/oncepay/internal/payment"
 )
 
 var order42 = client.Payment{MerchantID: "m1", OrderID: "42", Amount: 3000, Currency: "USD", PaymentMethod: "pm_card_visa"}
@@ -69,10 +70,13 @@ func chargesFor(w *apitest.World, caller, key string) int {
 	return n
 }
 
-// kill -9 of the CLI between the journal write and the send, and after the
-// send: the next run resumes the same intent with the same key; one charge.
+// kill -9 of the CLI at each journal write: right after the tap's intent
+// is written (before the first send), right after a reply arrived (before
+// it is journaled), right after the outcome is written. The journal opens
+// cleanly, the key survives, and the next run resumes that intent with that
+// key (or answers from the journal): one charge, one payment row.
 func TestKillNineResumesTheSameIntentWithTheSameKey(t *testing.T) {
-	for _, point := range []string{"after-journal", "after-send"} {
+	for _, point := range []string{"after-journal", "after-send", "after-final"} {
 		t.Run(point, func(t *testing.T) {
 			cli := buildCLI(t)
 			w := apitest.New(t, config.Timing{})
@@ -87,18 +91,18 @@ func TestKillNineResumesTheSameIntentWithTheSameKey(t *testing.T) {
 			if !errors.As(err, &ee) || ee.Sys().(syscall.WaitStatus).Signal() != syscall.SIGKILL {
 				t.Fatalf("the first run was not killed: %v", err)
 			}
-			j, err := client.OpenJournal(journal)
-			if err != nil {
-				t.Fatal(err)
-			}
-			in, err := j.ForOrder("42")
+			j := openJournalAt(t, journal)
+			in, err := intentFor(j, door.URL, "u1", "42")
 			j.Close()
-			if err != nil || in.State != client.Open {
-				t.Fatalf("journal after the kill: %+v %v", in, err)
+			wantState, wantCharges := client.Open, 1
+			switch point {
+			case "after-journal":
+				wantCharges = 0
+			case "after-final":
+				wantState = client.Final
 			}
-			wantCharges := 0
-			if point == "after-send" {
-				wantCharges = 1
+			if err != nil || in.State != wantState {
+				t.Fatalf("journal after the kill: %+v %v, want %s", in, err, wantState)
 			}
 			if got := chargesFor(w, "u1", in.Key); got != wantCharges {
 				t.Fatalf("charges after the kill = %d, want %d", got, wantCharges)
@@ -148,16 +152,6 @@ func fastClient(door string, tok string, j *client.Journal) *client.Client {
 		Sleep: func(context.Context, time.Duration) error { return nil }}, j)
 }
 
-func openJournal(t *testing.T) *client.Journal {
-	t.Helper()
-	j, err := client.OpenJournal(filepath.Join(t.TempDir(), "journal"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { j.Close() })
-	return j
-}
-
 func TestDroppedRepliesAreRetriedWithTheSameKeyAndResolved(t *testing.T) {
 	for _, tc := range []struct {
 		name  string
@@ -181,9 +175,17 @@ func TestDroppedRepliesAreRetriedWithTheSameKeyAndResolved(t *testing.T) {
 	}
 }
 
+// refusals are what a retry can hear from something other than the API's
+// final answer: refusals, and 2xx/3xx the API never sends to POST /payments.
+var refusals = []int{400, 403, 404, 405, 408, 413, 422, 200, 204, 302, 307}
+
 // 1,000 randomized runs with dropped replies, dropped requests, replies later
-// than the client's timeout and restarts: never two charges for one intent,
-// never a new key while the old one is unresolved.
+// than the client's timeout and restarts; a retry answered with a refusal
+// (a 4xx, or a 2xx/3xx the API never sends) after an unknown send; deploys
+// that bump the fingerprint version (and roll it back) under live
+// requests; two taps at once; two callers paying the same order ids on one
+// journal. Never two charges for one order of one caller, never a new key
+// while the old one is unresolved.
 func TestRandomizedRunsNeverChargeTwiceNorRekeyAnUnresolvedIntent(t *testing.T) {
 	runs := 1000
 	if testing.Short() {
@@ -196,9 +198,54 @@ func TestRandomizedRunsNeverChargeTwiceNorRekeyAnUnresolvedIntent(t *testing.T) 
 	rng := rand.New(rand.NewPCG(seed, 42))
 	var mu sync.Mutex
 	chance := func(p float64) bool { mu.Lock(); defer mu.Unlock(); return rng.Float64() < p }
+	pick := func(n int) int { mu.Lock(); defer mu.Unlock(); return rng.IntN(n) }
+	var (
+		sent                = sync.Map{} // Idempotency-Keys the front door has seen: a send with one is a retry
+		refused, deploys    atomic.Int32
+		deployMu            sync.Mutex
+		rollback            func()
+		deployOrRollBackNow = func() {
+			deployMu.Lock()
+			defer deployMu.Unlock()
+			if rollback == nil {
+				rollback = payment.DeployNextVersion()
+			} else {
+				rollback()
+				rollback = nil
+			}
+			deploys.Add(1)
+		}
+	)
+	t.Cleanup(func() {
+		if rollback != nil {
+			rollback()
+		}
+	})
 	faults := func(next http.Handler) http.Handler {
 		lose := dropper("/", 1<<30)(next)
 		return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+			if chance(0.02) { // a deploy lands while requests are in flight
+				deployOrRollBackNow()
+			}
+			if k := r.Header.Get("Idempotency-Key"); k != "" {
+				if _, retry := sent.LoadOrStore(k, true); retry && chance(0.40) {
+					// The retry of a send whose outcome the app does not know
+					// is answered by something else: a question, not an answer.
+					refused.Add(1)
+					status := refusals[pick(len(refusals))]
+					if status >= 300 && status < 400 {
+						rw.Header().Set("Location", "/elsewhere")
+					}
+					rw.WriteHeader(status)
+					return
+				}
+			}
+			if strings.HasSuffix(r.URL.Path, "/resolve") && chance(0.05) {
+				// The resolve call refused too: still a question.
+				refused.Add(1)
+				rw.WriteHeader(refusals[pick(len(refusals))])
+				return
+			}
 			switch {
 			case chance(0.10): // the request never arrives
 				if hj, ok := rw.(http.Hijacker); ok {
@@ -218,57 +265,103 @@ func TestRandomizedRunsNeverChargeTwiceNorRekeyAnUnresolvedIntent(t *testing.T) 
 	}
 	door := w.Door(t, faults)
 	settle := w.Resolver(t) // the schedule's resolver: it settles what lost replies leave UNKNOWN
-	tok := w.Token(t, "u1")
+	tokens := map[string]string{"u1": w.Token(t, "u1"), "u2": w.Token(t, "u2")}
 	j := openJournal(t)
+	newClient := func(caller string) *client.Client {
+		return client.New(client.Config{BaseURL: door.URL, Token: tokens[caller], Timeout: timing.ClientTimeout, Attempts: 3, ResolvePolls: 3,
+			HTTP:  &http.Client{Timeout: timing.ClientTimeout, Transport: &http.Transport{DisableKeepAlives: true}},
+			Sleep: func(context.Context, time.Duration) error { return nil }}, j)
+	}
+	paid, doubleTaps := 0, 0
 	for run := range runs {
 		p := order42
 		p.OrderID = fmt.Sprintf("o%d", run)
-		var keys []string
-		for attempt := 0; ; attempt++ {
-			if attempt > 50 {
-				t.Fatalf("run %d: no final answer after 50 tries (keys %v)", run, keys)
+		callers := []string{"u1"}
+		if chance(0.3) { // the other account on this device buys the same order id
+			callers = append(callers, "u2")
+		}
+		if pick(2) == 0 {
+			callers[0] = "u2"
+			if len(callers) == 2 {
+				callers[1] = "u1"
 			}
-			c := client.New(client.Config{BaseURL: door.URL, Token: tok, Timeout: timing.ClientTimeout, Attempts: 3, ResolvePolls: 3,
-				HTTP:  &http.Client{Timeout: timing.ClientTimeout, Transport: &http.Transport{DisableKeepAlives: true}},
-				Sleep: func(context.Context, time.Duration) error { return nil }}, j)
-			ctx, cancel := context.WithCancel(context.Background())
-			if chance(0.05) { // the app is killed mid-flight and restarts
-				time.AfterFunc(time.Duration(rng.IntN(20))*time.Millisecond, cancel)
-			}
-			r, err := c.Pay(ctx, p)
-			cancel()
-			if err != nil {
-				t.Fatalf("run %d: %v", run, err)
-			}
-			if len(keys) == 0 || keys[len(keys)-1] != r.Key {
-				keys = append(keys, r.Key)
-			}
-			if r.State == client.Succeeded {
-				break
-			}
-			if r.State == client.Unknown {
-				time.Sleep(timing.Deadline + timing.Margin) // past the owner's deadline: the resolver's to settle
-				if _, err := settle.Run(context.Background()); err != nil {
-					t.Fatalf("run %d: resolver: %v", run, err)
+		}
+		for _, caller := range callers {
+			keys := map[string]bool{}
+			won := ""
+			for attempt := 0; won == ""; attempt++ {
+				if attempt > 50 {
+					t.Fatalf("run %d, %s: no final answer after 50 tries (keys %v)", run, caller, keys)
+				}
+				ctx, cancel := context.WithCancel(context.Background())
+				if chance(0.05) { // the app is killed mid-flight and restarts
+					time.AfterFunc(time.Duration(pick(20))*time.Millisecond, cancel)
+				}
+				taps := 1
+				if chance(0.10) { // two taps at once
+					taps = 2
+					doubleTaps++
+				}
+				results := make([]client.Result, taps)
+				errs := make([]error, taps)
+				var wg sync.WaitGroup
+				for i := range taps {
+					wg.Go(func() { results[i], errs[i] = newClient(caller).Pay(ctx, p) })
+				}
+				wg.Wait()
+				cancel()
+				unknown := false
+				for i, r := range results {
+					if errs[i] != nil {
+						t.Fatalf("run %d, %s: %v", run, caller, errs[i])
+					}
+					keys[r.Key] = true
+					switch r.State {
+					case client.Succeeded:
+						if won != "" && won != r.Key {
+							t.Fatalf("run %d, %s: two keys paid: %s and %s", run, caller, won, r.Key)
+						}
+						won = r.Key
+					case client.Unknown:
+						unknown = true
+					}
+				}
+				if won == "" && unknown {
+					time.Sleep(timing.Deadline + timing.Margin) // past the owner's deadline: the resolver's to settle
+					if _, err := settle.Run(context.Background()); err != nil {
+						t.Fatalf("run %d: resolver: %v", run, err)
+					}
 				}
 			}
-		}
-		// Every key but the last was voided by the server before the next was made.
-		for _, k := range keys[:len(keys)-1] {
-			var state string
-			if err := w.Pool.QueryRow(context.Background(), `SELECT state FROM payments WHERE caller_id = 'u1' AND client_key = $1`, k).Scan(&state); err != nil || state != "VOID" {
-				t.Fatalf("run %d: key %s was replaced while %q (err %v)", run, k, state, err)
+			// Every other key was voided by the server before the next was
+			// made, and never charged; the paid key was charged once.
+			for k := range keys {
+				if k == won {
+					continue
+				}
+				var state string
+				if err := w.Pool.QueryRow(context.Background(), `SELECT state FROM payments WHERE caller_id = $1 AND client_key = $2`, caller, k).Scan(&state); err != nil || state != "VOID" {
+					t.Fatalf("run %d, %s: key %s was replaced while %q (err %v)", run, caller, k, state, err)
+				}
+				if got := chargesFor(w, caller, k); got != 0 {
+					t.Fatalf("run %d, %s: replaced key %s was charged %d times", run, caller, k, got)
+				}
 			}
-		}
-		if got := chargesFor(w, "u1", keys[len(keys)-1]); got != 1 {
-			t.Fatalf("run %d: %d charges for the intent", run, got)
+			if got := chargesFor(w, caller, won); got != 1 {
+				t.Fatalf("run %d, %s: %d charges for the order", run, caller, got)
+			}
+			paid++
 		}
 	}
-	if got, want := len(w.Charges()), runs; got != want {
-		t.Fatalf("%d charges for %d paid orders", got, want)
+	if got := len(w.Charges()); got != paid {
+		t.Fatalf("%d charges for %d paid orders", got, paid)
 	}
 	voided := w.Scalar(t, `SELECT count(*) FROM payments WHERE state = 'VOID'`)
-	t.Logf("%d runs: %d charges, %d keys voided and replaced", runs, len(w.Charges()), voided)
+	t.Logf("%d runs, %d orders paid: %d charges, %d keys voided and replaced, %d retries refused, %d deploys and rollbacks, %d double taps",
+		runs, paid, len(w.Charges()), voided, refused.Load(), deploys.Load(), doubleTaps)
+	if refused.Load() == 0 || deploys.Load() == 0 || doubleTaps == 0 {
+		t.Fatal("a fault never happened: the run proves less than it says")
+	}
 }
 
 func TestBackoffIsFullJitterUnderTheCap(t *testing.T) {

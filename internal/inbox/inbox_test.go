@@ -77,7 +77,7 @@ type world struct {
 
 func newWorld(t testing.TB, mod func(*inbox.Config)) world {
 	t.Helper()
-	pool, _ := testenv.MigratedLedger(t)
+	pool, _ := testenv.Ledger(t)
 	if _, err := pool.Exec(context.Background(), `INSERT INTO merchant_balances (merchant_id, currency, balance) VALUES ('m1', 'USD', 12000)`); err != nil {
 		t.Fatal(err)
 	}

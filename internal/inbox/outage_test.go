@@ -36,7 +36,7 @@ type pushWorld struct {
 
 func newPushWorld(t *testing.T) pushWorld {
 	t.Helper()
-	pool, _ := testenv.MigratedLedger(t)
+	pool, _ := testenv.Ledger(t)
 	ctx := context.Background()
 	if _, err := pool.Exec(ctx, `INSERT INTO merchant_balances (merchant_id, currency, balance) VALUES ('m1', 'USD', 12000)`); err != nil {
 		t.Fatal(err)
@@ -212,7 +212,7 @@ func TestAPushFailingPastTheHorizonIsFlaggedStuckAndCanBeRearmed(t *testing.T) {
 // cannot be pushed to: the event is credited and done, and the notification
 // recorded UNDELIVERABLE, not retried.
 func TestAPushNoChannelCanTakeIsUndeliverableAndTheEventDone(t *testing.T) {
-	pool, _ := testenv.MigratedLedger(t)
+	pool, _ := testenv.Ledger(t)
 	ctx := context.Background()
 	n, err := notify.New(testenv.SNS(t), notify.NewDeviceStore(pool), notify.Config{Logger: quiet})
 	if err != nil {

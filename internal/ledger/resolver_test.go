@@ -25,7 +25,7 @@ func claimIDs(us []ledger.Unsettled) []string {
 // The resolver takes UNKNOWN rows and PENDING rows past deadline + margin,
 // never final or VOID ones, and not again while its lease holds.
 func TestClaimUnsettledTakesOpenRowsAndLeasesThem(t *testing.T) {
-	pool, _ := testenv.MigratedLedger(t)
+	pool, _ := testenv.Ledger(t)
 	st := ledger.New(pool)
 	ctx := context.Background()
 	for _, p := range []ledger.Payment{pending("pay_pending_stale", "K1"), pending("pay_pending_fresh", "K2"),
@@ -83,7 +83,7 @@ func TestClaimUnsettledTakesOpenRowsAndLeasesThem(t *testing.T) {
 // such rows than a run's Limit, a payment that just crashed after its charge
 // is still taken by the next run.
 func TestClaimUnsettledTakesFewestAttemptsFirst(t *testing.T) {
-	pool, _ := testenv.MigratedLedger(t)
+	pool, _ := testenv.Ledger(t)
 	st := ledger.New(pool)
 	ctx := context.Background()
 	for _, p := range []ledger.Payment{pending("pay_old_1", "K1"), pending("pay_old_2", "K2"), pending("pay_new", "K3")} {
@@ -120,7 +120,7 @@ func pgCode(err error) string {
 
 // A refund moves only along the allowed edges, whoever attempts it.
 func TestRefundMovesAreGuarded(t *testing.T) {
-	pool, _ := testenv.MigratedLedger(t)
+	pool, _ := testenv.Ledger(t)
 	st := ledger.New(pool)
 	ctx := context.Background()
 	if _, _, err := st.InsertPending(ctx, pending("pay_7", "K1")); err != nil {
@@ -157,7 +157,7 @@ func TestRefundMovesAreGuarded(t *testing.T) {
 // The webhook's inbox row is written first and decides: a repeat writes
 // nothing at all; an event for no known payment is still recorded.
 func TestApplyWebhookRecordsTheInboxRowFirst(t *testing.T) {
-	pool, _ := testenv.MigratedLedger(t)
+	pool, _ := testenv.Ledger(t)
 	st := ledger.New(pool)
 	ctx := context.Background()
 	if _, _, err := st.InsertPending(ctx, pending("pay_7", "K1")); err != nil {

@@ -116,7 +116,7 @@ func TestWithoutDevicesThePushGoesToTheTopic(t *testing.T) {
 
 func TestRegisteredEndpointsGetThePushAndADisabledOneIsRetired(t *testing.T) {
 	snsc, sqsc := testenv.SNS(t), testenv.SQS(t)
-	pool, _ := testenv.MigratedLedger(t)
+	pool, _ := testenv.Ledger(t)
 	ctx := context.Background()
 	topic := testenv.NewTopic(t, snsc)
 	watch := testenv.NewStandardQueue(t, sqsc)
@@ -179,7 +179,7 @@ func TestRegisteredEndpointsGetThePushAndADisabledOneIsRetired(t *testing.T) {
 // SNS reports disabled.
 func TestWithoutTheTopicFallbackADevicelessCallerIsNeverPushedToTheTopic(t *testing.T) {
 	snsc, sqsc := testenv.SNS(t), testenv.SQS(t)
-	pool, _ := testenv.MigratedLedger(t)
+	pool, _ := testenv.Ledger(t)
 	ctx := context.Background()
 	topic := testenv.NewTopic(t, snsc)
 	watch := testenv.NewStandardQueue(t, sqsc)

@@ -247,7 +247,7 @@ func TestRedriveAlwaysPutsANewStreamRecordWithTheSameEventID(t *testing.T) {
 func TestSweepMarksOnlyConsumedIntentsAndRedrivesTheRest(t *testing.T) {
 	db := testenv.DynamoDB(t)
 	table, stream := testenv.NewOutboxTable(t, db)
-	pool, _ := testenv.MigratedLedger(t)
+	pool, _ := testenv.Ledger(t)
 	p, err := outbox.NewPublisher(db, outbox.Config{Table: table, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -303,7 +303,7 @@ func TestSweepMarksOnlyConsumedIntentsAndRedrivesTheRest(t *testing.T) {
 func TestSweepRedrivesBackOffPerIntent(t *testing.T) {
 	db := testenv.DynamoDB(t)
 	table, _ := testenv.NewOutboxTable(t, db)
-	pool, _ := testenv.MigratedLedger(t)
+	pool, _ := testenv.Ledger(t)
 	p, err := outbox.NewPublisher(db, outbox.Config{Table: table, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -344,7 +344,7 @@ func TestSweepRedrivesBackOffPerIntent(t *testing.T) {
 func TestSweepWorkIsBoundedByItsLimit(t *testing.T) {
 	db := testenv.DynamoDB(t)
 	table, _ := testenv.NewOutboxTable(t, db)
-	pool, _ := testenv.MigratedLedger(t)
+	pool, _ := testenv.Ledger(t)
 	p, err := outbox.NewPublisher(db, outbox.Config{Table: table, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -374,7 +374,7 @@ func TestSweepWorkIsBoundedByItsLimit(t *testing.T) {
 
 func TestSweepLeavesAFailedRedriveDueForTheNextSweep(t *testing.T) {
 	db := testenv.DynamoDB(t)
-	pool, _ := testenv.MigratedLedger(t)
+	pool, _ := testenv.Ledger(t)
 	p, err := outbox.NewPublisher(db, outbox.Config{Table: "t-no-such-" + testenv.RandomID(4), Logger: quiet})
 	if err != nil {
 		t.Fatal(err)

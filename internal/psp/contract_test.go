@@ -20,14 +20,22 @@ import (
 // TestContractStripeMock runs the client's calls against stripe-mock,
 // Stripe's own mock, which validates every request against Stripe's OpenAPI
 // spec: a parameter our client sends that Stripe would refuse fails here.
-// stripe-mock is stateless, so only the shape of requests and answers is
-// tested, not the semantics (the simulator's tests do that).
+// stripe-mock checks types, not values (it accepted amount 1 and 10^12,
+// currency xyz, 51 metadata keys, a 300-character key, a malformed query),
+// so every request also goes through the spec check and Stripe's
+// documented value limits (package stripespec) on the way out, and every
+// answer through the spec. stripe-mock is stateless, so only the shape of
+// requests and answers is tested, not the semantics (the simulator's tests
+// do that).
 func TestContractStripeMock(t *testing.T) {
 	baseURL := startStripeMock(t)
-	c, err := New(Config{APIKey: "sk_test_contract", BaseURL: baseURL, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	check := newSpecCheck(t)
+	c, err := New(Config{APIKey: "sk_test_contract", BaseURL: baseURL, HTTPClient: check.client(),
+		Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
+	defer check.report(t, 4)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
@@ -73,11 +81,16 @@ func TestContractStripeMock(t *testing.T) {
 	}
 
 	// The check can fail: a parameter Stripe does not know is refused, and
-	// that refusal is classified as a definite invalid request.
+	// that refusal is classified as a definite invalid request. (Sent by a
+	// client of its own: the spec check would rightly flag it.)
+	raw, err := New(Config{APIKey: "sk_test_contract", BaseURL: baseURL, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
 	params := &stripe.PaymentIntentCreateParams{Amount: stripe.Int64(3000), Currency: stripe.String("usd")}
 	params.AddExtra("not_a_stripe_parameter", "1")
 	params.SetIdempotencyKey("pay_contract:bogus")
-	_, err = c.sc.V1PaymentIntents.Create(ctx, params)
+	_, err = raw.sc.V1PaymentIntents.Create(ctx, params)
 	if _, cerr := classifyError(err); !errors.Is(cerr, ErrInvalidRequest) {
 		t.Fatalf("unknown parameter: classified %v, want ErrInvalidRequest (is stripe-mock validating?)", cerr)
 	}

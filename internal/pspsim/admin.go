@@ -53,6 +53,34 @@ func (s *Sim) serveAdmin(w http.ResponseWriter, r *http.Request) {
 		}
 		s.Advance(time.Duration(body.AdvanceMS) * time.Millisecond)
 		writeJSON(w, http.StatusOK, map[string]string{"now": s.Now().Format(time.RFC3339Nano)})
+	case "GET /_sim/search_lag":
+		writeJSON(w, http.StatusOK, map[string]int64{"lag_ms": s.SearchLag().Milliseconds()})
+	case "POST /_sim/search_lag":
+		var body struct {
+			LagMS int64 `json:"lag_ms"`
+		}
+		if err := decodeJSON(r, &body); err != nil {
+			writeProblem(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		if err := s.SetSearchLag(time.Duration(body.LagMS) * time.Millisecond); err != nil {
+			writeProblem(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]int64{"lag_ms": s.SearchLag().Milliseconds()})
+	case "POST /_sim/payment_methods/attach":
+		var body struct {
+			PaymentMethod string `json:"payment_method"`
+		}
+		if err := decodeJSON(r, &body); err != nil {
+			writeProblem(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		if err := s.AttachPaymentMethod(body.PaymentMethod); err != nil {
+			writeProblem(w, http.StatusBadRequest, err.Error())
+			return
+		}
+		w.WriteHeader(http.StatusNoContent)
 	case "POST /_sim/webhooks/flush":
 		n, err := s.FlushWebhooks(r.Context())
 		out := map[string]any{"delivered": n, "pending": s.PendingWebhooks()}

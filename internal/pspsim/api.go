@@ -6,6 +6,8 @@ import (
 	"net/url"
 	"strings"
 	"time"
+
+	"github.com/oncepay/oncepay/internal/psp/stripespec"
 )
 
 // op runs one API endpoint with s.mu held. It returns the reply and whether
@@ -21,6 +23,9 @@ func route(r *http.Request) (op, string, *reply) {
 		return (*Sim).createPaymentIntent, "", nil
 	case r.Method == http.MethodPost && p == "/v1/refunds":
 		return (*Sim).createRefund, "", nil
+	case r.Method == http.MethodGet && strings.HasPrefix(p, "/v1/refunds/") &&
+		!strings.Contains(strings.TrimPrefix(p, "/v1/refunds/"), "/"):
+		return (*Sim).getRefund, strings.TrimPrefix(p, "/v1/refunds/"), nil
 	case r.Method == http.MethodGet && p == "/v1/payment_intents/search":
 		return (*Sim).searchPaymentIntents, "", nil
 	case r.Method == http.MethodGet && strings.HasPrefix(p, "/v1/payment_intents/") &&
@@ -87,6 +92,12 @@ func (s *Sim) handle(r *http.Request, key string, fault Fault, faulted bool) rep
 		}
 	}
 
+	// Stripe's documented value limits (amount, currency, metadata, key
+	// length, search syntax), which its OpenAPI spec does not carry: refused
+	// before anything runs, and nothing is saved, as Stripe does.
+	if v := stripespec.Check(r.Method, r.URL.Path, form, key); v != nil {
+		return invalid(v.Param, v.Code, v.Message)
+	}
 	if key == "" { // GETs, and POSTs without a key, are not deduplicated
 		s.slow(r, fault, faulted)
 		rep, _ := s.execute(run, form, key, r.URL.Path)
@@ -125,7 +136,24 @@ func (s *Sim) execute(run op, form url.Values, key, path string) (reply, bool) {
 		rep.requestID = reqID
 		return rep, true
 	}
+	s.settleRefundsLocked(s.nowLocked())
+	if rep, refused := s.checkPaymentMethodLocked(path, form); refused {
+		rep.requestID = reqID
+		return rep, false
+	}
 	rep, ran := run(s, form, key)
+	if ran && rep.status < 300 {
+		s.notePaymentMethodLocked(path, form, rep)
+	}
+	if f, ok := s.takeAfterRunLocked(ran, key, path); ok {
+		// Stripe saves a result once execution has begun: the side effect
+		// stands, and the 500 is what the key answers from now on.
+		s.log.Info("fault: answered 500 after processing", "fault", f.Kind, "path", path, "idempotency_key", key, "status_was", rep.status)
+		rep = errorReply(http.StatusInternalServerError, apiError{
+			Type:    typeAPI,
+			Message: "An unknown error occurred (injected by pspsim after the request ran).",
+		})
+	}
 	rep.requestID = reqID
 	return rep, ran
 }

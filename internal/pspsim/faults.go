@@ -74,8 +74,9 @@ func (m Match) matches(key, path string) bool {
 // When rules fire: unauthorized and forbidden first, on any authenticated
 // request; drop_before, slow and lose_reply when the request
 // arrives (at most one of them per request); error_5xx when the request
-// would run (not for a replay, a 409 or a 400); webhook faults when the
-// request causes an event.
+// would run (not for a replay, a 409 or a 400); error_5xx_after_charge once
+// it has run; refund_pending and refund_fail when it makes a refund;
+// webhook faults when the request causes an event.
 //
 // Note for Go clients: net/http resends a request that carries an
 // Idempotency-Key by itself when a reused keep-alive connection closes
@@ -108,7 +109,7 @@ func (k FaultKind) webhook() bool {
 // AddFault adds a fault rule. It fails on an unknown kind or a negative
 // delay or count.
 func (s *Sim) AddFault(f Fault) error {
-	if !f.Kind.atArrival() && !f.Kind.webhook() && !f.Kind.credential() && f.Kind != FaultError5xx {
+	if !f.Kind.atArrival() && !f.Kind.webhook() && !f.Kind.credential() && f.Kind != FaultError5xx && !f.Kind.knownEffect() {
 		return fmt.Errorf("pspsim: unknown fault kind %q", f.Kind)
 	}
 	if f.DelayMS < 0 || f.Times < 0 {

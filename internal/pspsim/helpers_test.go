@@ -159,6 +159,13 @@ func newReceiver(t *testing.T) *receiver {
 	return r
 }
 
+// reset forgets the deliveries so far.
+func (r *receiver) reset() {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = nil
+}
+
 func (r *receiver) deliveries() []delivery {
 	r.mu.Lock()
 	defer r.mu.Unlock()

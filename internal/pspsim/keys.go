@@ -2,6 +2,7 @@ package pspsim
 
 import (
 	"fmt"
+	"hash/fnv"
 	"net/http"
 	"time"
 )
@@ -11,6 +12,7 @@ import (
 type keyEntry struct {
 	fingerprint string // method, path and the canonical form body
 	created     time.Time
+	prunedAfter time.Duration // KeyWindow + this key's jitter
 	done        bool
 	saved       reply
 }
@@ -30,7 +32,7 @@ func (s *Sim) beginKey(key, fp string) (*keyEntry, *reply) {
 	}
 	switch {
 	case e == nil:
-		e = &keyEntry{fingerprint: fp, created: now}
+		e = &keyEntry{fingerprint: fp, created: now, prunedAfter: s.cfg.KeyWindow + s.pruneJitter(key)}
 		s.keys[key] = e
 		return e, nil
 	case !e.done:
@@ -75,7 +77,20 @@ func (s *Sim) finishKey(key string, e *keyEntry, r reply, save bool) {
 }
 
 func (s *Sim) expired(e *keyEntry, now time.Time) bool {
-	return now.Sub(e.created) >= s.cfg.KeyWindow
+	return now.Sub(e.created) >= e.prunedAfter
+}
+
+// pruneJitter is how long past the window key is kept: a fraction of
+// KeyPruneJitter fixed by a hash of the key, so a run repeats exactly while
+// keys created together are still forgotten at different times (Stripe
+// promises "at least 24 hours", never "exactly").
+func (s *Sim) pruneJitter(key string) time.Duration {
+	if s.cfg.KeyPruneJitter <= 0 {
+		return 0
+	}
+	h := fnv.New64a()
+	h.Write([]byte(key))
+	return time.Duration(h.Sum64() % uint64(s.cfg.KeyPruneJitter))
 }
 
 // sweepKeysLocked drops expired keys, at most once a simulated minute, so

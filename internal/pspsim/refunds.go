@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
+	"time"
 )
 
 var refundParams = params{
@@ -81,6 +82,17 @@ func (s *Sim) createRefund(form url.Values, key string) (reply, bool) {
 		Status:        "succeeded",
 	}
 	charge.AmountRefunded += amount
+	st := &refundState{view: refundView{refundObject: *rf}, charge: charge, key: key}
+	if f, ok := s.takeFaultLocked(FaultKind.refund, key, "/v1/refunds"); ok {
+		if f.Kind != FaultRefundFailLater {
+			st.view.Status = "pending"
+		}
+		st.settling = true
+		st.settleAt = now.Add(f.delay())
+		st.fails = f.Kind != FaultRefundPending
+		s.log.Info("fault: refund settles later", "fault", f.Kind, "refund", rf.ID, "status", st.view.Status, "settles_after_ms", f.DelayMS)
+	}
+	s.refundsByID[rf.ID] = st
 	s.refunds = append(s.refunds, &Refund{
 		ID:             rf.ID,
 		PaymentIntent:  rf.PaymentIntent,
@@ -93,7 +105,84 @@ func (s *Sim) createRefund(form url.Values, key string) (reply, bool) {
 	})
 	s.log.Info("refund made", "payment_id", charge.Metadata["payment_id"], "payment_intent", rf.PaymentIntent,
 		"charge", rf.Charge, "refund", rf.ID, "amount", amount, "idempotency_key", key)
-	return jsonReply(http.StatusOK, rf), true
+	paymentID := charge.Metadata["payment_id"]
+	s.emitObjectLocked("refund.created", st.view, paymentID, key, "/v1/refunds")
+	s.emitObjectLocked("charge.refunded", s.chargeOfLocked(charge), paymentID, key, "/v1/refunds")
+	return jsonReply(http.StatusOK, st.view), true
+}
+
+// refundState is a refund's life after its creation: Stripe's refunds can
+// be pending and settle later as succeeded or failed.
+type refundState struct {
+	view     refundView
+	charge   *Charge
+	key      string
+	settling bool      // its status changes at settleAt
+	settleAt time.Time // simulator time
+	fails    bool      // settles as failed
+}
+
+// refundView is the Refund object as the API renders it.
+type refundView struct {
+	refundObject
+	FailureReason *string `json:"failure_reason,omitempty"` // present only on a failed refund, as in Stripe
+}
+
+// settleRefundsLocked settles the refunds whose time has come (pending
+// ones, and succeeded ones set to fail later), in creation order:
+// succeeded, or failed with the money back on the charge.
+// Each settlement raises refund.updated and charge.refund.updated (and
+// refund.failed for a failure), as Stripe does.
+func (s *Sim) settleRefundsLocked(now time.Time) {
+	for _, r := range s.refunds {
+		st := s.refundsByID[r.ID]
+		if st == nil || !st.settling || now.Before(st.settleAt) {
+			continue
+		}
+		st.settling = false
+		paymentID := st.charge.Metadata["payment_id"]
+		log := s.log.With("payment_id", paymentID, "refund", r.ID, "charge", st.charge.ID)
+		if st.fails {
+			reason := "lost_or_stolen_card"
+			st.view.Status = "failed"
+			st.view.FailureReason = &reason
+			st.charge.AmountRefunded -= st.view.Amount
+			log.Info("refund failed; the money is back with the merchant", "failure_reason", reason)
+		} else {
+			st.view.Status = "succeeded"
+			log.Info("pending refund succeeded")
+		}
+		s.emitObjectLocked("refund.updated", st.view, paymentID, st.key, "/v1/refunds")
+		if st.fails {
+			s.emitObjectLocked("refund.failed", st.view, paymentID, st.key, "/v1/refunds")
+		}
+		s.emitObjectLocked("charge.refund.updated", st.view, paymentID, st.key, "/v1/refunds")
+	}
+}
+
+// getRefund is GET /v1/refunds/{id}: a refund as it stands now.
+func (s *Sim) getRefund(form url.Values, _ string) (reply, bool) {
+	id := form.Get("id")
+	st, ok := s.refundsByID[id]
+	if !ok {
+		return errorReply(http.StatusNotFound, apiError{
+			Type: typeInvalidRequest, Code: "resource_missing", Param: "id",
+			Message: fmt.Sprintf("No such refund: '%s'", id),
+		}), false
+	}
+	return jsonReply(http.StatusOK, st.view), true
+}
+
+// RefundStatus is a refund's status now (pending, succeeded or failed).
+func (s *Sim) RefundStatus(id string) (string, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.settleRefundsLocked(s.nowLocked())
+	st, ok := s.refundsByID[id]
+	if !ok {
+		return "", false
+	}
+	return st.view.Status, true
 }
 
 // findCharge returns the successful charge of a PaymentIntent, or the

@@ -10,6 +10,7 @@
 //	GET  /v1/payment_intents/{id}
 //	GET  /v1/payment_intents/search   query: metadata['k']:'v' [AND ...]
 //	POST /v1/refunds
+//	GET  /v1/refunds/{id}
 //
 // Idempotency follows Stripe: a POST's Idempotency-Key is kept for the key
 // window (24 h by default, measured by the injected clock) with the first
@@ -32,6 +33,19 @@
 //	POST   /_sim/clock           Advance(d): {"advance_ms": N}, forward only
 //	POST   /_sim/webhooks/flush  FlushWebhooks(ctx): deliver pending events now,
 //	                             {"delivered": N, "pending": M, "error": "..."}
+//	GET    /_sim/search_lag      SearchLag(): {"lag_ms": N}
+//	POST   /_sim/search_lag      SetSearchLag(d): {"lag_ms": N}
+//	POST   /_sim/payment_methods/attach  AttachPaymentMethod(pm):
+//	                             {"payment_method": "pm_..."}; 204
+//
+// Where Stripe differs from a tidy PSP, the simulator differs too: keys are
+// kept at least 24 h and pruned at a jittered time after; search lags
+// (SearchLag); a 500 can be saved after the charge was made
+// (error_5xx_after_charge); refunds can be pending and settle or fail later;
+// a payment method other than a test token (pm_card_...) is single-use
+// unless attached; one charge raises two events (payment_intent.* and
+// charge.*) for an endpoint subscribed to both; a refused event is retried
+// for three days.
 //
 // Payment methods are Stripe's test PaymentMethods (intents.go lists them):
 // pm_card_visa and the other brands succeed; pm_card_chargeDeclined and its
@@ -46,6 +60,7 @@ package pspsim
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -59,28 +74,55 @@ import (
 // window, the real clock.
 type Config struct {
 	// KeyWindow is how long an idempotency key and its saved result are
-	// kept. Default 24 h (Stripe keeps keys at least that long).
+	// kept at least. Default 24 h; Validate refuses less, because Stripe
+	// promises "at least 24 hours" and the resolver replays keys for that
+	// long: a shorter window here would let a replay charge anew where
+	// Stripe never would.
 	KeyWindow time.Duration
+	// KeyPruneJitter: Stripe prunes a key some time after the window, not
+	// on the second, so each key is forgotten at KeyWindow plus a jitter in
+	// [0, KeyPruneJitter), fixed per key (a hash of it, so runs repeat).
+	// Default 1 h; negative means none (forgotten exactly at the window).
+	KeyPruneJitter time.Duration
 	// Clock is the simulator's time: key windows, created stamps, search
 	// lag. Default time.Now. Tests inject one (or call Advance) so they never
 	// sleep for a window. Webhook retry timing and signature timestamps use
 	// the real clock, because they concern real HTTP on the wire.
 	Clock func() time.Time
 	// SearchLag hides PaymentIntents younger than this from search, as
-	// Stripe's search index lags behind writes (under a minute normally).
-	// Default 0.
+	// Stripe's search index lags behind writes ("eventually consistent";
+	// under a minute normally, no stated bound). Default 0; set it in worlds
+	// that look payments up, or at run time with SetSearchLag
+	// (POST /_sim/search_lag).
 	SearchLag time.Duration
 
-	// WebhookURL receives payment_intent.succeeded and
-	// payment_intent.payment_failed events; empty means no webhooks.
+	// WebhookURL receives the events named in WebhookEvents; empty means
+	// no webhooks.
 	WebhookURL string
+	// WebhookEvents are the event types the endpoint is subscribed to, as
+	// a Stripe webhook endpoint's enabled_events: "*" for all. Default
+	// payment_intent.succeeded and payment_intent.payment_failed. The
+	// simulator also raises charge.succeeded, charge.failed,
+	// charge.refunded, refund.created, refund.updated, refund.failed and
+	// charge.refund.updated, as Stripe does, so one charge can reach an
+	// endpoint subscribed to both as two events with two ids.
+	WebhookEvents []string
 	// WebhookSecret signs them (Stripe-Signature, v1 scheme).
 	WebhookSecret string
-	// WebhookAttempts bounds the deliveries of one event copy. Default 8.
+	// WebhookAttempts bounds the deliveries of one event copy; 0 (the
+	// default) bounds them by WebhookRetryFor alone.
 	WebhookAttempts int
+	// WebhookRetryFor is how long a refused event keeps being retried,
+	// counted from its first attempt. Default 72 h: Stripe retries live-mode
+	// events for up to three days.
+	WebhookRetryFor time.Duration
 	// WebhookBackoff is the wait before the first retry; it doubles per
-	// attempt, up to a minute. Default 500 ms.
+	// attempt, up to WebhookBackoffMax. Default 500 ms.
 	WebhookBackoff time.Duration
+	// WebhookBackoffMax caps the wait between retries. Default 1 min, so a
+	// local endpoint back from an outage is reached within a minute
+	// (Stripe's own spacing grows to hours).
+	WebhookBackoffMax time.Duration
 	// WebhookTimeout bounds one delivery. Default 10 s.
 	WebhookTimeout time.Duration
 	// ManualWebhooks turns off background delivery: events wait until
@@ -96,14 +138,23 @@ type Config struct {
 }
 
 func (c *Config) fill() {
-	if c.KeyWindow <= 0 {
-		c.KeyWindow = 24 * time.Hour
+	if c.KeyWindow == 0 {
+		c.KeyWindow = MinKeyWindow
+	}
+	if c.KeyPruneJitter == 0 {
+		c.KeyPruneJitter = time.Hour
+	}
+	if len(c.WebhookEvents) == 0 {
+		c.WebhookEvents = []string{"payment_intent.succeeded", "payment_intent.payment_failed"}
+	}
+	if c.WebhookRetryFor <= 0 {
+		c.WebhookRetryFor = 72 * time.Hour
+	}
+	if c.WebhookBackoffMax <= 0 {
+		c.WebhookBackoffMax = time.Minute
 	}
 	if c.Clock == nil {
 		c.Clock = time.Now
-	}
-	if c.WebhookAttempts <= 0 {
-		c.WebhookAttempts = 8
 	}
 	if c.WebhookBackoff <= 0 {
 		c.WebhookBackoff = 500 * time.Millisecond
@@ -117,6 +168,25 @@ func (c *Config) fill() {
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
+}
+
+// MinKeyWindow is the shortest key window Stripe promises ("keys are kept
+// for at least 24 hours"), and so the shortest a Sim accepts.
+const MinKeyWindow = 24 * time.Hour
+
+// Validate reports a configuration that would make the simulator kinder or
+// harsher than Stripe in a way the payment path relies on.
+func (c Config) Validate() error {
+	switch {
+	case c.KeyWindow != 0 && c.KeyWindow < MinKeyWindow:
+		return fmt.Errorf("pspsim: key window %s is under Stripe's 24 h: the resolver replays a charge's key "+
+			"for 24 h (ONCEPAY_PSP_KEY_WINDOW) and a shorter window would turn those replays into new charges", c.KeyWindow)
+	case c.SearchLag < 0:
+		return fmt.Errorf("pspsim: search lag %s is negative", c.SearchLag)
+	case c.WebhookAttempts < 0 || c.WebhookRetryFor < 0 || c.WebhookBackoff < 0 || c.WebhookBackoffMax < 0:
+		return errors.New("pspsim: negative webhook attempts, retry horizon or backoff")
+	}
+	return nil
 }
 
 // Sim is the simulator. It implements http.Handler and is safe for
@@ -139,6 +209,11 @@ type Sim struct {
 	faults  []*Fault
 	pending []*delivery
 	gaveUp  int
+	baseLag time.Duration // the configured search lag, which Reset restores (SetSearchLag changes cfg.SearchLag)
+
+	refundsByID map[string]*refundState // refunds.go: status and settlement
+	pmUsed      map[string]string       // paymentmethods.go: pm -> the PaymentIntent that used it
+	pmAttached  map[string]bool         // paymentmethods.go: reusable payment methods
 
 	deliverMu sync.Mutex // one delivery round at a time
 	kick      chan struct{}
@@ -149,8 +224,13 @@ type Sim struct {
 }
 
 // New builds a simulator and, when a webhook URL is configured and
-// ManualWebhooks is false, starts its background webhook delivery.
+// ManualWebhooks is false, starts its background webhook delivery. It
+// panics on a configuration Validate refuses (a programming error in a
+// test; cmd/pspsim validates first and reports it).
 func New(cfg Config) *Sim {
+	if err := cfg.Validate(); err != nil {
+		panic(err.Error())
+	}
 	cfg.fill()
 	ctx, cancel := context.WithCancel(context.Background())
 	s := &Sim{
@@ -162,6 +242,7 @@ func New(cfg Config) *Sim {
 		cancel: cancel,
 		done:   make(chan struct{}),
 	}
+	s.baseLag = cfg.SearchLag
 	s.resetLocked()
 	if cfg.WebhookURL != "" && !cfg.ManualWebhooks {
 		go s.runDeliveries()
@@ -210,6 +291,26 @@ func (s *Sim) Advance(d time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.offset += d
+	s.settleRefundsLocked(s.nowLocked())
+}
+
+// SetSearchLag changes the search lag (Config.SearchLag) from now on; Reset
+// restores the configured one.
+func (s *Sim) SetSearchLag(d time.Duration) error {
+	if d < 0 {
+		return fmt.Errorf("pspsim: search lag %s is negative", d)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.cfg.SearchLag = d
+	return nil
+}
+
+// SearchLag is the current search lag.
+func (s *Sim) SearchLag() time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.cfg.SearchLag
 }
 
 // Reset forgets everything: keys, payment intents, charges, refunds, faults,
@@ -233,6 +334,10 @@ func (s *Sim) resetLocked() {
 	s.faults = nil
 	s.pending = nil
 	s.gaveUp = 0
+	s.cfg.SearchLag = s.baseLag
+	s.refundsByID = map[string]*refundState{}
+	s.pmUsed = map[string]string{}
+	s.pmAttached = map[string]bool{}
 }
 
 // newIDLocked returns the next id with the given Stripe prefix (pi, ch, re,

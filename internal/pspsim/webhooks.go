@@ -26,33 +26,64 @@ type delivery struct {
 	paymentID string
 	payload   []byte
 	attempts  int
+	first     time.Time // real time of the first attempt; retries stop WebhookRetryFor after it
 	due       time.Time // real time
 	gen       uint64
 }
 
-// emitLocked creates an event about pi and queues it for delivery, unless a
-// webhook fault says otherwise. The event id is fixed here, so every copy
-// and every retry carries the same id, as Stripe's do.
+// emitLocked raises an event about pi and, as Stripe does for the same
+// change, the matching charge event (charge.succeeded with
+// payment_intent.succeeded, charge.failed with
+// payment_intent.payment_failed): two events, two ids, for one charge.
+// Each goes out only if the endpoint is subscribed to its type.
 func (s *Sim) emitLocked(eventType string, pi *paymentIntent, key, path string) {
-	if s.cfg.WebhookURL == "" {
+	s.emitObjectLocked(eventType, pi, pi.Metadata["payment_id"], key, path)
+	switch eventType {
+	case "payment_intent.succeeded":
+		s.emitObjectLocked("charge.succeeded", s.chargeViewLocked(pi), pi.Metadata["payment_id"], key, path)
+	case "payment_intent.payment_failed":
+		s.emitObjectLocked("charge.failed", s.chargeViewLocked(pi), pi.Metadata["payment_id"], key, path)
+	}
+}
+
+// subscribed reports whether the endpoint takes events of this type.
+func (s *Sim) subscribed(eventType string) bool {
+	for _, t := range s.cfg.WebhookEvents {
+		if t == "*" || t == eventType {
+			return true
+		}
+	}
+	return false
+}
+
+// emitObjectLocked creates an event with obj as data.object and queues it
+// for delivery, unless a webhook fault says otherwise. The event id is
+// fixed here, so every copy and every retry carries the same id, as
+// Stripe's do.
+func (s *Sim) emitObjectLocked(eventType string, obj any, paymentID, key, path string) {
+	if s.cfg.WebhookURL == "" || !s.subscribed(eventType) {
 		return
 	}
 	id := s.newIDLocked("evt")
+	var idemKey any
+	if key != "" {
+		idemKey = key
+	}
 	payload, err := json.Marshal(map[string]any{
 		"id":               id,
 		"object":           "event",
 		"api_version":      apiVersion,
 		"created":          s.nowLocked().Unix(),
-		"data":             map[string]any{"object": pi},
+		"data":             map[string]any{"object": obj},
 		"livemode":         false,
 		"pending_webhooks": 1,
-		"request":          map[string]any{"id": nil, "idempotency_key": key},
+		"request":          map[string]any{"id": nil, "idempotency_key": idemKey},
 		"type":             eventType,
 	})
 	if err != nil {
 		panic("pspsim: marshal event: " + err.Error())
 	}
-	d := delivery{eventID: id, eventType: eventType, paymentID: pi.Metadata["payment_id"],
+	d := delivery{eventID: id, eventType: eventType, paymentID: paymentID,
 		payload: payload, due: time.Now(), gen: s.gen}
 	copies := 1
 	if f, ok := s.takeFaultLocked(FaultKind.webhook, key, path); ok {
@@ -89,7 +120,20 @@ func (s *Sim) PendingWebhooks() int {
 // delivered; failed ones stay pending (with their retry backoff) until
 // their attempts run out, and their errors are joined into err.
 func (s *Sim) FlushWebhooks(ctx context.Context) (int, error) {
+	s.mu.Lock()
+	s.settleRefundsLocked(s.nowLocked())
+	s.mu.Unlock()
 	return s.deliverRound(ctx, true)
+}
+
+// DeliverDueWebhooks attempts the pending deliveries that are due now,
+// leaving delayed ones (webhook_delay) and retries still backing off: what
+// the background sender does on each wake-up, for manual-webhook tests.
+func (s *Sim) DeliverDueWebhooks(ctx context.Context) (int, error) {
+	s.mu.Lock()
+	s.settleRefundsLocked(s.nowLocked())
+	s.mu.Unlock()
+	return s.deliverRound(ctx, false)
 }
 
 // runDeliveries is the background sender: it wakes when an event is queued
@@ -98,6 +142,10 @@ func (s *Sim) runDeliveries() {
 	defer close(s.done)
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
+	// Pending refunds settle by the simulator's clock; with nobody calling,
+	// a tick settles them so their events still go out.
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
 	for {
 		if wait, ok := s.nextDue(); ok {
 			timer.Reset(wait)
@@ -108,6 +156,10 @@ func (s *Sim) runDeliveries() {
 			return
 		case <-s.kick:
 			timer.Stop()
+		case <-tick.C:
+			s.mu.Lock()
+			s.settleRefundsLocked(s.nowLocked())
+			s.mu.Unlock()
 		case <-timer.C:
 			_, _ = s.deliverRound(s.ctx, false)
 		}
@@ -155,6 +207,9 @@ func (s *Sim) deliverRound(ctx context.Context, all bool) (int, error) {
 	delivered := 0
 	var errs []error
 	for _, d := range batch {
+		if d.attempts == 0 {
+			d.first = time.Now()
+		}
 		err := s.deliver(ctx, d)
 		d.attempts++
 		log := s.log.With("event_id", d.eventID, "event_type", d.eventType, "payment_id", d.paymentID, "attempt", d.attempts)
@@ -167,7 +222,8 @@ func (s *Sim) deliverRound(ctx context.Context, all bool) (int, error) {
 		s.mu.Lock()
 		switch {
 		case d.gen != s.gen: // Reset ran meanwhile: forget it
-		case d.attempts >= s.cfg.WebhookAttempts:
+		case s.cfg.WebhookAttempts > 0 && d.attempts >= s.cfg.WebhookAttempts,
+			time.Since(d.first) >= s.cfg.WebhookRetryFor:
 			s.gaveUp++
 			log.Error("webhook given up", "error", err.Error())
 		default:
@@ -180,14 +236,14 @@ func (s *Sim) deliverRound(ctx context.Context, all bool) (int, error) {
 	return delivered, errors.Join(errs...)
 }
 
-// backoff is the wait after the n-th failed attempt: doubling, capped at a
-// minute.
+// backoff is the wait after the n-th failed attempt: doubling, capped at
+// WebhookBackoffMax.
 func (s *Sim) backoff(n int) time.Duration {
 	d := s.cfg.WebhookBackoff
-	for i := 1; i < n && d < time.Minute; i++ {
+	for i := 1; i < n && d < s.cfg.WebhookBackoffMax; i++ {
 		d *= 2
 	}
-	return min(d, time.Minute)
+	return min(d, s.cfg.WebhookBackoffMax)
 }
 
 // deliver POSTs one event copy, signed the way Stripe signs: Stripe-Signature

@@ -35,7 +35,7 @@ func (r *refunder) Lookup(context.Context, string) (psp.Result, error) {
 // transaction, then the outbox item put right after the commit, carrying the
 // same event.
 func TestASucceededRefundPutsItsEventOnTheOutboxPath(t *testing.T) {
-	pool, _ := testenv.MigratedLedger(t)
+	pool, _ := testenv.Ledger(t)
 	db := testenv.DynamoDB(t)
 	table, _ := testenv.NewOutboxTable(t, db)
 	ctx := context.Background()

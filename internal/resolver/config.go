@@ -28,10 +28,6 @@ type Config struct {
 	// (ONCEPAY_RESOLVER_REFUND_LIMIT, default 50). Refunds run beside the
 	// payments and share the PSP rate cap with them.
 	RefundLimit int
-	// NotifyLimit bounds the PENDING notifications one run finishes
-	// (ONCEPAY_RESOLVER_NOTIFY_LIMIT, default 100). The phase runs when
-	// Deps.Notifications is set.
-	NotifyLimit int
 	// Concurrency is how many payments are worked on at once, and as many
 	// refunds beside them (ONCEPAY_RESOLVER_CONCURRENCY, default 8). The
 	// rate cap, not this, bounds the PSP calls. 1 means one thing at a
@@ -71,7 +67,6 @@ func DefaultConfig() Config {
 		PSPRate:     10,
 		Limit:       300,
 		RefundLimit: 50,
-		NotifyLimit: 100,
 		Concurrency: 8,
 		Lease:       5 * time.Minute,
 		KeyWindow:   config.Default().PSPKeyWindow,
@@ -92,9 +87,6 @@ func (c *Config) fill() {
 	}
 	if c.RefundLimit == 0 {
 		c.RefundLimit = d.RefundLimit
-	}
-	if c.NotifyLimit == 0 {
-		c.NotifyLimit = d.NotifyLimit
 	}
 	if c.Concurrency == 0 {
 		c.Concurrency = d.Concurrency
@@ -123,7 +115,7 @@ func (c *Config) fill() {
 // take on: every taken payment or refund needs up to two PSP calls, and
 // both phases draw on the one cap at once.
 func (c Config) Validate() error {
-	if c.PSPRate <= 0 || c.Limit <= 0 || c.RefundLimit < 0 || c.NotifyLimit < 0 || c.Concurrency <= 0 || c.Lease <= 0 ||
+	if c.PSPRate <= 0 || c.Limit <= 0 || c.RefundLimit < 0 || c.Concurrency <= 0 || c.Lease <= 0 ||
 		c.KeyWindow <= c.Margin || c.Margin < 0 || c.CallTimeout <= 0 || c.Horizon <= 0 {
 		return fmt.Errorf("resolver: invalid config %+v", c)
 	}
@@ -164,7 +156,6 @@ func ConfigFromEnv() (Config, error) {
 	for name, n := range map[string]*int{
 		"ONCEPAY_RESOLVER_LIMIT":        &c.Limit,
 		"ONCEPAY_RESOLVER_REFUND_LIMIT": &c.RefundLimit,
-		"ONCEPAY_RESOLVER_NOTIFY_LIMIT": &c.NotifyLimit,
 		"ONCEPAY_RESOLVER_CONCURRENCY":  &c.Concurrency,
 		"ONCEPAY_REFUND_RETRY_BUDGET":   &c.Refund.Budget,
 	} {

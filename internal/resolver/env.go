@@ -15,8 +15,7 @@ import (
 )
 
 // Setup is what the environment gives a resolver: its configuration, its
-// collaborators, and the clients they were built on, so the caller can add
-// collaborators of its own (Deps.Notifications) before New.
+// collaborators, and the clients they were built on.
 type Setup struct {
 	Config Config
 	Deps   Deps
@@ -25,7 +24,7 @@ type Setup struct {
 }
 
 // SetupFromEnv builds every collaborator the environment names: what the
-// Lambda function runs. Deps.Notifications is left nil (that phase off).
+// Lambda function runs.
 func SetupFromEnv(ctx context.Context, log *slog.Logger) (Setup, error) {
 	cfg, err := ConfigFromEnv()
 	if err != nil {

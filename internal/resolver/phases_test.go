@@ -5,7 +5,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"sync"
 	"testing"
 	"time"
 
@@ -18,30 +17,15 @@ import (
 	"github.com/oncepay/oncepay/internal/worldtest"
 )
 
-// notifier stands in for internal/inbox's finisher: it records the calls.
-type notifier struct {
-	mu     sync.Mutex
-	limits []int
-	at     []time.Time
-}
-
-func (n *notifier) FinishPending(_ context.Context, limit int) (int, error) {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	n.limits = append(n.limits, limit)
-	n.at = append(n.at, time.Now())
-	return 1, nil
-}
-
-// phasedResolver is World.Resolver plus the notification phase.
-func phasedResolver(t *testing.T, w *worldtest.World, cfg resolver.Config, n resolver.Notifications) *resolver.Resolver {
+// phasedResolver is World.Resolver with its outbox sweep.
+func phasedResolver(t *testing.T, w *worldtest.World, cfg resolver.Config) *resolver.Resolver {
 	t.Helper()
 	sw, err := outbox.NewSweeper(w.Outbox, w.Pool, outbox.SweepConfig{Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	r, err := resolver.New(cfg, resolver.Deps{
-		Ledger: w.Ledger, PSP: w.PSP, Claims: w.Claims, Publisher: w.Outbox, Sweeper: sw, Notifications: n,
+		Ledger: w.Ledger, PSP: w.PSP, Claims: w.Claims, Publisher: w.Outbox, Sweeper: sw,
 		Clock: w.Clock, Log: w.Log, Metrics: metrics.New(w.Logs, "resolver"),
 	})
 	if err != nil {
@@ -56,8 +40,7 @@ func phasedResolver(t *testing.T, w *worldtest.World, cfg resolver.Config, n res
 // retries and the outbox sweep never ran. The phases now run side by side
 // under the one PSP cap: in the very run the backlog overflows, the open
 // refund is retried (one refund at the PSP, the row SUCCEEDED), the
-// intent never put is swept into the outbox, and the PENDING
-// notifications are finished, while the payments the run had no time for
+// intent never put is swept into the outbox, while the payments the run had no time for
 // are given back, unsettled and uncharged, for the next run.
 func TestPaymentsBacklogDoesNotStarveRefundsOrSweep(t *testing.T) {
 	w := worldtest.New(t, worldtest.Options{})
@@ -98,8 +81,7 @@ func TestPaymentsBacklogDoesNotStarveRefundsOrSweep(t *testing.T) {
 
 	cfg := w.ResolverConfig()
 	cfg.PSPRate, cfg.Limit, cfg.Concurrency, cfg.CallTimeout = 10, backlog, 4, time.Second
-	notes := &notifier{}
-	res := phasedResolver(t, w, cfg, notes)
+	res := phasedResolver(t, w, cfg)
 	// The run stops starting work CallTimeout + 2 s before its deadline.
 	budget := 2 * time.Second
 	rctx, cancel := context.WithTimeout(ctx, cfg.CallTimeout+2*time.Second+budget)
@@ -136,14 +118,9 @@ func TestPaymentsBacklogDoesNotStarveRefundsOrSweep(t *testing.T) {
 	if rep.Sweep.Found < 1 || rep.Sweep.Created < 1 || !outboxItem(t, w, sweptEvent) {
 		t.Fatalf("sweep = %+v, want the intent never put to be put", rep.Sweep)
 	}
-	if n := w.Count(`SELECT count(*) FROM outbox_intents WHERE event_id = $1 AND published_at IS NOT NULL`, sweptEvent); n != 1 {
-		t.Fatal("the swept intent was not marked published")
-	}
-	// And the PENDING notifications were finished, once, with the limit.
-	notes.mu.Lock()
-	defer notes.mu.Unlock()
-	if len(notes.limits) != 1 || notes.limits[0] != cfg.NotifyLimit || rep.NotificationsFinished != 1 {
-		t.Fatalf("notification phase: calls %v, finished %d; want one call with limit %d", notes.limits, rep.NotificationsFinished, cfg.NotifyLimit)
+	// Published means consumed: no worker ran here, so it stays unmarked.
+	if n := w.Count(`SELECT count(*) FROM outbox_intents WHERE event_id = $1 AND published_at IS NOT NULL`, sweptEvent); n != 0 {
+		t.Fatal("the swept intent was marked published before the inbox held it")
 	}
 	if deadline, _ := rctx.Deadline(); time.Now().After(deadline) {
 		t.Fatalf("the run outlived its deadline (%s)", elapsed)

@@ -26,7 +26,7 @@
 //
 // Beside the payments, in the same run and at the same time, it retries the
 // open refunds that are due (package refund), sweeps the outbox (intents
-// recorded but never put are put), and finishes PENDING notifications.
+// recorded but never put are put).
 // Each phase has its own bound, so no backlog in one can take a run from
 // the others; payments and refunds share the one PSP rate cap.
 //
@@ -90,13 +90,6 @@ type Sweeper interface {
 	Sweep(ctx context.Context) (outbox.SweepResult, error)
 }
 
-// Notifications finishes notification intents left PENDING (their send
-// failed, or the worker died after its commit): it sends up to limit of
-// them and reports how many it finished. Implemented in internal/inbox.
-type Notifications interface {
-	FinishPending(ctx context.Context, limit int) (int, error)
-}
-
 // ErrCrash, returned by a Hook, makes the run drop the payment on the spot,
 // writing nothing more for it (not even the lease's release), as a process
 // that died there would. Tests only.
@@ -109,20 +102,18 @@ type Hooks struct {
 	AfterPSPAnswer func(ctx context.Context, paymentID string) error
 }
 
-// Deps are the Resolver's collaborators. Claims, Publisher, Sweeper and
-// Notifications may be nil: no pointer rewrite, no outbox put (the sweep
-// will), no sweep, no notification phase.
+// Deps are the Resolver's collaborators. Claims, Publisher and Sweeper may
+// be nil: no pointer rewrite, no outbox put (the sweep will), no sweep.
 type Deps struct {
-	Ledger        Ledger
-	PSP           PSP
-	Claims        Claims
-	Publisher     Publisher
-	Sweeper       Sweeper
-	Notifications Notifications
-	Clock         clock.Clock      // nil: the system clock
-	Log           *slog.Logger     // nil: slog.Default()
-	Metrics       *metrics.Emitter // nil: none
-	Hooks         Hooks
+	Ledger    Ledger
+	PSP       PSP
+	Claims    Claims
+	Publisher Publisher
+	Sweeper   Sweeper
+	Clock     clock.Clock      // nil: the system clock
+	Log       *slog.Logger     // nil: slog.Default()
+	Metrics   *metrics.Emitter // nil: none
+	Hooks     Hooks
 	// Cap: the cap the PSP client's transport already applies
 	// (Cap.Transport), so the resolver does not wait twice. nil: the
 	// resolver applies a cap of Config.PSPRate before each call.
@@ -174,8 +165,6 @@ type Report struct {
 	PSPCalls          int64              `json:"psp_calls"`
 	Refunds           RefundReport       `json:"refunds"`
 	Sweep             outbox.SweepResult `json:"sweep"`
-	// NotificationsFinished counts the PENDING notifications sent.
-	NotificationsFinished int `json:"notifications_finished"`
 	// OpenOverHorizon counts the payments still open whose deadline passed
 	// more than Config.Horizon ago (the gauge UnknownOverHorizon).
 	OpenOverHorizon int `json:"open_over_horizon"`
@@ -209,8 +198,9 @@ func (r *Resolver) Handle(ctx context.Context, _ json.RawMessage) (Report, error
 	return r.Run(ctx)
 }
 
-// Run is one pass, four phases side by side: the open payments, the due
-// refunds, the outbox sweep and the PENDING notifications. Each phase is
+// Run is one pass, three phases side by side: the open payments, the due
+// refunds and the outbox sweep. (PENDING notifications have their own
+// trigger, the worker function's schedule: inbox.Function.) Each phase is
 // bounded by its own limit and stops starting work near ctx's deadline, so
 // every phase makes progress every run whatever the others' backlog (a
 // payments backlog once took every run whole, and refund retries and the
@@ -235,7 +225,6 @@ func (r *Resolver) Run(ctx context.Context) (Report, error) {
 		func() { payErr = r.payments(ctx, &rep, rn) },
 		func() { refundErr = r.refunds(ctx, &rep.Refunds, rn) },
 		func() { rep.Sweep = r.sweep(ctx, rn) },
-		func() { rep.NotificationsFinished = r.notifications(ctx, rn) },
 	}
 	if r.cfg.Concurrency == 1 {
 		// One thing at a time, phases in turn: what a replayable test
@@ -269,11 +258,10 @@ func (r *Resolver) Run(ctx context.Context) (Report, error) {
 	m.Count("ResolverErrors", rep.Errors+rep.Refunds.Errors)
 	m.Count("ResolverPSPCalls", int(rep.PSPCalls))
 	m.Count("PointersRewritten", rep.PointersRewritten)
-	m.Count("ResolverNotificationsFinished", rep.NotificationsFinished)
 	r.d.Log.Info("resolver run", "claimed", rep.Claimed, "succeeded", rep.Succeeded, "failed", rep.Failed,
 		"already_settled", rep.AlreadySettled, "open", rep.Open, "errors", rep.Errors, "psp_calls", rep.PSPCalls,
 		"refunds_claimed", rep.Refunds.Claimed, "refunds_succeeded", rep.Refunds.Succeeded, "refunds_open", rep.Refunds.Open,
-		"swept", rep.Sweep.Found, "notifications_finished", rep.NotificationsFinished)
+		"swept", rep.Sweep.Found)
 	return rep, errors.Join(errs...)
 }
 
@@ -549,18 +537,6 @@ func (r *Resolver) sweep(ctx context.Context, rn *run) outbox.SweepResult {
 	return res
 }
 
-// notifications finishes up to Config.NotifyLimit PENDING notifications.
-func (r *Resolver) notifications(ctx context.Context, rn *run) int {
-	if r.d.Notifications == nil || !rn.starting(ctx) {
-		return 0
-	}
-	n, err := r.d.Notifications.FinishPending(ctx, r.cfg.NotifyLimit)
-	if err != nil {
-		r.d.Log.Warn("PENDING notifications not all finished; the next run retries", "finished", n, "err", err)
-	}
-	return n
-}
-
 func (r *Resolver) refunds(ctx context.Context, rep *RefundReport, rn *run) error {
 	if !rn.starting(ctx) {
 		return nil
@@ -574,7 +550,7 @@ func (r *Resolver) refunds(ctx context.Context, rep *RefundReport, rn *run) erro
 	}
 	rep.Claimed = len(rows)
 	att := &refund.Attempter{
-		Ledger: r.d.Ledger, PSP: r.d.PSP, Backoff: r.cfg.Refund, CallTimeout: r.cfg.CallTimeout,
+		Ledger: r.d.Ledger, PSP: r.d.PSP, Publisher: r.d.Publisher, Backoff: r.cfg.Refund, CallTimeout: r.cfg.CallTimeout,
 		WriteTimeout: r.cfg.CallTimeout, Log: r.d.Log, Metrics: r.d.Metrics,
 		Wait: func(ctx context.Context) error { return r.wait(ctx, rn) },
 	}

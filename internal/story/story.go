@@ -460,6 +460,11 @@ func (w *World) Settle(ctx context.Context) error {
 			return fmt.Errorf("settle: worker: %w", err)
 		}
 		moved += n
+		// The worker function's sweep schedule: PENDING notifications.
+		if n, err = w.Notifs.FinishPending(ctx, inbox.SweepLimit); err != nil {
+			return fmt.Errorf("settle: notification sweep: %w", err)
+		}
+		moved += n
 		// The operator's answer to the DLQ-depth alarm: redrive.
 		if n, err = w.RedriveDLQ(ctx); err != nil {
 			return fmt.Errorf("settle: %w", err)

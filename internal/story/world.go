@@ -143,11 +143,13 @@ type World struct {
 	Webhook    *webhook.Handler
 	Stream     *harness.StreamPoller
 	Worker     *inbox.Worker
-	Notifs     *inbox.NotifSweeper // the resolver's sweep of PENDING notifications
-	Queue      *harness.QueuePoller
-	Pushes     *harness.PushQueue
-	Phone      *harness.Phone
-	EMF        *SyncBuffer
+	// Notifs is the worker function's sweep schedule's work: the PENDING
+	// notifications a failed push left (Settle runs it each round).
+	Notifs *inbox.NotifSweeper
+	Queue  *harness.QueuePoller
+	Pushes *harness.PushQueue
+	Phone  *harness.Phone
+	EMF    *SyncBuffer
 
 	// RelayCrashes is how many of the next relay invocations crash after
 	// their messages were sent and before the batch is acknowledged.
@@ -379,16 +381,14 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 	}
 	if w.Worker, err = inbox.New(w.LedgerPool, n, inbox.Config{
 		MaxReceiveCount: settings.Worker.MaxReceiveCount, Logger: quiet, Metrics: m, Hooks: w.workerHooks(),
-		WithoutNotifRecord: o.WithoutNotifRecord, GroupConcurrency: groups,
-		RetryAfter: 10 * time.Millisecond, // the sweep's first retry, on the database's clock (see Notifs)
+		WithoutNotifRecord: o.WithoutNotifRecord, GroupConcurrency: groups, RetryAfter: 10 * time.Millisecond,
 	}); err != nil {
 		return nil, err
 	}
-	// The sweep's clocks are the database's, which the fake clock does not
-	// move: a short grace and backoff let quiescence finish what a failed
-	// push left PENDING within a few rounds.
+	// Backoff in milliseconds: the fake clock does not move the database's,
+	// which the sweep's grace and backoff are measured on.
 	if w.Notifs, err = inbox.NewNotifSweeper(w.LedgerPool, n, inbox.SweepConfig{
-		Logger: quiet, Metrics: m, Grace: time.Millisecond, Base: 10 * time.Millisecond, Max: 200 * time.Millisecond, Lease: 2 * time.Second,
+		Logger: quiet, Metrics: m, Grace: time.Millisecond, Base: 10 * time.Millisecond, Max: 200 * time.Millisecond, Lease: time.Second,
 	}); err != nil {
 		return nil, err
 	}
@@ -432,7 +432,7 @@ func (w *World) Resolver() (*resolver.Resolver, error) {
 		c.Concurrency = 1
 	}
 	return resolver.New(c, resolver.Deps{
-		Ledger: w.Ledger, PSP: w.PSP, Claims: w.Claims, Publisher: w.Outbox, Sweeper: w.Sweeper, Notifications: w.Notifs, Clock: w.Clock,
+		Ledger: w.Ledger, PSP: w.PSP, Claims: w.Claims, Publisher: w.Outbox, Sweeper: w.Sweeper, Clock: w.Clock,
 		Log: w.log, Metrics: metrics.New(w.EMF, "resolver"), Hooks: w.resolverHooks(),
 	})
 }

@@ -15,13 +15,11 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/awsclient"
 	"github.com/oncepay/oncepay/internal/awsclient/snsclient"
 	"github.com/oncepay/oncepay/internal/awsclient/sqsclient"
 	"github.com/oncepay/oncepay/internal/awsclient/streamsclient"
-	"github.com/oncepay/oncepay/internal/ledger/migrations"
 )
 
 func awsConfig(t testing.TB) aws.Config {
@@ -50,17 +48,6 @@ func SQS(t testing.TB) *sqs.Client {
 func SNS(t testing.TB) *sns.Client {
 	t.Helper()
 	return snsclient.New(awsConfig(t))
-}
-
-// MigratedLedger is Ledger with any migration newer than the template
-// database applied to the test's clone.
-func MigratedLedger(t testing.TB) (*pgxpool.Pool, string) {
-	t.Helper()
-	pool, dsn := Ledger(t)
-	if _, err := migrations.Apply(context.Background(), dsn); err != nil {
-		t.Fatalf("migrate test database: %v", err)
-	}
-	return pool, dsn
 }
 
 // NewOutboxTable creates a table of the test's own shaped like the

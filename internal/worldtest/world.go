@@ -114,7 +114,7 @@ func New(t testing.TB, o Options) *World {
 	db := testenv.DynamoDB(t)
 	table := testenv.NewTable(t, db, "pk")
 	outboxTable, outboxStream := testenv.NewOutboxTable(t, db)
-	pool, _ := testenv.MigratedLedger(t)
+	pool, _ := testenv.Ledger(t)
 	w := &World{
 		T: t, Clock: clock.NewFake(T0), Pool: pool, Dynamo: db, Logs: &SyncBuffer{}, Timing: o.Timing,
 		OutboxTable: outboxTable, OutboxStream: outboxStream, ClaimsTable: table, WebhookSecret: "whsec_test_" + testenv.RandomID(8),

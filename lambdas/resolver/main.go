@@ -6,7 +6,6 @@ package main
 
 import (
 	"context"
-	"log/slog"
 	"os"
 
 	"github.com/aws/aws-lambda-go/lambda"
@@ -22,19 +21,10 @@ func main() {
 		log.Error("init", "err", err)
 		os.Exit(1)
 	}
-	s.Deps.Notifications = notifications(s, log)
 	r, err := resolver.New(s.Config, s.Deps)
 	if err != nil {
 		log.Error("init", "err", err)
 		os.Exit(1)
 	}
 	lambda.Start(r.Handle)
-}
-
-// notifications builds the run's phase that finishes PENDING
-// notifications, from the setup's ledger pool (Setup.Pool) and AWS
-// configuration (Setup.AWS). nil skips the phase; internal/inbox's
-// finisher plugs in here.
-func notifications(resolver.Setup, *slog.Logger) resolver.Notifications {
-	return nil
 }

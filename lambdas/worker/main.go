@@ -1,6 +1,8 @@
 // Command worker is the inbox worker Lambda: the events FIFO queue in, the
-// ledger's consumer tables and the push out (packages inbox and notify).
-// Clients and the ledger pool are built once per execution environment.
+// ledger's consumer tables and the push out (packages inbox and notify);
+// its schedule finishes the PENDING notifications a failed push left
+// (inbox.Function). Clients and the ledger pool are built once per
+// execution environment.
 package main
 
 import (
@@ -42,5 +44,9 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	lambda.Start(w.Handle)
+	sw, err := inbox.NewNotifSweeper(pool, n, inbox.SweepConfig{Logger: log, Metrics: m})
+	if err != nil {
+		fail(err)
+	}
+	lambda.Start(inbox.Function{Worker: w, Sweeper: sw}.Invoke)
 }

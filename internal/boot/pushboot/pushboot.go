@@ -21,7 +21,6 @@ import (
 
 	"github.com/oncepay/oncepay/internal/awsclient/snsclient"
 	"github.com/oncepay/oncepay/internal/boot"
-	"github.com/oncepay/oncepay/internal/inbox"
 	"github.com/oncepay/oncepay/internal/localenv"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/notify"
@@ -59,20 +58,4 @@ func Notifier(cfg aws.Config, pool *pgxpool.Pool, log *slog.Logger, m *metrics.E
 		return nil, fmt.Errorf("pushboot: notifier: %w", err)
 	}
 	return n, nil
-}
-
-// Sweeper returns the NotifSweeper the resolver runs: pool's PENDING
-// notifications sent through the same Notifier the worker builds, with the
-// default grace, backoff and give-up horizon (inbox.SweepConfig). Its
-// FinishPending(ctx, limit) is the whole phase.
-func Sweeper(cfg aws.Config, pool *pgxpool.Pool, log *slog.Logger, m *metrics.Emitter) (*inbox.NotifSweeper, error) {
-	n, err := Notifier(cfg, pool, log, m)
-	if err != nil {
-		return nil, err
-	}
-	s, err := inbox.NewNotifSweeper(pool, n, inbox.SweepConfig{Logger: log, Metrics: m})
-	if err != nil {
-		return nil, fmt.Errorf("pushboot: sweeper: %w", err)
-	}
-	return s, nil
 }

@@ -1,0 +1,69 @@
+package pspsim
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"strings"
+)
+
+// Payment methods are single-use unless attached to a Customer, as in
+// Stripe: a PaymentMethod that paid a PaymentIntent without a Customer
+// "may not be used again", and a second PaymentIntent confirmed with it
+// gets 400. Stripe's test tokens (pm_card_visa, pm_card_chargeDeclined,
+// every pm_card_...) are not PaymentMethods but recipes: each use makes a
+// fresh PaymentMethod, so they can be reused, and so can any payment
+// method attached with AttachPaymentMethod (POST /_sim/payment_methods/attach).
+
+// reusableToken reports Stripe's test tokens, which mint a new
+// PaymentMethod on every use.
+func reusableToken(pm string) bool { return strings.HasPrefix(pm, "pm_card_") }
+
+// checkPaymentMethodLocked refuses a PaymentIntent confirmed with a
+// single-use payment method another PaymentIntent has already used. Like a
+// parameter error, the refusal is not saved under the key.
+func (s *Sim) checkPaymentMethodLocked(path string, form url.Values) (reply, bool) {
+	if path != "/v1/payment_intents" {
+		return reply{}, false
+	}
+	pm := form.Get("payment_method")
+	if pm == "" || reusableToken(pm) || s.pmAttached[pm] {
+		return reply{}, false
+	}
+	if by, used := s.pmUsed[pm]; used {
+		s.log.Info("payment method refused: single-use and already used", "payment_method", pm, "used_by", by)
+		return invalid("payment_method", "payment_method_unexpected_state", fmt.Sprintf(
+			"The provided PaymentMethod was previously used with a PaymentIntent without Customer attachment, "+
+				"shared with a connected account without Customer attachment, or was detached from a Customer. "+
+				"It may not be used again. To use a PaymentMethod multiple times, you must attach it to a Customer first. (%s)", pm)), true
+	}
+	return reply{}, false
+}
+
+// notePaymentMethodLocked records that a PaymentIntent which took money
+// used its payment method.
+func (s *Sim) notePaymentMethodLocked(path string, form url.Values, rep reply) {
+	pm := form.Get("payment_method")
+	if path != "/v1/payment_intents" || pm == "" || reusableToken(pm) {
+		return
+	}
+	var pi struct {
+		ID     string `json:"id"`
+		Status string `json:"status"`
+	}
+	if json.Unmarshal(rep.body, &pi) == nil && pi.Status == "succeeded" {
+		s.pmUsed[pm] = pi.ID
+	}
+}
+
+// AttachPaymentMethod makes pm reusable, as attaching it to a Customer does
+// in Stripe.
+func (s *Sim) AttachPaymentMethod(pm string) error {
+	if !strings.HasPrefix(pm, "pm_") {
+		return fmt.Errorf("pspsim: %q is not a payment method id (pm_...)", pm)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pmAttached[pm] = true
+	return nil
+}
