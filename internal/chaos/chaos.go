@@ -2,9 +2,19 @@
 // (internal/story's World: the real handlers over the local cloud, on a fake
 // clock) and checks, after quiescence, the invariants effectively-once
 // rests on. A schedule is a function of its seed: the same seed draws the
-// same payments, the same interleaving of requests, clock moves, hop runs
-// and faults, so a failing seed replays when run again with that seed (each
-// hop runs one thing at a time, story.Options.Serial).
+// same payments, the same front door and wire shapes, the same interleaving
+// of requests, clock moves, hop runs and faults, so a failing seed replays
+// when run again with that seed (each hop runs one thing at a time,
+// story.Options.Serial).
+//
+// The fault model: crashes and pauses at every hop's crash points; the
+// PSP's lost replies, 5xx, dropped requests, duplicated and lost webhooks,
+// and its API key refused for a while (401/403); downstream outages that
+// outlast every retry and then recover (the relay's SQS sends, the
+// worker's SNS publishes, the key-record store); ambiguous ledger commits
+// (internal/faultnet: the statement committed, its reply lost); queue
+// redeliveries; refunds; and every request through one of the two front
+// doors' event shapes. Coverage counts what FIRED, never what was armed.
 package chaos
 
 import (
@@ -14,15 +24,13 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
-
 	"github.com/oncepay/oncepay/internal/api"
 	"github.com/oncepay/oncepay/internal/event"
+	"github.com/oncepay/oncepay/internal/faultnet"
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/inbox"
 	"github.com/oncepay/oncepay/internal/pspsim"
@@ -30,7 +38,8 @@ import (
 	"github.com/oncepay/oncepay/internal/story"
 )
 
-// The crash and fault points a schedule can hit; Result.Covered counts them.
+// The crash and fault points a schedule can hit; Result.Covered counts the
+// times each one fired.
 const (
 	APIAfterClaim         = "api.AfterClaim"
 	APIAfterPendingInsert = "api.AfterPendingInsert"
@@ -45,24 +54,51 @@ const (
 	PSPLoseReply          = "psp.lose_reply"
 	PSPError5xx           = "psp.error_5xx"
 	PSPDropBefore         = "psp.drop_before"
+	PSPUnauthorized       = "psp.unauthorized" // a call refused 401 while the API key is broken
+	PSPForbidden          = "psp.forbidden"    // a call refused 403
 	WebhookDuplicate      = "webhook.duplicate"
 	WebhookDrop           = "webhook.drop"
 	QueueRedelivery       = "queue.redelivery"
-	// QueueDeadLettered: five failed deliveries moved an event to the DLQ
-	// and quiescence redrove it (an outcome, not a fault the runner arms).
+	SQSDown               = "sqs.send-down"        // a relay send failed in an SQS outage
+	SNSDown               = "sns.publish-down"     // a worker publish failed in an SNS outage
+	KeyStoreDown          = "dynamodb.claims-down" // a key-record call failed in a DynamoDB outage
+	LedgerReplyLost       = "ledger.reply-lost"    // a ledger round trip ran, its reply was lost (any statement)
+	// Outcomes, not faults the runner arms: the give-up paths.
+	// RelayGaveUp: the stream mapping discarded records after every retry
+	// (the outbox sweep must re-drive them). QueueDeadLettered: five failed
+	// deliveries moved an event to the DLQ and quiescence redrove it.
+	RelayGaveUp       = "relay.gave-up"
 	QueueDeadLettered = "queue.dead-lettered"
 )
 
-// Points lists every point, for the coverage report.
+// Points lists every point and outcome a long run must reach, for the
+// coverage report. QueueDeadLettered is counted but not required: since a
+// credit no longer waits on its push, only a worker that fails five times
+// in a row before its commit reaches the DLQ, which schedules rarely draw.
 var Points = []string{APIAfterClaim, APIAfterPendingInsert, APIAfterPSPReply, APIBeforeComplete, APIPaused,
 	ResolverAfterAnswer, RelayAfterSend, WorkerBeforeEvent, WorkerAfterCommit, WorkerAfterPush,
-	PSPLoseReply, PSPError5xx, PSPDropBefore, WebhookDuplicate, WebhookDrop, QueueRedelivery}
+	PSPLoseReply, PSPError5xx, PSPDropBefore, PSPUnauthorized, PSPForbidden, WebhookDuplicate, WebhookDrop,
+	QueueRedelivery, SQSDown, SNSDown, KeyStoreDown, LedgerReplyLost, RelayGaveUp}
+
+// netStatements are the statement kinds an ambiguous commit is armed on
+// ("" is any statement): the API's and the resolver's settle transactions
+// and the worker's commit (COMMIT), the durable guard's insert, the CAS
+// moves, the refund intent and the inbox row.
+var netStatements = []string{"COMMIT", "INSERT INTO payments", "UPDATE payments", "INSERT INTO refunds", "UPDATE refunds", "INSERT INTO processed", ""}
+
+// pspPoint maps a simulator fault kind to its point.
+var pspPoint = map[pspsim.FaultKind]string{
+	pspsim.FaultLoseReply: PSPLoseReply, pspsim.FaultError5xx: PSPError5xx, pspsim.FaultDropBefore: PSPDropBefore,
+	pspsim.FaultUnauthorized: PSPUnauthorized, pspsim.FaultForbidden: PSPForbidden,
+	pspsim.FaultWebhookDuplicate: WebhookDuplicate, pspsim.FaultWebhookDrop: WebhookDrop,
+}
 
 // Result is what one schedule did and found.
 type Result struct {
 	Seed       uint64
 	Payments   int
 	Steps      int
+	Door       string         // the front door its requests came through
 	Covered    map[string]int // crash and fault points that fired
 	Violations []string
 	Trace      []string // the schedule, step by step
@@ -72,7 +108,8 @@ type Result struct {
 // Runner plays schedules on one World, one after another. Each schedule
 // uses callers, keys and merchants of its own, so schedules never meet.
 type Runner struct {
-	w *story.World
+	w   *story.World
+	out *outages // nil: the world has no outage wrappers
 
 	mu     sync.Mutex
 	plan   *schedule // the schedule being played
@@ -80,9 +117,13 @@ type Runner struct {
 }
 
 // NewRunner returns a Runner on w, which should be built with
-// story.Options{Serial: true} so schedules replay.
-func NewRunner(w *story.World) *Runner {
-	r := &Runner{w: w, paused: map[string]*pausedReq{}}
+// story.Options{Serial: true} so schedules replay. A world built without
+// the runner's outage wrappers and faultnet proxy (RunMany builds worlds
+// with both) plays the same schedules without those faults firing.
+func NewRunner(w *story.World) *Runner { return newRunner(w, nil) }
+
+func newRunner(w *story.World, out *outages) *Runner {
+	r := &Runner{w: w, out: out, paused: map[string]*pausedReq{}}
 	w.SetAPIHooks(api.Hooks{
 		AfterClaim:         r.apiHook(APIAfterClaim),
 		AfterPendingInsert: r.apiHook(APIAfterPendingInsert),
@@ -92,6 +133,19 @@ func NewRunner(w *story.World) *Runner {
 	return r
 }
 
+// newWorld builds a world with every fault the runner injects wired in.
+func newWorld(ctx context.Context, opts story.Options) (*Runner, error) {
+	out := newOutages()
+	opts.FaultNet = true
+	opts.FreshPSPConnections = true
+	out.install(&opts)
+	w, err := story.New(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return newRunner(w, out), nil
+}
+
 // payment is one payment of a schedule: a caller's key and the request's
 // meaning.
 type payment struct {
@@ -99,22 +153,26 @@ type payment struct {
 	amount                int64
 	pid                   string
 	body, reuse           string // the request; the same key with another amount
+	refundKey             string // the refund request's own Idempotency-Key
 }
 
-// answer is one API answer the schedule saw.
+// answer is one API answer the schedule saw (or, kind "record", the answer
+// the key record stores for every later retry).
 type answer struct {
 	step   int
 	p      *payment
-	kind   string // pay, reuse, late, resolve, zombie
+	kind   string // pay, reuse, late, resolve, zombie, refund, again, record
 	other  bool   // sent with the other amount (the reuse body)
 	status int
 	state  string
 	charge string
+	ptype  string // the problem type of an error answer
 }
 
 type schedule struct {
 	seed     uint64
 	rng      *rand.Rand
+	door     frontDoor
 	payments []*payment
 	answers  []answer
 	states   map[string]string // payment id -> last seen state
@@ -122,11 +180,19 @@ type schedule struct {
 	trace    []string
 	viol     []string
 	step     int
-	// nextCrash is the crash point armed for the next API request (its
-	// ctx carries it), workerCrash and resolverCrash for the next run.
+	// workerCrash is the crash point armed for the next worker run,
+	// resolverCrash for the next resolver run.
 	workerCrash   string
 	resolverCrash bool
 	notQuiet      bool
+	// pspArmed is the simulator fault uses armed, per kind: what is left
+	// of them at quiescence did not fire.
+	pspArmed map[pspsim.FaultKind]int
+	// charges and refunds the simulator held before the schedule began:
+	// later ones are the schedule's.
+	chargesBefore, refundsBefore int
+	endClock                     time.Time // the clock when the last step ended
+	discarded                    int       // the stream's discarded records before the schedule
 }
 
 // plan keys a request's crash point into its context.
@@ -141,7 +207,13 @@ type reqPlan struct {
 type pausedReq struct {
 	p    *payment
 	plan *reqPlan
-	done chan api.Response
+	done chan paused
+}
+
+type paused struct {
+	resp api.Response
+	how  string
+	err  error
 }
 
 func (r *Runner) apiHook(point string) func(context.Context) error {
@@ -162,16 +234,26 @@ func (r *Runner) apiHook(point string) func(context.Context) error {
 }
 
 func (r *Runner) cover(point string) {
+	r.coverN(point, 1)
+}
+
+func (r *Runner) coverN(point string, n int) {
+	if n <= 0 {
+		return
+	}
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	if r.plan != nil {
-		r.plan.covered[point]++
+		r.plan.covered[point] += n
 	}
 }
 
-// Run plays the schedule of seed and checks it.
+// Run plays the schedule of seed and checks it. An error means the
+// schedule could not be played (a fault that could not be armed, a hop that
+// failed outright): a failed run, never a clean one.
 func (r *Runner) Run(ctx context.Context, seed uint64) (Result, error) {
-	s := &schedule{seed: seed, rng: rand.New(rand.NewPCG(seed, 0x6f6e6365706179)), states: map[string]string{}, covered: map[string]int{}}
+	s := &schedule{seed: seed, rng: rand.New(rand.NewPCG(seed, 0x6f6e6365706179)), states: map[string]string{},
+		covered: map[string]int{}, pspArmed: map[pspsim.FaultKind]int{}}
 	r.mu.Lock()
 	r.plan = s
 	r.mu.Unlock()
@@ -181,8 +263,11 @@ func (r *Runner) Run(ctx context.Context, seed uint64) (Result, error) {
 		r.mu.Unlock()
 	}()
 	r.w.SetWorkerHooks(r.workerHooks(s))
-	r.w.SetResolverHooks(resolver.Hooks{AfterPSPAnswer: func(context.Context, string) error {
-		if s.resolverCrash {
+	mine := map[string]bool{}
+	r.w.SetResolverHooks(resolver.Hooks{AfterPSPAnswer: func(_ context.Context, pid string) error {
+		// Only for the schedule's own payments: an earlier schedule's open
+		// payment the resolver also asks about must not take the crash.
+		if s.resolverCrash && mine[pid] {
 			s.resolverCrash = false
 			r.cover(ResolverAfterAnswer)
 			return resolver.ErrCrash
@@ -191,17 +276,26 @@ func (r *Runner) Run(ctx context.Context, seed uint64) (Result, error) {
 	}})
 	defer r.w.SetWorkerHooks(inbox.Hooks{})
 	defer r.w.SetResolverHooks(resolver.Hooks{})
+	s.chargesBefore, s.refundsBefore = len(r.w.Sim.Charges()), len(r.w.Sim.Refunds())
+	s.discarded = r.w.Stream.Stats().Discarded
 
+	s.door = frontDoor{alb: s.rng.IntN(2) == 0}
+	s.door.multiValue = s.door.alb && s.rng.IntN(2) == 0
+	s.log("front door: %s", s.door)
 	merchants := 1 + s.rng.IntN(3)
 	callers := 1 + s.rng.IntN(3)
 	n := 2 + s.rng.IntN(5)
+	keys := map[string]bool{}
 	for i := range n {
 		p := &payment{
 			caller:   fmt.Sprintf("c%d-%d", seed, s.rng.IntN(callers)),
-			key:      fmt.Sprintf("K%d", i),
 			merchant: fmt.Sprintf("m%d-%d", seed, s.rng.IntN(merchants)),
 			amount:   int64(100 * (1 + s.rng.IntN(50))),
 		}
+		for p.key = newKey(s.rng); keys[p.caller+"\x00"+p.key]; p.key = newKey(s.rng) {
+		}
+		keys[p.caller+"\x00"+p.key] = true
+		p.refundKey = newKey(s.rng)
 		p.pid = story.PaymentID(p.caller, p.key)
 		pm := "pm_card_visa"
 		if s.rng.IntN(8) == 0 {
@@ -210,6 +304,8 @@ func (r *Runner) Run(ctx context.Context, seed uint64) (Result, error) {
 		p.body = fmt.Sprintf(`{"merchant_id":%q,"order_id":"o%d","amount":%d,"currency":"USD","payment_method":%q}`, p.merchant, i, p.amount, pm)
 		p.reuse = strings.Replace(p.body, fmt.Sprintf(`"amount":%d`, p.amount), fmt.Sprintf(`"amount":%d`, p.amount+1), 1)
 		s.payments = append(s.payments, p)
+		mine[p.pid] = true
+		s.log("payment %s: %s/%q", p.pid, p.caller, p.key)
 	}
 	steps := 10 + s.rng.IntN(30)
 	for range steps {
@@ -220,24 +316,25 @@ func (r *Runner) Run(ctx context.Context, seed uint64) (Result, error) {
 			return s.result(), err
 		}
 	}
-	// Quiescence: the paused owners wake, the crash points are cleared, and
-	// every hop runs until nothing moves.
-	r.wakeAll(ctx, s)
-	s.workerCrash, s.resolverCrash = "", false
-	r.w.Sim.ClearFaults()
-	s.log("quiesce")
-	redriven := r.w.Redriven.Load()
-	err := r.w.Settle(ctx)
-	if n := r.w.Redriven.Load() - redriven; n > 0 {
-		s.covered[QueueDeadLettered] += int(n)
-		s.log("settle redrove %d messages from the DLQ", n)
-	}
-	if errors.Is(err, story.ErrNotQuiet) {
-		// A schedule that never quiesces is a finding, not a broken run.
-		s.violate("%v", err)
-		s.notQuiet = true
-	} else if err != nil {
+	s.endClock = r.w.Clock.Now()
+	// Quiescence: the paused owners wake, the crash points are cleared,
+	// every downstream recovers, and every hop runs until nothing moves.
+	if err := r.wakeAll(ctx, s); err != nil {
 		return s.result(), fmt.Errorf("seed %d: %w", seed, err)
+	}
+	s.workerCrash, s.resolverCrash = "", false
+	r.countPSPFired(s)
+	r.w.Sim.ClearFaults()
+	r.recoverOutages(s)
+	if r.w.Net != nil {
+		r.w.Net.Disarm()
+	}
+	s.log("quiesce")
+	if err := r.settle(ctx, s); err != nil {
+		return s.result(), err
+	}
+	if err := r.askAgain(ctx, s); err != nil {
+		return s.result(), err
 	}
 	if err := r.observe(ctx, s); err != nil {
 		return s.result(), err
@@ -248,8 +345,32 @@ func (r *Runner) Run(ctx context.Context, seed uint64) (Result, error) {
 	return s.result(), nil
 }
 
+// settle runs every hop until nothing moves; a world that never quiesces
+// is a finding.
+func (r *Runner) settle(ctx context.Context, s *schedule) error {
+	redriven := r.w.Redriven.Load()
+	err := r.w.Settle(ctx)
+	if n := r.w.Redriven.Load() - redriven; n > 0 {
+		s.covered[QueueDeadLettered] += int(n)
+		s.log("settle redrove %d messages from the DLQ", n)
+	}
+	if d := r.w.Stream.Stats().Discarded - s.discarded; d > 0 {
+		s.covered[RelayGaveUp] = d // whichever step or round gave up
+	}
+	if errors.Is(err, story.ErrNotQuiet) {
+		s.violate("%v", err)
+		s.notQuiet = true
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("seed %d: %w", s.seed, err)
+	}
+	return nil
+}
+
 func (s *schedule) result() Result {
-	return Result{Seed: s.seed, Payments: len(s.payments), Steps: s.step, Covered: s.covered, Violations: s.viol, Trace: s.trace, NotQuiet: s.notQuiet}
+	return Result{Seed: s.seed, Payments: len(s.payments), Steps: s.step, Door: s.door.String(), Covered: s.covered,
+		Violations: s.viol, Trace: s.trace, NotQuiet: s.notQuiet}
 }
 
 func (s *schedule) log(format string, args ...any) {
@@ -266,24 +387,26 @@ func (r *Runner) step(ctx context.Context, s *schedule) error {
 	w := r.w
 	p := s.payments[s.rng.IntN(len(s.payments))]
 	switch k := s.rng.IntN(100); {
-	case k < 30: // a request for p, maybe with a fault at the PSP or a crash in the API
-		r.pspFault(s, p)
-		r.send(ctx, s, p, "pay")
-	case k < 36: // a paused owner
+	case k < 27 || k >= 98: // a request for p, maybe with a fault at the PSP or the ledger, or a crash in the API
+		r.pspFault(s, p, ids.ChargeKey(p.pid), true)
+		return r.withNet(s, func() error { return r.send(ctx, s, p, "pay") })
+	case k < 32: // a paused owner
 		if _, busy := r.paused[p.pid]; busy {
 			return r.wake(ctx, s, p)
 		}
-		r.pause(ctx, s, p)
-	case k < 41:
+		return r.pause(ctx, s, p)
+	case k < 36:
 		return r.wake(ctx, s, p)
-	case k < 45: // key reuse with another amount
-		r.call(ctx, s, p, "reuse", p.reuse, w.Clock.Now(), nil)
-	case k < 48: // a late original: stamped past the deadline
-		r.call(ctx, s, p, "late", p.body, w.Clock.Now().Add(-w.Timing.Deadline-time.Second), nil)
-	case k < 51: // "did it go through?"
-		resp := w.Resolve(ctx, p.caller, p.key)
-		s.record(p, "resolve", resp)
-	case k < 61:
+	case k < 39: // key reuse with another amount
+		return r.call(ctx, s, p, "reuse", p.reuse, w.Clock.Now(), nil)
+	case k < 41: // a late original: stamped past the deadline
+		return r.call(ctx, s, p, "late", p.body, w.Clock.Now().Add(-w.Timing.Deadline-time.Second), nil)
+	case k < 44: // "did it go through?"
+		return r.resolve(ctx, s, p, "/payments/"+p.key+"/resolve")
+	case k < 49: // a refund, maybe with a fault at the PSP or the ledger
+		r.pspFault(s, p, ids.RefundKey(p.pid), false)
+		return r.withNet(s, func() error { return r.refund(ctx, s, p) })
+	case k < 58:
 		d := time.Duration(s.rng.IntN(3000)) * time.Millisecond
 		if s.rng.IntN(4) == 0 {
 			d = w.Timing.Deadline + w.Timing.Margin + time.Duration(s.rng.IntN(2000))*time.Millisecond // past a lease
@@ -293,25 +416,34 @@ func (r *Runner) step(ctx context.Context, s *schedule) error {
 		}
 		w.Clock.Advance(d)
 		s.log("clock +%s", d)
-	case k < 69: // the resolver, maybe crashing after a PSP answer
+	case k < 65: // the resolver, maybe crashing after a PSP answer
 		s.resolverCrash = s.rng.IntN(3) == 0
-		rr, err := w.Resolver()
-		if err != nil {
-			return err
-		}
-		rep, err := rr.Run(ctx)
-		if err != nil {
-			return fmt.Errorf("resolver: %w", err)
-		}
-		s.resolverCrash = false
-		s.log("resolver: claimed %d succeeded %d failed %d open %d crashed %d", rep.Claimed, rep.Succeeded, rep.Failed, rep.Open, rep.Crashed)
-	case k < 74: // the PSP's webhooks (in whatever order they meet the resolver)
-		n, err := w.Sim.FlushWebhooks(ctx)
-		if err != nil {
-			return fmt.Errorf("webhooks: %w", err)
-		}
-		s.log("webhooks: %d delivered", n)
-	case k < 82: // the relay, maybe crashing after its send
+		return r.withNet(s, func() error {
+			rr, err := w.Resolver()
+			if err != nil {
+				return err
+			}
+			rep, err := rr.Run(ctx)
+			if err != nil {
+				return fmt.Errorf("resolver: %w", err)
+			}
+			s.resolverCrash = false
+			s.log("resolver: claimed %d succeeded %d failed %d open %d crashed %d", rep.Claimed, rep.Succeeded, rep.Failed, rep.Open, rep.Crashed)
+			return nil
+		})
+	case k < 69: // the PSP's webhooks (in whatever order they meet the resolver)
+		return r.withNet(s, func() error {
+			n, err := w.Sim.FlushWebhooks(ctx)
+			if err != nil {
+				// A delivery the endpoint refused (a 503 while the ledger's
+				// reply was lost) stays pending: the PSP delivers it again.
+				s.log("webhooks: %d delivered, some refused: %v", n, err)
+				return nil
+			}
+			s.log("webhooks: %d delivered", n)
+			return nil
+		})
+	case k < 76: // the relay, maybe crashing after its send
 		crash := s.rng.IntN(3) == 0
 		if crash {
 			w.RelayCrashes.Store(1)
@@ -325,18 +457,21 @@ func (r *Runner) step(ctx context.Context, s *schedule) error {
 		}
 		w.RelayCrashes.Store(0)
 		s.log("relay: %d records (crash armed %v)", n, crash)
-	case k < 92: // the worker, maybe dying at one of its crash points
+	case k < 84: // the worker, maybe dying at one of its crash points
 		s.workerCrash = ""
 		if s.rng.IntN(2) == 0 {
 			s.workerCrash = []string{WorkerBeforeEvent, WorkerAfterCommit, WorkerAfterPush}[s.rng.IntN(3)]
 		}
-		n, err := w.Queue.Step(ctx)
-		if err != nil {
-			return fmt.Errorf("worker: %w", err)
-		}
-		s.log("worker: %d messages (crash armed %q)", n, s.workerCrash)
-		s.workerCrash = ""
-	case k < 96: // visibility timeouts run out: redeliveries
+		return r.withNet(s, func() error {
+			n, err := w.Queue.Step(ctx)
+			if err != nil {
+				return fmt.Errorf("worker: %w", err)
+			}
+			s.log("worker: %d messages (crash armed %q)", n, s.workerCrash)
+			s.workerCrash = ""
+			return nil
+		})
+	case k < 87: // visibility timeouts run out: redeliveries
 		n, err := w.Queue.Expire(ctx)
 		if err != nil {
 			return err
@@ -345,64 +480,230 @@ func (r *Runner) step(ctx context.Context, s *schedule) error {
 			r.cover(QueueRedelivery)
 		}
 		s.log("queue: %d redelivered", n)
-	default:
+	case k < 90:
 		got, err := w.CollectPushes(ctx)
 		if err != nil {
 			return err
 		}
 		s.log("phone: %d pushes", len(got))
+	case k < 92:
+		return r.sqsOutage(ctx, s)
+	case k < 94:
+		return r.snsOutage(ctx, s)
+	case k < 96: // the key store goes down for its next few calls
+		n := 1 + s.rng.IntN(12)
+		if r.out != nil {
+			r.out.claims.arm(n)
+		}
+		s.log("key store down for its next %d calls", n)
+	default: // the PSP refuses our API key for its next few calls
+		kind := pspsim.FaultUnauthorized
+		if s.rng.IntN(2) == 0 {
+			kind = pspsim.FaultForbidden
+		}
+		n := 1 + s.rng.IntN(6)
+		if err := w.Sim.AddFault(pspsim.Fault{Kind: kind, Times: n}); err != nil {
+			return fmt.Errorf("arm psp %s: %w", kind, err)
+		}
+		s.pspArmed[kind] += n
+		s.log("psp answers %s to its next %d calls", kind, n)
 	}
 	return nil
 }
 
-// pspFault arms, sometimes, a fault at the PSP for p's next charge call and
-// sometimes a webhook fault for the event it causes.
-func (r *Runner) pspFault(s *schedule, p *payment) {
-	key := ids.ChargeKey(p.pid)
+// sqsOutage breaks the relay's sends, runs the relay until its stream is
+// quiet — past every retry, so the mapping discards the records, when the
+// outage is long — and recovers.
+func (r *Runner) sqsOutage(ctx context.Context, s *schedule) error {
+	n := 3
+	if s.rng.IntN(2) == 0 {
+		n = 1 << 20 // outlasts the mapping's retries
+	}
+	if r.out == nil {
+		return nil
+	}
+	before := r.w.Stream.Stats().Discarded
+	r.out.sqs.arm(n)
+	recs, err := r.w.Stream.Drain(ctx)
+	fired := r.out.sqs.recover()
+	if err != nil {
+		return fmt.Errorf("relay in an SQS outage: %w", err)
+	}
+	r.coverN(SQSDown, fired)
+	gaveUp := r.w.Stream.Stats().Discarded - before
+	s.log("SQS down (%d calls): relay handed %d records, %d sends failed, %d records discarded", n, recs, fired, gaveUp)
+	return nil
+}
+
+// snsOutage breaks the worker's publishes and runs the worker and the
+// queue's redeliveries until, when the outage is long, its messages have
+// had every delivery the redrive policy allows; then it recovers.
+func (r *Runner) snsOutage(ctx context.Context, s *schedule) error {
+	n := 2
+	if s.rng.IntN(2) == 0 {
+		n = 1 << 20
+	}
+	if r.out == nil {
+		return nil
+	}
+	r.out.sns.arm(n)
+	got := 0
+	for range 6 {
+		m, err := r.w.Queue.Step(ctx)
+		if err != nil {
+			r.out.sns.recover()
+			return fmt.Errorf("worker in an SNS outage: %w", err)
+		}
+		got += m
+		back, err := r.w.Queue.Expire(ctx)
+		if err != nil {
+			r.out.sns.recover()
+			return err
+		}
+		if m == 0 && back == 0 {
+			break // nothing in the queue and nothing in flight
+		}
+	}
+	fired := r.out.sns.recover()
+	r.coverN(SNSDown, fired)
+	s.log("SNS down (%d calls): worker got %d messages, %d publishes failed", n, got, fired)
+	return nil
+}
+
+// recoverOutages ends every outage still running and counts what fired.
+func (r *Runner) recoverOutages(s *schedule) {
+	if r.out == nil {
+		return
+	}
+	q, n, c := r.out.recoverAll()
+	r.coverN(SQSDown, q)
+	r.coverN(SNSDown, n)
+	r.coverN(KeyStoreDown, c)
+}
+
+// withNet arms, sometimes, an ambiguous commit on the ledger for the
+// duration of f: a statement kind, and how many of its round trips pass
+// first. What did not fire is disarmed after f.
+func (r *Runner) withNet(s *schedule, f func() error) error {
+	if s.rng.IntN(6) != 0 {
+		return f()
+	}
+	rule := faultnet.Rule{Statement: netStatements[s.rng.IntN(len(netStatements))], Skip: s.rng.IntN(3)}
+	if r.w.Net == nil {
+		return f()
+	}
+	before := total(r.w.Net.Fired())
+	if err := r.w.Net.Arm(rule); err != nil {
+		return fmt.Errorf("arm an ambiguous commit: %w", err)
+	}
+	err := f()
+	r.w.Net.Disarm()
+	if fired := total(r.w.Net.Fired()) - before; fired > 0 {
+		r.coverN(LedgerReplyLost, fired)
+		kind := rule.Statement
+		if kind == "" {
+			kind = "any"
+		}
+		r.coverN(LedgerReplyLost+"("+kind+")", fired)
+		s.log("ledger reply lost after %q (skip %d)", rule.Statement, rule.Skip)
+		if err != nil {
+			// A function invocation that failed on a lost ledger reply (the
+			// resolver's run, say) is what Lambda retries: an outcome, not a
+			// broken schedule.
+			s.log("  the invocation failed: %v", err)
+			return nil
+		}
+	}
+	return err
+}
+
+func total(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// pspFault arms, sometimes, a fault at the PSP for the next call under key
+// and, for a charge, sometimes a webhook fault for the event it causes.
+func (r *Runner) pspFault(s *schedule, p *payment, key string, charge bool) {
 	var kind pspsim.FaultKind
 	switch s.rng.IntN(10) {
 	case 0, 1:
 		kind = pspsim.FaultLoseReply
-		r.cover(PSPLoseReply)
 	case 2:
 		kind = pspsim.FaultError5xx
-		r.cover(PSPError5xx)
 	case 3:
 		kind = pspsim.FaultDropBefore
-		r.cover(PSPDropBefore)
 	}
 	if kind != "" {
 		// The real hold of a lost reply is short: the PSP client gets its
 		// error at once and the deadline path is the same.
-		_ = r.w.Sim.AddFault(pspsim.Fault{Match: pspsim.Match{IdempotencyKey: key}, Kind: kind, DelayMS: 20})
-		s.log("psp fault %s on %s", kind, p.pid)
+		r.addPSPFault(s, pspsim.Fault{Match: pspsim.Match{IdempotencyKey: key}, Kind: kind, DelayMS: 20})
+		s.log("psp fault %s on %s", kind, key)
+	}
+	if !charge {
+		return
 	}
 	switch s.rng.IntN(8) {
 	case 0:
-		_ = r.w.Sim.AddFault(pspsim.Fault{Match: pspsim.Match{IdempotencyKey: key}, Kind: pspsim.FaultWebhookDuplicate})
-		r.cover(WebhookDuplicate)
+		r.addPSPFault(s, pspsim.Fault{Match: pspsim.Match{IdempotencyKey: key}, Kind: pspsim.FaultWebhookDuplicate})
 	case 1:
-		_ = r.w.Sim.AddFault(pspsim.Fault{Match: pspsim.Match{IdempotencyKey: key}, Kind: pspsim.FaultWebhookDrop})
-		r.cover(WebhookDrop)
+		r.addPSPFault(s, pspsim.Fault{Match: pspsim.Match{IdempotencyKey: key}, Kind: pspsim.FaultWebhookDrop})
 	}
 }
 
+func (r *Runner) addPSPFault(s *schedule, f pspsim.Fault) {
+	if err := r.w.Sim.AddFault(f); err != nil {
+		// A rule the simulator refuses is the runner's bug: say so loudly.
+		s.violate("step %d: the runner could not arm psp fault %s: %v", s.step, f.Kind, err)
+		return
+	}
+	s.pspArmed[f.Kind] += max(f.Times, 1)
+}
+
+// countPSPFired counts the simulator faults that fired: armed minus what
+// is still armed (every rule in the simulator is this schedule's; the
+// previous schedule cleared its own).
+func (r *Runner) countPSPFired(s *schedule) {
+	left := map[pspsim.FaultKind]int{}
+	for _, f := range r.w.Sim.Faults() {
+		left[f.Kind] += f.Times
+	}
+	for kind, armed := range s.pspArmed {
+		if fired := armed - left[kind]; fired > 0 {
+			s.covered[pspPoint[kind]] += fired
+		}
+	}
+}
+
+// --- requests ---
+
 // send is a request for p that may crash at one of the API's points.
-func (r *Runner) send(ctx context.Context, s *schedule, p *payment, kind string) {
+func (r *Runner) send(ctx context.Context, s *schedule, p *payment, kind string) error {
 	var pl *reqPlan
 	if s.rng.IntN(3) == 0 {
 		pl = &reqPlan{point: []string{APIAfterClaim, APIAfterPendingInsert, APIAfterPSPReply, APIBeforeComplete}[s.rng.IntN(4)]}
 	}
-	r.call(ctx, s, p, kind, p.body, r.w.Clock.Now(), pl)
+	return r.call(ctx, s, p, kind, p.body, r.w.Clock.Now(), pl)
 }
 
-func (r *Runner) call(ctx context.Context, s *schedule, p *payment, kind, body string, arrival time.Time, pl *reqPlan) {
+// wireRNG is a request's own source of wire choices, drawn from the
+// schedule's: a request that runs on another goroutine (a paused owner)
+// draws nothing from the schedule meanwhile.
+func wireRNG(s *schedule) *rand.Rand { return rand.New(rand.NewPCG(s.rng.Uint64(), s.rng.Uint64())) }
+
+func (r *Runner) call(ctx context.Context, s *schedule, p *payment, kind, body string, arrival time.Time, pl *reqPlan) error {
 	point := ""
 	if pl != nil {
 		point = pl.point
 		ctx = context.WithValue(ctx, planKey{}, pl)
 	}
-	resp := r.w.Pay(ctx, p.caller, p.key, body, arrival)
+	resp, how, err := s.door.send(ctx, r.w.API, wireRNG(s), hreq{path: "/payments", caller: p.caller, key: p.key, body: body, arrival: arrival})
+	if err != nil {
+		return err
+	}
 	crash := ""
 	switch {
 	case pl != nil && pl.point == "":
@@ -411,28 +712,78 @@ func (r *Runner) call(ctx context.Context, s *schedule, p *payment, kind, body s
 		crash = " (crash at " + point + " not reached)"
 	}
 	s.record(p, kind, resp)
-	s.log("%s %s/%s ->%s %d %s", kind, p.caller, p.key, crash, resp.Status, stateOf(resp))
+	s.log("%s %s/%s [%s] ->%s %d %s", kind, p.caller, p.key, how, crash, resp.Status, stateOf(resp))
+	return r.follow(ctx, s, p, kind, resp)
+}
+
+// follow is the client after a 202: it asks the resolve call the Location
+// header names, half the time.
+func (r *Runner) follow(ctx context.Context, s *schedule, p *payment, kind string, resp api.Response) error {
+	if resp.Status != http.StatusAccepted || kind == "reuse" {
+		return nil
+	}
+	loc := locationPath(resp.Headers)
+	if loc == "" {
+		s.violate("step %d %s %s/%s: 202 without a Location header", s.step, kind, p.caller, p.key)
+		return nil
+	}
+	if s.rng.IntN(2) == 0 {
+		return nil
+	}
+	return r.resolve(ctx, s, p, loc)
+}
+
+// resolve is POST {path} ("did it go through?").
+func (r *Runner) resolve(ctx context.Context, s *schedule, p *payment, path string) error {
+	resp, how, err := s.door.send(ctx, r.w.API, wireRNG(s), hreq{path: path, caller: p.caller, body: "", arrival: r.w.Clock.Now()})
+	if err != nil {
+		return err
+	}
+	s.record(p, "resolve", resp)
+	s.log("resolve %s/%s [%s] -> %d %s%s", p.caller, p.key, how, resp.Status, stateOf(resp), problemOf(resp))
+	return nil
+}
+
+// refund is POST /payments/{key}/refund with the refund's own key.
+func (r *Runner) refund(ctx context.Context, s *schedule, p *payment) error {
+	resp, how, err := s.door.send(ctx, r.w.API, wireRNG(s), hreq{path: "/payments/" + p.key + "/refund", caller: p.caller,
+		key: p.refundKey, body: `{}`, arrival: r.w.Clock.Now()})
+	if err != nil {
+		return err
+	}
+	s.record(p, "refund", resp)
+	s.log("refund %s/%s [%s] -> %d %s%s", p.caller, p.key, how, resp.Status, stateOf(resp), problemOf(resp))
+	return nil
 }
 
 // pause starts a request for p that freezes at one of the API's points
 // until wake.
-func (r *Runner) pause(ctx context.Context, s *schedule, p *payment) {
+func (r *Runner) pause(ctx context.Context, s *schedule, p *payment) error {
 	pl := &reqPlan{point: []string{APIAfterClaim, APIAfterPendingInsert, APIAfterPSPReply, APIBeforeComplete}[s.rng.IntN(4)],
 		pause: make(chan struct{}), at: make(chan struct{})}
-	pr := &pausedReq{p: p, plan: pl, done: make(chan api.Response, 1)}
+	pr := &pausedReq{p: p, plan: pl, done: make(chan paused, 1)}
 	point := pl.point
 	cctx := context.WithValue(context.WithoutCancel(ctx), planKey{}, pl)
-	arrival := r.w.Clock.Now()
-	go func() { pr.done <- r.w.Pay(cctx, p.caller, p.key, p.body, arrival) }()
+	req := hreq{path: "/payments", caller: p.caller, key: p.key, body: p.body, arrival: r.w.Clock.Now()}
+	rng := wireRNG(s)
+	go func() {
+		resp, how, err := s.door.send(cctx, r.w.API, rng, req)
+		pr.done <- paused{resp, how, err}
+	}()
 	select {
 	case <-pl.at:
 		r.paused[p.pid] = pr
 		r.cover(APIPaused)
 		s.log("pay %s/%s pauses at %s", p.caller, p.key, point)
-	case resp := <-pr.done:
+		return nil
+	case res := <-pr.done:
+		if res.err != nil {
+			return res.err
+		}
 		// It never reached the point (a repeat answered): an ordinary request.
-		s.record(p, "pay", resp)
-		s.log("pay %s/%s (pause at %s not reached) -> %d %s", p.caller, p.key, point, resp.Status, stateOf(resp))
+		s.record(p, "pay", res.resp)
+		s.log("pay %s/%s [%s] (pause at %s not reached) -> %d %s", p.caller, p.key, res.how, point, res.resp.Status, stateOf(res.resp))
+		return r.follow(ctx, s, p, "pay", res.resp)
 	}
 }
 
@@ -445,10 +796,13 @@ func (r *Runner) wake(ctx context.Context, s *schedule, p *payment) error {
 	delete(r.paused, p.pid)
 	close(pr.plan.pause)
 	select {
-	case resp := <-pr.done:
-		s.record(p, "zombie", resp)
-		s.log("zombie %s/%s wakes -> %d %s", p.caller, p.key, resp.Status, stateOf(resp))
-		return nil
+	case res := <-pr.done:
+		if res.err != nil {
+			return res.err
+		}
+		s.record(p, "zombie", res.resp)
+		s.log("zombie %s/%s [%s] wakes -> %d %s", p.caller, p.key, res.how, res.resp.Status, stateOf(res.resp))
+		return r.follow(ctx, s, p, "zombie", res.resp)
 	case <-ctx.Done():
 		return ctx.Err()
 	case <-time.After(time.Minute):
@@ -456,10 +810,13 @@ func (r *Runner) wake(ctx context.Context, s *schedule, p *payment) error {
 	}
 }
 
-func (r *Runner) wakeAll(ctx context.Context, s *schedule) {
+func (r *Runner) wakeAll(ctx context.Context, s *schedule) error {
 	for _, p := range s.payments {
-		_ = r.wake(ctx, s, p)
+		if err := r.wake(ctx, s, p); err != nil {
+			return err
+		}
 	}
+	return nil
 }
 
 func (r *Runner) workerHooks(s *schedule) inbox.Hooks {
@@ -476,11 +833,12 @@ func (r *Runner) workerHooks(s *schedule) inbox.Hooks {
 	return inbox.Hooks{BeforeEvent: at(WorkerBeforeEvent), AfterCommit: at(WorkerAfterCommit), AfterPush: at(WorkerAfterPush)}
 }
 
-// --- what the schedule saw, and the checks ---
+// --- what the schedule saw ---
 
 type body struct {
 	State     string `json:"state"`
 	PSPCharge string `json:"psp_charge"`
+	Type      string `json:"type"` // a problem's type
 }
 
 func stateOf(resp api.Response) string {
@@ -489,231 +847,18 @@ func stateOf(resp api.Response) string {
 	return b.State
 }
 
+func problemOf(resp api.Response) string {
+	var b body
+	_ = json.Unmarshal(resp.Body, &b)
+	if b.Type == "" {
+		return ""
+	}
+	return " " + b.Type[strings.LastIndexByte(b.Type, '/')+1:]
+}
+
 func (s *schedule) record(p *payment, kind string, resp api.Response) {
 	var b body
 	_ = json.Unmarshal(resp.Body, &b)
-	s.answers = append(s.answers, answer{step: s.step, p: p, kind: kind, other: kind == "reuse", status: resp.Status, state: b.State, charge: b.PSPCharge})
-}
-
-// edges are the payment's state moves (seed Part 5; "" is no row yet).
-// States are sampled between steps and one step can make several moves (a
-// request inserts PENDING and settles it), so a sampled move must be a path
-// along these edges; a move out of a final state never is.
-var edges = map[string][]string{
-	"":        {"PENDING", "VOID"},
-	"PENDING": {"UNKNOWN", "SUCCEEDED", "FAILED"},
-	"UNKNOWN": {"SUCCEEDED", "FAILED"},
-}
-
-func allowed(from, to string) bool {
-	for _, next := range edges[from] {
-		if next == to || allowed(next, to) {
-			return true
-		}
-	}
-	return false
-}
-
-// observe reads the schedule's payments' states and checks each move seen
-// since the last look.
-func (r *Runner) observe(ctx context.Context, s *schedule) error {
-	pids := make([]string, len(s.payments))
-	for i, p := range s.payments {
-		pids[i] = p.pid
-	}
-	rows, err := r.w.Pool.Query(ctx, `SELECT payment_id, state FROM payments WHERE payment_id = ANY($1)`, pids)
-	if err != nil {
-		return fmt.Errorf("observe: %w", err)
-	}
-	defer rows.Close()
-	for rows.Next() {
-		var pid, st string
-		if err := rows.Scan(&pid, &st); err != nil {
-			return err
-		}
-		if prev := s.states[pid]; prev != st {
-			if !allowed(prev, st) {
-				s.violate("step %d: %s moved %q -> %q, outside the allowed edges", s.step, pid, prev, st)
-			}
-			s.states[pid] = st
-		}
-	}
-	return rows.Err()
-}
-
-// check runs the invariants on the quiescent world.
-func (r *Runner) check(ctx context.Context, s *schedule) error {
-	w := r.w
-	charges := map[string][]pspsim.Charge{}
-	for _, c := range w.Sim.Charges() {
-		charges[c.Metadata["payment_id"]] = append(charges[c.Metadata["payment_id"]], c)
-	}
-	// A push the worker published may still be on its way through the
-	// topic to the watching queue, or be invisible for the watching
-	// queue's visibility timeout after a receive lost on the wire: wait up
-	// to five such timeouts for every one the ledger marked SENT.
-	for range int(5 * story.WatchVisibility / (100 * time.Millisecond)) {
-		sent, err := w.Int(ctx, `SELECT count(*) FROM notif WHERE state = 'SENT' AND event_id LIKE ANY($1)`, r.eventPatterns(s))
-		if err != nil {
-			return fmt.Errorf("check: %w", err)
-		}
-		if _, err := w.CollectPushes(ctx); err != nil {
-			return err
-		}
-		seen := map[string]bool{}
-		for _, d := range w.PushLog() {
-			seen[d.EventID] = true
-		}
-		if int64(len(seenOf(seen, s))) >= sent {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	pushes := map[string]int{}
-	for _, d := range w.PushLog() {
-		if d.ReplaceID == "" || d.ReplaceID != d.PaymentID {
-			s.violate("a push for %s carries replace id %q", d.PaymentID, d.ReplaceID)
-		}
-		pushes[d.PaymentID]++
-	}
-	wantBalance := map[string]int64{}
-	for _, p := range s.payments {
-		var state, charge string
-		var amount int64
-		err := w.Pool.QueryRow(ctx, `SELECT state, COALESCE(psp_charge, ''), COALESCE(amount, 0) FROM payments WHERE payment_id = $1`, p.pid).Scan(&state, &charge, &amount)
-		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("check: %w", err)
-		}
-		// Whichever of the two requests for the key ran first is the
-		// payment; the other one is the key reuse.
-		otherFirst := amount == p.amount+1
-		ch := charges[p.pid]
-		if len(ch) > 1 {
-			s.violate("%s: %d PSP charges", p.pid, len(ch))
-		}
-		evID := ids.EventID(p.pid, "SUCCEEDED")
-		credits, err := w.Int(ctx, `SELECT count(*) FROM credits WHERE event_id = $1`, evID)
-		if err != nil {
-			return err
-		}
-		switch state {
-		case "SUCCEEDED":
-			wantBalance[p.merchant] += amount
-			if len(ch) != 1 || ch[0].ID != charge {
-				s.violate("%s SUCCEEDED with charge %q, the PSP holds %d charges", p.pid, charge, len(ch))
-			}
-			if credits != 1 {
-				s.violate("%s SUCCEEDED, credited %d times", p.pid, credits)
-			}
-			if pushes[p.pid] < 1 {
-				s.violate("%s SUCCEEDED, never notified", p.pid)
-			}
-		case "UNKNOWN", "PENDING":
-			// Open after quiescence is allowed only where the PSP holds
-			// nothing (a saved 5xx keeps the replay open inside the window).
-			if len(ch) > 0 {
-				s.violate("%s still %s after quiescence, with a charge at the PSP", p.pid, state)
-			}
-			if credits != 0 {
-				s.violate("%s %s but credited", p.pid, state)
-			}
-		case "FAILED":
-			if len(ch) > 0 {
-				s.violate("%s is FAILED but the PSP charged it", p.pid)
-			}
-			if credits != 0 {
-				s.violate("%s is FAILED but credited", p.pid)
-			}
-			if pushes[p.pid] < 1 {
-				s.violate("%s FAILED, the buyer was never told", p.pid)
-			}
-		default: // VOID, or no row
-			if len(ch) > 0 {
-				s.violate("%s is %q but the PSP charged it", p.pid, state)
-			}
-			if credits != 0 {
-				s.violate("%s is %q but credited", p.pid, state)
-			}
-		}
-		for _, a := range s.answers {
-			if a.p != p {
-				continue
-			}
-			if msg := contradicts(a, a.other != otherFirst, state, charge); msg != "" {
-				s.violate("step %d %s %s/%s answered %d %s %s: %s (final %s)", a.step, a.kind, p.caller, p.key, a.status, a.state, a.charge, msg, state)
-			}
-		}
-	}
-	merchants := map[string]bool{}
-	for _, p := range s.payments {
-		merchants[p.merchant] = true
-	}
-	for m := range merchants {
-		bal, err := w.Balance(ctx, m)
-		if err != nil {
-			return err
-		}
-		sum, err := w.Int(ctx, `SELECT COALESCE(sum(cents), 0) FROM credits WHERE merchant_id = $1`, m)
-		if err != nil {
-			return err
-		}
-		if bal != sum || bal != wantBalance[m] {
-			s.violate("merchant %s: balance %d, credits sum %d, SUCCEEDED payments sum %d", m, bal, sum, wantBalance[m])
-		}
-	}
-	slices.Sort(s.viol)
-	return nil
-}
-
-// eventPatterns are LIKE patterns for the schedule's events.
-func (r *Runner) eventPatterns(s *schedule) []string {
-	out := make([]string, len(s.payments))
-	for i, p := range s.payments {
-		out[i] = p.pid + ":%"
-	}
-	return out
-}
-
-// seenOf keeps the pushed event ids that belong to the schedule.
-func seenOf(seen map[string]bool, s *schedule) []string {
-	var out []string
-	for id := range seen {
-		for _, p := range s.payments {
-			if strings.HasPrefix(id, p.pid+":") {
-				out = append(out, id)
-			}
-		}
-	}
-	return out
-}
-
-// contradicts says how an answer contradicts the ledger's final state, or
-// "". reused: the answer was to the request that is not the payment.
-func contradicts(a answer, reused bool, final, charge string) string {
-	if a.kind == "resolve" {
-		reused = false
-	}
-	switch {
-	case reused && a.kind != "late":
-		if a.status == http.StatusCreated || a.status == http.StatusAccepted || a.status == http.StatusPaymentRequired {
-			return "a reused key with another amount was answered as a payment"
-		}
-		return ""
-	case a.kind == "late":
-		if a.status != http.StatusServiceUnavailable {
-			return "a request older than the deadline was not refused"
-		}
-		return ""
-	}
-	switch {
-	case a.status == http.StatusCreated && (final != "SUCCEEDED" || a.state != "SUCCEEDED" || a.charge != charge):
-		return "told SUCCEEDED"
-	case a.status == http.StatusPaymentRequired && final != "FAILED":
-		return "told FAILED"
-	case a.kind == "resolve" && a.status == http.StatusOK && a.state == "VOID" && final != "VOID":
-		return "told VOID"
-	case a.status == http.StatusUnprocessableEntity:
-		return "the same request was answered 422"
-	}
-	return ""
+	s.answers = append(s.answers, answer{step: s.step, p: p, kind: kind, other: kind == "reuse", status: resp.Status,
+		state: b.State, charge: b.PSPCharge, ptype: b.Type})
 }

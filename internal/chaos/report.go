@@ -17,8 +17,9 @@ type Summary struct {
 	Payments   int
 	Steps      int
 	Elapsed    time.Duration
-	Covered    map[string]int
-	Failed     []Result // schedules with violations
+	Covered    map[string]int // what fired, summed over the schedules
+	Doors      map[string]int // schedules per front door
+	Failed     []Result       // schedules with violations
 	Violations int
 }
 
@@ -26,7 +27,9 @@ type Summary struct {
 func (s *Summary) Add(r Result) {
 	if s.Covered == nil {
 		s.Covered = map[string]int{}
+		s.Doors = map[string]int{}
 	}
+	s.Doors[r.Door]++
 	s.Runs++
 	s.Payments += r.Payments
 	s.Steps += r.Steps
@@ -37,6 +40,25 @@ func (s *Summary) Add(r Result) {
 		s.Failed = append(s.Failed, r)
 		s.Violations += len(r.Violations)
 	}
+}
+
+// Merge adds another summary's figures to s.
+func (s *Summary) Merge(o Summary) {
+	if s.Covered == nil {
+		s.Covered, s.Doors = map[string]int{}, map[string]int{}
+	}
+	s.Runs += o.Runs
+	s.Payments += o.Payments
+	s.Steps += o.Steps
+	s.Elapsed += o.Elapsed
+	for k, v := range o.Covered {
+		s.Covered[k] += v
+	}
+	for k, v := range o.Doors {
+		s.Doors[k] += v
+	}
+	s.Failed = append(s.Failed, o.Failed...)
+	s.Violations += o.Violations
 }
 
 // Missing lists the points no schedule reached.
@@ -50,11 +72,22 @@ func (s *Summary) Missing() []string {
 	return out
 }
 
-// Print writes the figures and, for each failing seed, its violations and
-// the command that replays it.
-func (s *Summary) Print(out io.Writer) {
-	fmt.Fprintf(out, "chaos: %d schedules, %d payments, %d steps in %s; %d violations in %d schedules\n",
-		s.Runs, s.Payments, s.Steps, s.Elapsed.Round(time.Millisecond), s.Violations, len(s.Failed))
+// Err is the verdict: nil only when no schedule found a violation. A
+// violation is a failure wherever it was seen: under load or alone, a
+// schedule that broke an invariant once has shown the system can.
+func (s *Summary) Err() error {
+	if s.Violations == 0 {
+		return nil
+	}
+	seeds := make([]string, len(s.Failed))
+	for i, f := range s.Failed {
+		seeds[i] = fmt.Sprint(f.Seed)
+	}
+	return fmt.Errorf("chaos: %d violations in %d of %d schedules (seeds %s)", s.Violations, len(s.Failed), s.Runs, strings.Join(seeds, ", "))
+}
+
+// FiredLine is the fault-kind counts of what fired, one line.
+func (s *Summary) FiredLine() string {
 	keys := make([]string, 0, len(s.Covered))
 	for k := range s.Covered {
 		keys = append(keys, k)
@@ -64,7 +97,21 @@ func (s *Summary) Print(out io.Writer) {
 	for _, k := range keys {
 		parts = append(parts, fmt.Sprintf("%s=%d", k, s.Covered[k]))
 	}
-	fmt.Fprintf(out, "points hit: %s\n", strings.Join(parts, " "))
+	return strings.Join(parts, " ")
+}
+
+// Print writes the figures and, for each failing seed, its violations and
+// the command that replays it.
+func (s *Summary) Print(out io.Writer) {
+	fmt.Fprintf(out, "chaos: %d schedules, %d payments, %d steps in %s; %d violations in %d schedules\n",
+		s.Runs, s.Payments, s.Steps, s.Elapsed.Round(time.Millisecond), s.Violations, len(s.Failed))
+	var doors []string
+	for d, n := range s.Doors {
+		doors = append(doors, fmt.Sprintf("%s=%d", d, n))
+	}
+	sort.Strings(doors)
+	fmt.Fprintf(out, "front doors: %s\n", strings.Join(doors, " "))
+	fmt.Fprintf(out, "fired: %s\n", s.FiredLine())
 	if m := s.Missing(); len(m) > 0 {
 		fmt.Fprintf(out, "points never hit: %s\n", strings.Join(m, " "))
 	}
@@ -88,6 +135,13 @@ type Config struct {
 	Trace   io.Writer // receives every schedule's steps; nil: none
 	// World shapes each world; Serial is always set (a schedule must replay).
 	World story.Options
+
+	// underLoad, a test-only switch, replaces every schedule with one that
+	// plays nothing and reports a violation when it is played beside other
+	// worlds (Workers > 1), none when it is played alone: the intermittent
+	// failure a replay-alone excuse would wave through, whatever the
+	// product's code does.
+	underLoad bool
 }
 
 // RunMany plays cfg.Runs schedules on cfg.Workers worlds side by side and
@@ -105,18 +159,25 @@ func RunMany(ctx context.Context, cfg Config) (Summary, error) {
 	errs := make(chan error, workers)
 	for range workers {
 		go func() {
-			w, err := story.New(ctx, opts)
+			r, err := newWorld(ctx, opts)
 			if err != nil {
 				errs <- err
 				for range seeds {
 				}
 				return
 			}
-			defer func() { w.Close() }()
-			r := NewRunner(w)
+			defer func() { r.w.Close() }()
 			played := 0
 			for seed := range seeds {
-				res, err := r.Run(ctx, seed)
+				var res Result
+				if cfg.underLoad {
+					res = Result{Seed: seed, Covered: map[string]int{}}
+					if workers > 1 {
+						res.Violations = []string{"injected: a violation seen only under load"}
+					}
+				} else {
+					res, err = r.Run(ctx, seed)
+				}
 				played++
 				// What is stuck in a world that never quiesced would stall
 				// every later schedule's quiescence; and the payments a PSP
@@ -126,12 +187,16 @@ func RunMany(ctx context.Context, cfg Config) (Summary, error) {
 				// them. Either way, go on in a fresh world. A schedule's
 				// outcome does not depend on the world's history.
 				if err == nil && (res.NotQuiet || played%WorldSchedules == 0) {
-					w.Close()
-					if w, err = story.New(ctx, opts); err == nil {
-						r = NewRunner(w)
+					r.w.Close()
+					var next *Runner
+					if next, err = newWorld(ctx, opts); err == nil {
+						r = next
 					}
 				}
 				if err != nil {
+					if res.Seed != 0 {
+						results <- res // what it saw before it broke
+					}
 					errs <- err
 					for range seeds {
 					}

@@ -46,6 +46,10 @@ func (s *Sim) serveAPI(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodPost {
 		key = strings.TrimSpace(r.Header.Get("Idempotency-Key"))
 	}
+	if rep, refused := s.credentialFault(key, r.URL.Path); refused {
+		writeReply(w, rep)
+		return
+	}
 	fault, faulted := s.takeFault(FaultKind.atArrival, key, r.URL.Path)
 	if faulted && fault.Kind == FaultDropBefore {
 		s.log.Info("fault: connection dropped before processing", "fault", fault.Kind, "path", r.URL.Path, "idempotency_key", key)

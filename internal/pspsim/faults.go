@@ -2,6 +2,7 @@ package pspsim
 
 import (
 	"fmt"
+	"net/http"
 	"strings"
 	"time"
 )
@@ -25,6 +26,20 @@ const (
 	// FaultDropBefore closes the connection before doing anything; nothing
 	// is saved, so a repeat runs as a new request.
 	FaultDropBefore FaultKind = "drop_before"
+)
+
+// Credential faults answer as Stripe does when the API key stops working
+// (rotated, revoked, or stripped of a permission): before the idempotency
+// layer, so nothing is saved under the key and nothing is charged, and a
+// repeat after the fault has run out is a new request. Times says for how
+// many matching requests the key stays broken.
+const (
+	// FaultUnauthorized answers 401 authentication_error ("Invalid API Key
+	// provided").
+	FaultUnauthorized FaultKind = "unauthorized"
+	// FaultForbidden answers 403 permission_error (a restricted key that
+	// lacks the permission).
+	FaultForbidden FaultKind = "forbidden"
 )
 
 // Webhook faults act on the events a matching request causes.
@@ -56,7 +71,8 @@ func (m Match) matches(key, path string) bool {
 // the order they were added; the first matching rule of the right sort
 // fires and uses up one of its Times.
 //
-// When rules fire: drop_before, slow and lose_reply when the request
+// When rules fire: unauthorized and forbidden first, on any authenticated
+// request; drop_before, slow and lose_reply when the request
 // arrives (at most one of them per request); error_5xx when the request
 // would run (not for a replay, a 409 or a 400); error_5xx_after_charge once
 // it has run; refund_pending and refund_fail when it makes a refund;
@@ -82,6 +98,10 @@ func (k FaultKind) atArrival() bool {
 	return k == FaultSlow || k == FaultLoseReply || k == FaultDropBefore
 }
 
+func (k FaultKind) credential() bool {
+	return k == FaultUnauthorized || k == FaultForbidden
+}
+
 func (k FaultKind) webhook() bool {
 	return k == FaultWebhookDuplicate || k == FaultWebhookDelay || k == FaultWebhookDrop
 }
@@ -89,7 +109,7 @@ func (k FaultKind) webhook() bool {
 // AddFault adds a fault rule. It fails on an unknown kind or a negative
 // delay or count.
 func (s *Sim) AddFault(f Fault) error {
-	if !f.Kind.atArrival() && !f.Kind.webhook() && f.Kind != FaultError5xx && !f.Kind.knownEffect() {
+	if !f.Kind.atArrival() && !f.Kind.webhook() && !f.Kind.credential() && f.Kind != FaultError5xx && !f.Kind.knownEffect() {
 		return fmt.Errorf("pspsim: unknown fault kind %q", f.Kind)
 	}
 	if f.DelayMS < 0 || f.Times < 0 {
@@ -146,3 +166,24 @@ func (s *Sim) takeFaultLocked(sort func(FaultKind) bool, key, path string) (Faul
 }
 
 func isError5xx(k FaultKind) bool { return k == FaultError5xx }
+
+// credentialFault answers a request that a credential fault refuses, as
+// Stripe answers a bad or under-privileged key; ok is false when none fires.
+func (s *Sim) credentialFault(key, path string) (reply, bool) {
+	f, ok := s.takeFault(FaultKind.credential, key, path)
+	if !ok {
+		return reply{}, false
+	}
+	s.log.Info("fault: API key refused", "fault", f.Kind, "path", path, "idempotency_key", key)
+	if f.Kind == FaultForbidden {
+		return errorReply(http.StatusForbidden, apiError{
+			Type:    "invalid_request_error",
+			Code:    "secret_key_required",
+			Message: "The provided key does not have the required permissions for this endpoint (injected by pspsim).",
+		}), true
+	}
+	return errorReply(http.StatusUnauthorized, apiError{
+		Type:    "invalid_request_error",
+		Message: "Invalid API Key provided (injected by pspsim).",
+	}), true
+}

@@ -38,6 +38,7 @@ import (
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/event"
 	"github.com/oncepay/oncepay/internal/eventsource"
+	"github.com/oncepay/oncepay/internal/faultnet"
 	"github.com/oncepay/oncepay/internal/harness"
 	"github.com/oncepay/oncepay/internal/idem"
 	"github.com/oncepay/oncepay/internal/ids"
@@ -90,6 +91,27 @@ type Options struct {
 	// group at a time, so a randomized schedule replays the same way, and
 	// lets a relay drain end at its first empty poll.
 	Serial bool
+
+	// Fault injection (the chaos runner). All nil/false: the parts talk to
+	// the local cloud directly.
+
+	// FaultNet puts a faultnet proxy between the handlers' ledger pool and
+	// PostgreSQL (World.Net), so a test can make a commit ambiguous. Pool
+	// stays direct: what a checker reads is never faulted.
+	FaultNet bool
+	// WrapRelaySQS wraps the relay's SQS client.
+	WrapRelaySQS func(relay.SendMessageBatchAPI) relay.SendMessageBatchAPI
+	// WrapPush wraps the worker's SNS client.
+	WrapPush func(notify.PublishAPI) notify.PublishAPI
+	// FreshPSPConnections gives every PSP call a connection of its own.
+	// net/http silently resends a request carrying an Idempotency-Key when
+	// a reused keep-alive connection closes before any reply byte, so
+	// whether a lost reply is seen would depend on the connections earlier
+	// calls left idle: a schedule would not be a function of its seed.
+	FreshPSPConnections bool
+	// ClaimsClient options apply to the key-record store's own DynamoDB
+	// client (an HTTP client that fails, a retryer that knows it).
+	ClaimsClient []func(*dynamodb.Options)
 }
 
 // World is the whole payment path over the local cloud's real parts, each
@@ -103,19 +125,24 @@ type World struct {
 	Timing config.Timing
 	Table  *Table
 
-	Pool    *pgxpool.Pool
-	Ledger  *ledger.Store
-	Claims  *idem.Store
-	Dynamo  *dynamodb.Client
-	SQS     *sqs.Client
-	Sim     *pspsim.Sim
-	PSP     *psp.Client
-	Outbox  *outbox.Publisher
-	Sweeper *outbox.Sweeper
-	API     *api.Handler
-	Webhook *webhook.Handler
-	Stream  *harness.StreamPoller
-	Worker  *inbox.Worker
+	// Pool reaches the ledger database directly; LedgerPool is the pool
+	// the handlers use (through Net when Options.FaultNet is set, else Pool).
+	Pool       *pgxpool.Pool
+	LedgerPool *pgxpool.Pool
+	Net        *faultnet.Proxy
+	Ledger     *ledger.Store
+	Claims     *idem.Store
+	Dynamo     *dynamodb.Client
+	SQS        *sqs.Client
+	Sim        *pspsim.Sim
+	SimURL     string // the simulator's base URL (its admin API is under /_sim/)
+	PSP        *psp.Client
+	Outbox     *outbox.Publisher
+	Sweeper    *outbox.Sweeper
+	API        *api.Handler
+	Webhook    *webhook.Handler
+	Stream     *harness.StreamPoller
+	Worker     *inbox.Worker
 	// Notifs is the worker function's sweep schedule's work: the PENDING
 	// notifications a failed push left (Settle runs it each round).
 	Notifs *inbox.NotifSweeper
@@ -210,15 +237,22 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 		}
 	}()
 
-	if w.Pool, err = w.newLedger(ctx, env.Get(localenv.LedgerDSN)); err != nil {
+	var ledgerDSN string
+	if w.Pool, ledgerDSN, err = w.newLedger(ctx, env.Get(localenv.LedgerDSN)); err != nil {
 		return nil, err
+	}
+	w.LedgerPool = w.Pool
+	if o.FaultNet {
+		if w.LedgerPool, err = w.faultyPool(ctx, ledgerDSN); err != nil {
+			return nil, err
+		}
 	}
 	for m, b := range o.Balances {
 		if _, err := w.Pool.Exec(ctx, `INSERT INTO merchant_balances (merchant_id, currency, balance) VALUES ($1, 'USD', $2)`, m, b); err != nil {
 			return nil, fmt.Errorf("story: seed %s's balance: %w", m, err)
 		}
 	}
-	w.Ledger = ledger.New(w.Pool)
+	w.Ledger = ledger.New(w.LedgerPool)
 
 	cfg, err := awsclient.Config(ctx)
 	if err != nil {
@@ -230,7 +264,11 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 	if err != nil {
 		return nil, err
 	}
-	w.Claims = idem.NewStore(w.Dynamo, claimTable)
+	claimsDB := w.Dynamo
+	if len(o.ClaimsClient) > 0 {
+		claimsDB = dynamoclient.New(cfg, o.ClaimsClient...)
+	}
+	w.Claims = idem.NewStore(claimsDB, claimTable)
 	outboxTable, err := w.newTable(ctx, "event_id", true)
 	if err != nil {
 		return nil, err
@@ -242,7 +280,12 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 	if w.Outbox, err = outbox.NewPublisher(w.Dynamo, outbox.Config{Table: outboxTable, Logger: quiet}); err != nil {
 		return nil, err
 	}
-	if w.Sweeper, err = outbox.NewSweeper(w.Outbox, w.Pool, outbox.SweepConfig{Logger: quiet, Grace: time.Millisecond /* on the database clock, which the fake one does not move: no API here races the sweep */}); err != nil {
+	if w.Sweeper, err = outbox.NewSweeper(w.Outbox, w.LedgerPool, outbox.SweepConfig{
+		// On the database's clock, which the fake one does not move: no API
+		// here races the sweep, and a re-drive the relay gave up on again
+		// is re-driven within quiescence, not five real minutes later.
+		Logger: quiet, Grace: time.Millisecond, RedriveAfter: 50 * time.Millisecond, RedriveMax: time.Second,
+	}); err != nil {
 		return nil, err
 	}
 
@@ -259,9 +302,10 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 	w.closers = append(w.closers, hookSrv.Close)
 	w.Sim = pspsim.New(pspsim.Config{Logger: quiet, WebhookURL: hookSrv.URL + webhook.Path, WebhookSecret: secret, ManualWebhooks: true})
 	simSrv := httptest.NewServer(w.Sim)
+	w.SimURL = simSrv.URL
 	w.closers = append(w.closers, func() { simSrv.Close(); w.Sim.Close() })
 	if w.PSP, err = psp.New(psp.Config{APIKey: "sk_test_story", BaseURL: simSrv.URL, Logger: quiet,
-		HTTPClient: &http.Client{Timeout: 30 * time.Second, Transport: pspWire{w: w, next: http.DefaultTransport}}}); err != nil {
+		HTTPClient: &http.Client{Timeout: 30 * time.Second, Transport: pspWire{w: w, next: pspTransport(o.FreshPSPConnections)}}}); err != nil {
 		return nil, err
 	}
 	wh, err := webhook.New(webhook.Config{Secret: secret}, webhook.Deps{
@@ -305,7 +349,11 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 		return nil, err
 	}
 	w.Pushes = harness.NewPushQueue(w.SQS, watch)
-	r, err := relay.New(w.SQS, relay.Config{QueueURL: q.url, Logger: quiet, Metrics: metrics.New(w.EMF, "relay")})
+	var relaySQS relay.SendMessageBatchAPI = w.SQS
+	if o.WrapRelaySQS != nil {
+		relaySQS = o.WrapRelaySQS(relaySQS)
+	}
+	r, err := relay.New(relaySQS, relay.Config{QueueURL: q.url, Logger: quiet, Metrics: metrics.New(w.EMF, "relay")})
 	if err != nil {
 		return nil, err
 	}
@@ -319,7 +367,11 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 		return nil, err
 	}
 	m := metrics.New(w.EMF, "worker")
-	n, err := notify.New(snsClient, nil, notify.Config{TopicArn: topic, Logger: quiet, Metrics: m})
+	var pushSNS notify.PublishAPI = snsClient
+	if o.WrapPush != nil {
+		pushSNS = o.WrapPush(pushSNS)
+	}
+	n, err := notify.New(pushSNS, nil, notify.Config{TopicArn: topic, Logger: quiet, Metrics: m})
 	if err != nil {
 		return nil, err
 	}
@@ -327,7 +379,7 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 	if o.Serial {
 		groups = 1
 	}
-	if w.Worker, err = inbox.New(w.Pool, n, inbox.Config{
+	if w.Worker, err = inbox.New(w.LedgerPool, n, inbox.Config{
 		MaxReceiveCount: settings.Worker.MaxReceiveCount, Logger: quiet, Metrics: m, Hooks: w.workerHooks(),
 		WithoutNotifRecord: o.WithoutNotifRecord, GroupConcurrency: groups, RetryAfter: 10 * time.Millisecond,
 	}); err != nil {
@@ -335,7 +387,7 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 	}
 	// Backoff in milliseconds: the fake clock does not move the database's,
 	// which the sweep's grace and backoff are measured on.
-	if w.Notifs, err = inbox.NewNotifSweeper(w.Pool, n, inbox.SweepConfig{
+	if w.Notifs, err = inbox.NewNotifSweeper(w.LedgerPool, n, inbox.SweepConfig{
 		Logger: quiet, Metrics: m, Grace: time.Millisecond, Base: 10 * time.Millisecond, Max: 200 * time.Millisecond, Lease: time.Second,
 	}); err != nil {
 		return nil, err
@@ -548,6 +600,15 @@ func (w *World) relayHandler(h harness.StreamHandler) harness.StreamHandler {
 	}
 }
 
+func pspTransport(fresh bool) http.RoundTripper {
+	if !fresh {
+		return http.DefaultTransport
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DisableKeepAlives = true
+	return t
+}
+
 // pspWire sees every PSP call as it returns.
 type pspWire struct {
 	w    *World
@@ -570,15 +631,35 @@ func randomID(n int) string {
 	return hex.EncodeToString(b)
 }
 
-// newLedger clones a fresh database from the migrated template, applies any
-// newer migration, and drops it on Close.
-func (w *World) newLedger(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
-	if dsn == "" {
-		return nil, fmt.Errorf("%w: %s not set", ErrUnavailable, localenv.LedgerDSN)
-	}
+// faultyPool is a second pool on the world's ledger database that reaches
+// it through a faultnet proxy (World.Net).
+func (w *World) faultyPool(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
 	u, err := url.Parse(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("story: parse ledger dsn: %w", err)
+	}
+	if w.Net, err = faultnet.Listen(u.Host, w.log); err != nil {
+		return nil, err
+	}
+	w.closers = append(w.closers, func() { _ = w.Net.Close() })
+	u.Host = w.Net.Addr()
+	pool, err := pgxpool.New(ctx, u.String())
+	if err != nil {
+		return nil, fmt.Errorf("story: proxied ledger pool: %w", err)
+	}
+	w.closers = append(w.closers, pool.Close)
+	return pool, nil
+}
+
+// newLedger clones a fresh database from the migrated template, applies any
+// newer migration, and drops it on Close. It returns a pool and the DSN.
+func (w *World) newLedger(ctx context.Context, dsn string) (*pgxpool.Pool, string, error) {
+	if dsn == "" {
+		return nil, "", fmt.Errorf("%w: %s not set", ErrUnavailable, localenv.LedgerDSN)
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return nil, "", fmt.Errorf("story: parse ledger dsn: %w", err)
 	}
 	admin := *u
 	admin.Path = "/postgres"
@@ -587,7 +668,7 @@ func (w *World) newLedger(ctx context.Context, dsn string) (*pgxpool.Pool, error
 	defer cancel()
 	conn, err := pgx.Connect(cctx, admin.String())
 	if err != nil {
-		return nil, fmt.Errorf("%w: PostgreSQL: %v", ErrUnavailable, err)
+		return nil, "", fmt.Errorf("%w: PostgreSQL: %v", ErrUnavailable, err)
 	}
 	defer conn.Close(cctx)
 	for {
@@ -601,7 +682,7 @@ func (w *World) newLedger(ctx context.Context, dsn string) (*pgxpool.Pool, error
 		time.Sleep(50 * time.Millisecond)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("story: create ledger database: %w", err)
+		return nil, "", fmt.Errorf("story: create ledger database: %w", err)
 	}
 	w.closers = append(w.closers, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -616,14 +697,14 @@ func (w *World) newLedger(ctx context.Context, dsn string) (*pgxpool.Pool, error
 	own := *u
 	own.Path = "/" + name
 	if _, err := migrations.Apply(ctx, own.String()); err != nil {
-		return nil, fmt.Errorf("story: migrate: %w", err)
+		return nil, "", fmt.Errorf("story: migrate: %w", err)
 	}
 	pool, err := pgxpool.New(ctx, own.String())
 	if err != nil {
-		return nil, fmt.Errorf("story: ledger pool: %w", err)
+		return nil, "", fmt.Errorf("story: ledger pool: %w", err)
 	}
 	w.closers = append(w.closers, pool.Close)
-	return pool, nil
+	return pool, own.String(), nil
 }
 
 // newTable creates a table keyed by pk (on-demand). The claim table has no

@@ -1,0 +1,8 @@
+package chaos
+
+// UnderLoad returns cfg with the test-only switch on: every schedule plays
+// nothing and reports a violation only when played beside other worlds.
+func UnderLoad(cfg Config) Config {
+	cfg.underLoad = true
+	return cfg
+}
