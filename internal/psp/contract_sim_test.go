@@ -229,14 +229,4 @@ func TestSimulatorRefusesWhatStripeRefuses(t *testing.T) {
 	}
 }
 
-func authGet(t *testing.T, u string) *http.Request {
-	t.Helper()
-	req, err := http.NewRequest(http.MethodGet, u, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.Header.Set("Authorization", "Bearer sk_test_sim")
-	return req
-}
-
 func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
