@@ -19,10 +19,13 @@ const BootstrapLimit = 10 << 20
 
 // bootstrapCeiling holds functions that do not meet the target, each with
 // the ceiling it must not grow past (a ratchet: lower it as the binary
-// shrinks, delete the entry when it fits). Empty since the lambdas rule
-// builds without inlining and without net/http's bundled HTTP/2 (issue 9;
-// BENCHMARKS.md weighs what that costs a warm invocation).
-var bootstrapCeiling = map[string]int64{}
+// shrinks, delete the entry when it fits). The api MISSES the target by
+// 126 bytes since issue 13's fixes and the amount rule landed: the file ends
+// at the 64 KiB page after its data segment, which would have to lose ~14 KiB
+// (or its read-only data ~7 KiB) to drop a page; pgx's SCRAM SASLprep tables
+// (golang.org/x/text precis, norm, width, bidi: ~90 KiB) are the largest
+// candidate and no build tag removes them. Open work, in the closing note.
+var bootstrapCeiling = map[string]int64{"api": 10<<20 + 128}
 
 // The sizes are the bill's and the cold start's: Lambda loads the whole
 // bootstrap before the first invocation. Warm, the builds come from the Go
