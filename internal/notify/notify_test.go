@@ -231,8 +231,11 @@ func TestWithoutTheTopicFallbackADevicelessCallerIsNeverPushedToTheTopic(t *test
 			t.Fatal(err)
 		}
 	}
-	if got, err := harness.NewPushQueue(sqsc, watch.URL).Collect(ctx); err != nil || len(got) != 2 {
-		t.Fatalf("with the fallback the subscriber got %d pushes (%v), want 2", len(got), err)
+	// At least one per send: a Publish whose reply is lost on the wire is
+	// retried by the SDK and SNS delivers both (at-least-once; seen when moto
+	// closes a connection under load), which the replace id makes harmless.
+	if got, err := harness.NewPushQueue(sqsc, watch.URL).Collect(ctx); err != nil || len(got) < 2 {
+		t.Fatalf("with the fallback the subscriber got %d pushes (%v), want one per send", len(got), err)
 	}
 }
 
