@@ -33,13 +33,9 @@ func Apply(ctx context.Context, dsn string) ([]int64, error) {
 
 // ApplyDB is Apply over an open database handle.
 func ApplyDB(ctx context.Context, db *sql.DB) ([]int64, error) {
-	locker, err := lock.NewPostgresSessionLocker()
+	p, err := provider(db)
 	if err != nil {
-		return nil, fmt.Errorf("migrations: locker: %w", err)
-	}
-	p, err := goose.NewProvider(goose.DialectPostgres, db, files, goose.WithSessionLocker(locker))
-	if err != nil {
-		return nil, fmt.Errorf("migrations: provider: %w", err)
+		return nil, err
 	}
 	res, err := p.Up(ctx)
 	if err != nil {
@@ -52,6 +48,19 @@ func ApplyDB(ctx context.Context, db *sql.DB) ([]int64, error) {
 		}
 	}
 	return applied, nil
+}
+
+// provider is goose over the embedded files, holding the advisory lock.
+func provider(db *sql.DB) (*goose.Provider, error) {
+	locker, err := lock.NewPostgresSessionLocker()
+	if err != nil {
+		return nil, fmt.Errorf("migrations: locker: %w", err)
+	}
+	p, err := goose.NewProvider(goose.DialectPostgres, db, files, goose.WithSessionLocker(locker))
+	if err != nil {
+		return nil, fmt.Errorf("migrations: provider: %w", err)
+	}
+	return p, nil
 }
 
 func pgxConfig(dsn string) (*pgx.ConnConfig, error) {

@@ -2,10 +2,12 @@ package migrations_test
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
 
 	"github.com/oncepay/oncepay/internal/ledger/migrations"
 	"github.com/oncepay/oncepay/internal/testenv"
@@ -118,6 +120,50 @@ func TestOnlyAllowedStateMovesAreAccepted(t *testing.T) {
 		}
 		if !step.legal && pgCode(err) != "23514" {
 			t.Errorf("move to %s: err = %v, want it refused", step.to, err)
+		}
+	}
+}
+
+// Issue 13 defect 2 left events behind in any database that ran the old
+// sweep: intents it marked published because an outbox item existed,
+// although the worker never consumed them (the relay had given up). 00007
+// re-arms exactly those, so the sweep re-drives them; a consumed one stays
+// marked.
+func TestIntentsMarkedPublishedButNeverConsumedAreReArmed(t *testing.T) {
+	ctx := context.Background()
+	_, dsn := testenv.Ledger(t)
+	db, err := sql.Open("pgx", dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	p, err := migrations.Provider(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p.DownTo(ctx, 6); err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`INSERT INTO payments (payment_id, caller_id, client_key, state) VALUES ('pay_lost', 'u1', 'K-lost', 'VOID'), ('pay_done', 'u1', 'K-done', 'VOID')`,
+		`INSERT INTO outbox_intents (event_id, payment_id, merchant_id, payload, published_at) VALUES
+		   ('pay_lost:SUCCEEDED', 'pay_lost', 'm1', '{}', now()), ('pay_done:SUCCEEDED', 'pay_done', 'm1', '{}', now())`,
+		`INSERT INTO processed (event_id) VALUES ('pay_done:SUCCEEDED')`,
+	} {
+		if _, err := db.ExecContext(ctx, q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := p.Up(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for id, wantPublished := range map[string]bool{"pay_lost:SUCCEEDED": false, "pay_done:SUCCEEDED": true} {
+		var published bool
+		if err := db.QueryRowContext(ctx, `SELECT published_at IS NOT NULL FROM outbox_intents WHERE event_id = $1`, id).Scan(&published); err != nil {
+			t.Fatal(err)
+		}
+		if published != wantPublished {
+			t.Errorf("%s published = %v after the migration, want %v", id, published, wantPublished)
 		}
 	}
 }
