@@ -393,6 +393,38 @@ func TestSweepLeavesAFailedRedriveDueForTheNextSweep(t *testing.T) {
 	}
 }
 
+// A re-drive that fails every time (here: an intent whose payload names
+// another event, which EventFromIntent refuses) stays due at every sweep,
+// but behind intents that failed fewer times: with room for one re-drive a
+// sweep, the newer lost event is re-driven at the second sweep instead of
+// waiting forever behind the older one that can never go.
+func TestAFailingRedriveDoesNotStarveNewerIntents(t *testing.T) {
+	db := testenv.DynamoDB(t)
+	table, _ := testenv.NewOutboxTable(t, db)
+	pool, _ := testenv.Ledger(t)
+	p, err := outbox.NewPublisher(db, outbox.Config{Table: table, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, good := ev("pay_bad"), ev("pay_good")
+	insertIntent(t, pool, bad, 2*time.Minute)
+	insertIntent(t, pool, good, time.Minute)
+	other, _ := ev("pay_other").Marshal()
+	if _, err := pool.Exec(context.Background(), `UPDATE outbox_intents SET payload = $2 WHERE event_id = $1`, bad.EventID, other); err != nil {
+		t.Fatal(err)
+	}
+	s := newSweeper(t, p, pool, outbox.SweepConfig{Limit: 1})
+	if res, err := s.Sweep(context.Background()); err == nil || res.Failed != 1 || res.Redriven != 0 {
+		t.Fatalf("first sweep = %+v, %v; want the older, broken intent tried and failed", res, err)
+	}
+	if res, err := s.Sweep(context.Background()); err != nil || res.Redriven != 1 || redrives(t, pool, good.EventID) != 1 {
+		t.Fatalf("second sweep = %+v, %v, %s re-driven %d times; want the newer intent re-driven", res, err, good.EventID, redrives(t, pool, good.EventID))
+	}
+	if res, err := s.Sweep(context.Background()); err == nil || res.Failed != 1 {
+		t.Fatalf("third sweep = %+v, %v; want the broken intent due again", res, err)
+	}
+}
+
 func TestEventFromIntentRefusesAPayloadNamingAnotherEvent(t *testing.T) {
 	e := ev("pay_a")
 	payload, _ := e.Marshal()

@@ -115,8 +115,9 @@ type SweepResult struct {
 // older than the grace period, not consumed and not re-driven too recently,
 // oldest first, and records the re-drives in one UPDATE. It blocks for that
 // UPDATE, one query, one DynamoDB call per re-drive and the second UPDATE.
-// Failed re-drives are left due; their errors are joined into the returned
-// error, alongside a result that counts what succeeded.
+// Failed re-drives are left due (taken after intents that failed fewer
+// times); their errors are joined into the returned error, alongside a
+// result that counts what succeeded.
 func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 	var res SweepResult
 	var errs []error
@@ -140,6 +141,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 	}
 	res.Found = len(due)
 	done := make([]string, 0, len(due))
+	var failed []string
 	for _, in := range due {
 		e, err := EventFromIntent(in.Intent)
 		if err == nil {
@@ -157,6 +159,7 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 			}
 		}
 		res.Failed++
+		failed = append(failed, in.EventID)
 		errs = append(errs, err)
 		s.cfg.Logger.LogAttrs(ctx, slog.LevelError, "outbox: re-drive failed; due again at the next sweep",
 			slog.String("event_id", in.EventID), slog.String("payment_id", in.PaymentID), slog.String("error", err.Error()))
@@ -171,6 +174,15 @@ func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 			errs = append(errs, fmt.Errorf("outbox: record %d re-drives: %w", len(done), err))
 		}
 		res.Redriven = len(done)
+	}
+	if len(failed) > 0 {
+		// Due again at the next sweep, behind the intents that have not
+		// failed as often: a re-drive that always fails never starves them.
+		if _, err := s.db.Exec(ctx, `
+			UPDATE outbox_intents SET redrive_failures = redrive_failures + 1
+			WHERE event_id = ANY($1)`, failed); err != nil {
+			errs = append(errs, fmt.Errorf("outbox: count %d failed re-drives: %w", len(failed), err))
+		}
 	}
 	s.cfg.Metrics.Count(MetricRedriven, res.Redriven)
 	s.cfg.Metrics.Count(MetricRedriveFailed, res.Failed)
@@ -202,7 +214,7 @@ func (s *Sweeper) due(ctx context.Context) ([]dueIntent, error) {
 		  AND NOT EXISTS (SELECT 1 FROM processed p WHERE p.event_id = i.event_id)
 		  AND (i.redriven_at IS NULL OR i.redriven_at <= now() - make_interval(secs =>
 		        least($2 * power(2, greatest(i.redrives - 1, 0)), $3)))
-		ORDER BY i.created_at
+		ORDER BY i.redrive_failures, i.created_at
 		LIMIT $4`, s.cfg.Grace.Seconds(), s.cfg.RedriveAfter.Seconds(), s.cfg.RedriveMax.Seconds(), s.cfg.Limit)
 	if err != nil {
 		return nil, fmt.Errorf("outbox: read intents due for a re-drive: %w", err)
