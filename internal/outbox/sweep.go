@@ -43,8 +43,8 @@ type SweepConfig struct {
 	RedriveAfter time.Duration
 	RedriveMax   time.Duration
 	// Limit bounds the intents one Sweep re-drives (default 100); MarkLimit
-	// the intents it marks published (default 10 x Limit: marking is one
-	// UPDATE).
+	// is the batch it marks published in (default 10 x Limit), batch after
+	// batch until one comes back short.
 	Limit     int
 	MarkLimit int
 	// Logger receives one line per re-drive and one per sweep that found
@@ -110,8 +110,8 @@ type SweepResult struct {
 	Failed   int `json:"failed"`   // re-drives that failed: due again at the next sweep
 }
 
-// Sweep marks, in one UPDATE, every unpublished intent whose event id the
-// consumer's inbox holds, then re-drives at most Limit intents that are
+// Sweep marks, in UPDATEs of MarkLimit, every unpublished intent whose
+// event id the consumer's inbox holds, then re-drives at most Limit intents that are
 // older than the grace period, not consumed and not re-driven too recently,
 // oldest first, and records the re-drives in one UPDATE. It blocks for that
 // UPDATE, one query, one DynamoDB call per re-drive and the second UPDATE.
@@ -121,18 +121,28 @@ type SweepResult struct {
 func (s *Sweeper) Sweep(ctx context.Context) (SweepResult, error) {
 	var res SweepResult
 	var errs []error
-	// Published means consumed. Any age: a consumed intent needs nothing more.
-	tag, err := s.db.Exec(ctx, `
-		UPDATE outbox_intents o SET published_at = now()
-		WHERE o.event_id IN (
-			SELECT i.event_id FROM outbox_intents i JOIN processed p ON p.event_id = i.event_id
-			WHERE i.published_at IS NULL
-			ORDER BY i.created_at
-			LIMIT $1)`, s.cfg.MarkLimit)
-	if err != nil {
-		errs = append(errs, fmt.Errorf("outbox: mark consumed intents published: %w", err))
-	} else {
-		res.Marked = int(tag.RowsAffected())
+	// Published means consumed. Any age: a consumed intent needs nothing
+	// more. Batches of MarkLimit until one comes back short, so marking keeps
+	// up with any payment rate (one batch a run capped it at MarkLimit a
+	// minute, and the unpublished set the re-drive scan reads grew without
+	// bound); ctx's deadline bounds the loop.
+	for ctx.Err() == nil {
+		tag, err := s.db.Exec(ctx, `
+			UPDATE outbox_intents o SET published_at = now()
+			WHERE o.event_id IN (
+				SELECT i.event_id FROM outbox_intents i JOIN processed p ON p.event_id = i.event_id
+				WHERE i.published_at IS NULL
+				ORDER BY i.created_at
+				LIMIT $1)`, s.cfg.MarkLimit)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("outbox: mark consumed intents published: %w", err))
+			break
+		}
+		n := int(tag.RowsAffected())
+		res.Marked += n
+		if n < s.cfg.MarkLimit {
+			break
+		}
 	}
 
 	due, err := s.due(ctx)
