@@ -164,25 +164,15 @@ func (h *Handler) Serve(ctx context.Context, method, path string, hdr http.Heade
 	o := outcomeOf(ev)
 	res, err := h.d.Ledger.ApplyWebhook(ctx, ledger.InboxEvent{ID: ev.ID, Type: ev.Type, PaymentID: ev.PaymentID}, o, h.d.Clock.Now())
 	if err != nil {
-		// Not acknowledged: the PSP delivers it again, and the inbox makes
-		// that harmless.
-		log.Error("webhook not applied; the PSP will deliver it again", "err", err)
-		h.d.Metrics.Count("WebhookErrors", 1)
-		return problemResponse(problem.LedgerUnavailable())
+		return h.notApplied(log, err)
 	}
 	switch {
 	case res.Duplicate:
-		log.Info("webhook: a repeat of an event already received; nothing changed")
-		h.d.Metrics.Count("WebhookDuplicate", 1)
-		return ack(true)
+		return h.duplicate(log)
 	case res.Moved:
 		log.Info("webhook: payment settled", "state", res.Payment.State, "psp_charge", res.Payment.PSPCharge)
 		h.d.Metrics.Count("WebhookSettled", 1)
-		if res.Event != nil && h.d.Publisher != nil {
-			if err := h.d.Publisher.Publish(ctx, *res.Event); err != nil {
-				log.Warn("outbox put failed; the sweep will re-put it", "event_id", res.Event.EventID, "err", err)
-			}
-		}
+		h.publish(ctx, res.Event, log)
 	case o == nil:
 		log.Info("webhook: recorded; this event type moves nothing")
 	case !res.Found:
@@ -202,6 +192,33 @@ func (h *Handler) Serve(ctx context.Context, method, path string, hdr http.Heade
 		h.d.Metrics.Count("WebhookLate", 1)
 	}
 	return ack(false)
+}
+
+// notApplied answers an event the ledger could not apply: not
+// acknowledged, so the PSP delivers it again, and the inbox makes that
+// harmless.
+func (h *Handler) notApplied(log *slog.Logger, err error) Response {
+	log.Error("webhook not applied; the PSP will deliver it again", "err", err)
+	h.d.Metrics.Count("WebhookErrors", 1)
+	return problemResponse(problem.LedgerUnavailable())
+}
+
+// duplicate acknowledges a repeat the inbox already holds.
+func (h *Handler) duplicate(log *slog.Logger) Response {
+	log.Info("webhook: a repeat of an event already received; nothing changed")
+	h.d.Metrics.Count("WebhookDuplicate", 1)
+	return ack(true)
+}
+
+// publish puts a committed move's event into the outbox; a failure is the
+// sweep's to repair (the intent committed with the move).
+func (h *Handler) publish(ctx context.Context, e *event.Event, log *slog.Logger) {
+	if e == nil || h.d.Publisher == nil {
+		return
+	}
+	if err := h.d.Publisher.Publish(ctx, *e); err != nil {
+		log.Warn("outbox put failed; the sweep will re-put it", "event_id", e.EventID, "err", err)
+	}
 }
 
 func isRefundEvent(t string) bool {
@@ -226,23 +243,15 @@ func (h *Handler) serveRefund(ctx context.Context, ev psp.Event, log *slog.Logge
 	}
 	res, err := h.d.Ledger.ApplyRefundWebhook(ctx, ledger.InboxEvent{ID: ev.ID, Type: ev.Type, PaymentID: ev.PaymentID}, o)
 	if err != nil {
-		log.Error("refund webhook not applied; the PSP will deliver it again", "err", err)
-		h.d.Metrics.Count("WebhookErrors", 1)
-		return problemResponse(problem.LedgerUnavailable())
+		return h.notApplied(log, err)
 	}
 	switch {
 	case res.Duplicate:
-		log.Info("webhook: a repeat of an event already received; nothing changed")
-		h.d.Metrics.Count("WebhookDuplicate", 1)
-		return ack(true)
+		return h.duplicate(log)
 	case res.Moved:
 		log.Info("webhook: refund settled", "state", res.Refund.State)
 		h.d.Metrics.Count("WebhookRefundSettled", 1)
-		if res.Event != nil && h.d.Publisher != nil {
-			if err := h.d.Publisher.Publish(ctx, *res.Event); err != nil {
-				log.Warn("outbox put failed; the sweep will re-put it", "event_id", res.Event.EventID, "err", err)
-			}
-		}
+		h.publish(ctx, res.Event, log)
 	case o == nil:
 		log.Info("webhook: recorded; the refund is not final yet")
 	case !res.Found:
