@@ -290,7 +290,16 @@ func (r *Runner) check(ctx context.Context, s *schedule) error {
 			if credits != 1 {
 				s.violate("%s SUCCEEDED, credited %d times", p.pid, credits)
 			}
-			r.notified(s, p, evID, "SUCCEEDED", amount, mine, notifs)
+			switch {
+			case notifs[evID] == "SUPERSEDED" && refunds[p.pid].state == "SUCCEEDED":
+				// Its refund's notification was written before this one went
+				// out, and replaces it on the phone: retired, never sent
+				// (inbox.retireSuperseded). The refund's own is checked below.
+			case notifs[evID] == "SUPERSEDED":
+				s.violate("%s SUCCEEDED: its notification was retired as SUPERSEDED with no later one about the payment", p.pid)
+			default:
+				r.notified(s, p, evID, "SUCCEEDED", amount, mine, notifs)
+			}
 		case "UNKNOWN", "PENDING":
 			// Open after quiescence is allowed only where the PSP holds
 			// nothing (a saved 5xx keeps the replay open inside the window).

@@ -202,6 +202,14 @@ func (w *Worker) Process(ctx context.Context, e event.Event) (Result, error) {
 	if !pending {
 		return res, nil
 	}
+	if !w.cfg.WithoutNotifRecord {
+		if gone, err := retireSuperseded(ctx, w.db, e.EventID, w.cfg.Channel); err != nil || gone {
+			if gone {
+				w.cfg.Metrics.Count("NotifSuperseded", 1)
+			}
+			return res, err
+		}
+	}
 	if err := w.pusher.Send(ctx, notify.FromEvent(e)); err != nil {
 		if w.cfg.WithoutNotifRecord {
 			return res, fmt.Errorf("inbox: push %s: %w", e.EventID, err)

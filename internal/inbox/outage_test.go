@@ -323,3 +323,66 @@ func TestRefundDebitsOnceAndNotifies(t *testing.T) {
 		t.Fatalf("refund push = %+v, want replace id pay_r", r)
 	}
 }
+
+// Every notification about a payment shares its replace id, so one sent
+// after a later one replaces it on the phone. Two ways it used to happen
+// (the issue 13 review reproduced both): the payment's push failed and the
+// sweep retried it after the refund's went out; or the refund's event was
+// consumed before the payment's (a re-drive, two stream shards). Either way
+// the phone's last word was "Payment confirmed" for a refunded payment. A
+// PENDING notification with a later one about the same payment is retired
+// SUPERSEDED, by the worker and by the sweep, and never sent.
+func TestALateNotificationNeverReplacesALaterOneAboutThePayment(t *testing.T) {
+	ctx := context.Background()
+	handle := func(t *testing.T, p pushWorld, e event.Event) {
+		t.Helper()
+		resp, err := p.w.Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{message(t, e, 1)}})
+		if err != nil || len(resp.BatchItemFailures) != 0 {
+			t.Fatalf("Handle %s = %+v, %v", e.EventID, resp, err)
+		}
+	}
+	lastShown := func(t *testing.T, p pushWorld) []notify.Data {
+		t.Helper()
+		got := p.pushes(t)
+		if len(got) == 0 || got[len(got)-1].State != event.Refunded {
+			t.Fatalf("pushes = %+v: the phone's last word is not the refund", got)
+		}
+		return got
+	}
+	t.Run("the payment's push failed and the sweep retries it after the refund's", func(t *testing.T) {
+		p := newPushWorld(t)
+		paid, refunded := settledRefund(t, p.pool, "pay_l", 3000)
+		p.breakSNS(t)
+		handle(t, p, paid) // credited; its push fails and stays PENDING
+		p.healSNS(t)
+		handle(t, p, refunded)
+		time.Sleep(5 * time.Millisecond) // past the sweep's grace and back-off
+		if _, err := p.sweep.FinishPending(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+		if got := lastShown(t, p); len(got) != 1 {
+			t.Fatalf("pushes = %+v, want only the refund's", got)
+		}
+		if s := p.notif(t, paid.EventID); s != inbox.NotifSuperseded {
+			t.Fatalf("the payment's notification is %s, want SUPERSEDED", s)
+		}
+		if b := p.balance(t, "m1"); b != 12000 {
+			t.Fatalf("m1 = %d, want 12000 (credited, then debited)", b)
+		}
+	})
+	t.Run("the refund's event was consumed before the payment's", func(t *testing.T) {
+		p := newPushWorld(t)
+		paid, refunded := settledRefund(t, p.pool, "pay_o", 3000)
+		handle(t, p, refunded)
+		handle(t, p, paid)
+		if got := lastShown(t, p); len(got) != 1 {
+			t.Fatalf("pushes = %+v, want only the refund's", got)
+		}
+		if s := p.notif(t, paid.EventID); s != inbox.NotifSuperseded {
+			t.Fatalf("the payment's notification is %s, want SUPERSEDED", s)
+		}
+		if b := p.balance(t, "m1"); b != 12000 {
+			t.Fatalf("m1 = %d, want 12000", b)
+		}
+	})
+}

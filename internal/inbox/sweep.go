@@ -193,6 +193,13 @@ func (s *NotifSweeper) finish(ctx context.Context, n dueNotif) (ok bool, err err
 	p := notify.FromEvent(e)
 	p.ReplaceID, p.CallerID = n.replaceID, n.callerID // as recorded with the intent
 	log = log.With("payment_id", e.PaymentID)
+	if gone, err := retireSuperseded(ctx, s.db, n.eventID, s.cfg.Channel); err != nil || gone {
+		if gone {
+			s.cfg.Metrics.Count("NotifSuperseded", 1)
+			log.Info("pending notification superseded by a later one about the payment; not sent")
+		}
+		return gone, err
+	}
 	sendErr := s.pusher.Send(ctx, p)
 	switch {
 	case sendErr == nil:
