@@ -550,11 +550,14 @@ type answer struct {
 	State       string `json:"state"`
 }
 
-// final is the API's own final answer, and nothing else: 201 SUCCEEDED or
-// 402 FAILED, with the payment id.
+// final is the API's own final answer, and nothing else: 201 SUCCEEDED,
+// 402 FAILED, or 502 psp-rejected with state FAILED (the PSP refused the
+// request itself on its first call: nothing charged, the same answer
+// wherever it is rendered), each with the payment id.
 func (a answer) final() bool {
 	return a.PaymentID != "" &&
-		(a.status == http.StatusCreated && a.State == Succeeded || a.status == http.StatusPaymentRequired && a.State == FailedPay)
+		(a.status == http.StatusCreated && a.State == Succeeded || a.status == http.StatusPaymentRequired && a.State == FailedPay ||
+			a.status == http.StatusBadGateway && a.State == FailedPay && strings.HasSuffix(a.problemType, "/psp-rejected"))
 }
 
 // retryable answers say "not now", never "no": the same key, later.

@@ -105,3 +105,27 @@ func TestASmallRetryAfterIsHonouredWithJitter(t *testing.T) {
 		t.Fatalf("only %d distinct waits: no jitter", len(distinct))
 	}
 }
+
+// The PSP refused a payment's request itself (a rotated key on a first
+// call): the API answers 502 psp-rejected with state FAILED, and renders the
+// same bytes on every repeat and resolve. That is a final answer, not "try
+// later": the client stops at once and reports it FAILED (not charged),
+// instead of retrying and resolving into "still being confirmed" forever.
+func TestAPSPRejectedAnswerIsFinalNotRetried(t *testing.T) {
+	var seen atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		seen.Add(1)
+		rw.Header().Set("Content-Type", "application/problem+json")
+		rw.WriteHeader(http.StatusBadGateway)
+		fmt.Fprint(rw, `{"type":"https://oncepay.dev/problems/psp-rejected","title":"refused","status":502,"payment_id":"pay_1","state":"FAILED","decline_code":"psp_invalid_request"}`)
+	}))
+	t.Cleanup(srv.Close)
+	c, sleeps := recordingClient(t, srv.URL, 5)
+	r, err := c.Pay(context.Background(), order42)
+	if err != nil || r.State != client.FailedPay {
+		t.Fatalf("result %+v %v, want FAILED", r, err)
+	}
+	if n := seen.Load(); n != 1 || len(sleeps()) != 0 {
+		t.Fatalf("%d requests and %d waits, want one request and no retry", n, len(sleeps()))
+	}
+}
