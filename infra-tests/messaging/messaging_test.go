@@ -62,6 +62,12 @@ func TestSnapshotP3_RelayCrashesTwiceAfterSending_CreditsM1Once(t *testing.T) {
 	w.work()     // the queue's dedup window dropped send 2; the worker gets one copy
 	w.relayAll() // send 3, acknowledged; the first copy is already deleted
 	w.work()
+	if w.poller.Stats().Received == 0 {
+		// Every receive's reply was lost on the wire (moto closes
+		// connections under load): the copy is in flight, invisible, and
+		// comes back when its visibility timeout runs out, as on AWS.
+		w.redeliver()
+	}
 
 	if s := w.stream.Stats(); s.Invocations != 3 || s.FunctionErrors != 2 {
 		t.Fatalf("relay stats = %+v, want 3 invocations of which 2 crashed", s)
