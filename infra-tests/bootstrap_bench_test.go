@@ -11,8 +11,9 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/oncepay/oncepay/internal/localenv"
-	"github.com/oncepay/oncepay/internal/testenv"
+	"github.com/oncepay/oncepay/internal/localcloud/localenv"
+	"github.com/oncepay/oncepay/internal/stackenv"
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
 	"github.com/oncepay/oncepay/internal/webhook"
 )
 
@@ -78,9 +79,9 @@ func BenchmarkLambdaBootstrap(b *testing.B) {
 		vars = append(vars, k+"="+v)
 	}
 	vars = append(vars,
-		localenv.IdemTable+"="+testenv.NewTable(b, db, "pk"),
-		localenv.OutboxTable+"="+testenv.NewTable(b, db, "event_id"),
-		localenv.LedgerDSN+"="+dsn,
+		stackenv.IdemTable+"="+testenv.NewTable(b, db, "pk"),
+		stackenv.OutboxTable+"="+testenv.NewTable(b, db, "event_id"),
+		stackenv.LedgerDSN+"="+dsn,
 		webhook.EnvSecret+"=whsec_cold_start",
 	)
 	bootstraps := map[string]string{}

@@ -8,8 +8,8 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/oncepay/oncepay/internal/localenv"
-	"github.com/oncepay/oncepay/internal/testenv"
+	"github.com/oncepay/oncepay/internal/localcloud/localenv"
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
 
 // BootstrapLimit is the target from DEVELOPERS.md: each Lambda bootstrap,

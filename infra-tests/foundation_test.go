@@ -17,8 +17,8 @@ import (
 	"github.com/oncepay/oncepay/internal/awsclient"
 	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
 	"github.com/oncepay/oncepay/internal/awsclient/sqsclient"
-	"github.com/oncepay/oncepay/internal/localenv"
-	"github.com/oncepay/oncepay/internal/testenv"
+	"github.com/oncepay/oncepay/internal/stackenv"
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
 
 // The provisioned world is the template's: these read the tables and queues
@@ -35,8 +35,8 @@ func TestProvisionedTablesMatchTheTemplate(t *testing.T) {
 		name, pk string
 		stream   bool
 	}{
-		{env.Get(localenv.IdemTable), "pk", false},
-		{env.Get(localenv.OutboxTable), "event_id", true},
+		{env.Get(stackenv.IdemTable), "pk", false},
+		{env.Get(stackenv.OutboxTable), "event_id", true},
 	} {
 		d, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: aws.String(tc.name)})
 		if err != nil {
@@ -51,8 +51,8 @@ func TestProvisionedTablesMatchTheTemplate(t *testing.T) {
 		if hasStream != tc.stream || (tc.stream && s.StreamViewType != ddbtypes.StreamViewTypeNewImage) {
 			t.Errorf("%s stream = %+v, want stream=%v NEW_IMAGE", tc.name, s, tc.stream)
 		}
-		if tc.stream && aws.ToString(d.Table.LatestStreamArn) != env.Get(localenv.OutboxStreamArn) {
-			t.Errorf("stream arn %q != output %q", aws.ToString(d.Table.LatestStreamArn), env.Get(localenv.OutboxStreamArn))
+		if tc.stream && aws.ToString(d.Table.LatestStreamArn) != env.Get(stackenv.OutboxStreamArn) {
+			t.Errorf("stream arn %q != output %q", aws.ToString(d.Table.LatestStreamArn), env.Get(stackenv.OutboxStreamArn))
 		}
 		ttl, err := db.DescribeTimeToLive(ctx, &dynamodb.DescribeTimeToLiveInput{TableName: aws.String(tc.name)})
 		if err != nil {
@@ -73,7 +73,7 @@ func TestProvisionedQueueIsFIFOWithoutContentDedupAndRedrivesToTheDLQ(t *testing
 	}
 	q := sqsclient.New(cfg)
 	a, err := q.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-		QueueUrl: aws.String(env.Get(localenv.EventsQueueURL)), AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameAll},
+		QueueUrl: aws.String(env.Get(stackenv.EventsQueueURL)), AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameAll},
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -88,14 +88,14 @@ func TestProvisionedQueueIsFIFOWithoutContentDedupAndRedrivesToTheDLQ(t *testing
 	if err := json.Unmarshal([]byte(a.Attributes["RedrivePolicy"]), &rp); err != nil {
 		t.Fatalf("redrive policy %q: %v", a.Attributes["RedrivePolicy"], err)
 	}
-	if rp.Target != env.Get(localenv.EventsDlqArn) {
-		t.Errorf("redrive target %q, want the DLQ %q", rp.Target, env.Get(localenv.EventsDlqArn))
+	if rp.Target != env.Get(stackenv.EventsDlqArn) {
+		t.Errorf("redrive target %q, want the DLQ %q", rp.Target, env.Get(stackenv.EventsDlqArn))
 	}
 	if n, _ := strconv.Atoi(string(trimQuotes(rp.Max))); n < 1 {
 		t.Errorf("maxReceiveCount = %s", rp.Max)
 	}
 	d, err := q.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
-		QueueUrl: aws.String(env.Get(localenv.EventsDlqURL)), AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameFifoQueue},
+		QueueUrl: aws.String(env.Get(stackenv.EventsDlqURL)), AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameFifoQueue},
 	})
 	if err != nil || d.Attributes["FifoQueue"] != "true" {
 		t.Errorf("DLQ is not FIFO: %v %v", d, err)
@@ -119,7 +119,7 @@ func TestClaimConditionTreatsAnExpiredRecordAsAbsent(t *testing.T) {
 		t.Fatal(err)
 	}
 	db := dynamoclient.New(cfg)
-	table := env.Get(localenv.IdemTable)
+	table := env.Get(stackenv.IdemTable)
 	now := time.Now().Unix()
 	put := func(pk string, expires int64) error {
 		_, err := db.PutItem(ctx, &dynamodb.PutItemInput{

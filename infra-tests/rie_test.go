@@ -12,9 +12,9 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/oncepay/oncepay/internal/localenv"
-	"github.com/oncepay/oncepay/internal/pspsim"
-	"github.com/oncepay/oncepay/internal/testenv"
+	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
+	"github.com/oncepay/oncepay/internal/stackenv"
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
 
 // TestAPIBootstrapUnderTheLambdaRuntimeInterfaceEmulator builds the api
@@ -37,9 +37,9 @@ func TestAPIBootstrapUnderTheLambdaRuntimeInterfaceEmulator(t *testing.T) {
 		"AWS_REGION=" + env.Get("AWS_REGION"),
 		"AWS_ENDPOINT_URL=" + env.Get("AWS_ENDPOINT_URL"),
 		"AWS_ENDPOINT_URL_DYNAMODB=" + env.Get("AWS_ENDPOINT_URL_DYNAMODB"),
-		localenv.IdemTable + "=" + table,
-		localenv.LedgerDSN + "=" + dsn,
-		localenv.PSPURL + "=" + psp.URL,
+		stackenv.IdemTable + "=" + table,
+		stackenv.LedgerDSN + "=" + dsn,
+		stackenv.PSPURL + "=" + psp.URL,
 	})
 	ev := events.APIGatewayV2HTTPRequest{
 		Version: "2.0", RouteKey: "POST /payments", RawPath: "/payments",

@@ -16,9 +16,10 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/oncepay/oncepay/internal/localenv"
-	"github.com/oncepay/oncepay/internal/pspsim"
-	"github.com/oncepay/oncepay/internal/testenv"
+	"github.com/oncepay/oncepay/internal/localcloud/localenv"
+	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
+	"github.com/oncepay/oncepay/internal/stackenv"
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
 
 // noInline is the lambdas rule's flag whose CPU cost BenchmarkLambdaWarmInvoke
@@ -124,10 +125,10 @@ func BenchmarkLambdaWarmInvoke(b *testing.B) {
 		"AWS_REGION=" + env.Get("AWS_REGION"),
 		"AWS_ENDPOINT_URL=" + env.Get("AWS_ENDPOINT_URL"),
 		"AWS_ENDPOINT_URL_DYNAMODB=" + env.Get("AWS_ENDPOINT_URL_DYNAMODB"),
-		localenv.IdemTable + "=" + testenv.NewTable(b, db, "pk"),
-		localenv.OutboxTable + "=" + testenv.NewTable(b, db, "event_id"),
-		localenv.LedgerDSN + "=" + dsn,
-		localenv.PSPURL + "=" + psp.URL,
+		stackenv.IdemTable + "=" + testenv.NewTable(b, db, "pk"),
+		stackenv.OutboxTable + "=" + testenv.NewTable(b, db, "event_id"),
+		stackenv.LedgerDSN + "=" + dsn,
+		stackenv.PSPURL + "=" + psp.URL,
 		"ONCEPAY_PSP_API_KEY=sk_test_oncepay_local",
 	}
 

@@ -15,7 +15,7 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/oncepay/oncepay/internal/localenv"
+	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 // Environment variables the handlers read beyond those of internal/localenv.
@@ -31,14 +31,14 @@ const (
 // The handler-facing names, re-exported so a reader of the stack sees every
 // variable a function gets in one package.
 const (
-	EnvIdemTable       = localenv.IdemTable
-	EnvOutboxTable     = localenv.OutboxTable
-	EnvEventsQueueURL  = localenv.EventsQueueURL
-	EnvPushTopicArn    = localenv.PushTopicArn
-	EnvLedgerDSN       = localenv.LedgerDSN
-	EnvLedgerEndpoint  = localenv.LedgerEndpoint
-	EnvLedgerSecretArn = localenv.LedgerSecretArn
-	EnvPSPURL          = localenv.PSPURL
+	EnvIdemTable       = stackenv.IdemTable
+	EnvOutboxTable     = stackenv.OutboxTable
+	EnvEventsQueueURL  = stackenv.EventsQueueURL
+	EnvPushTopicArn    = stackenv.PushTopicArn
+	EnvLedgerDSN       = stackenv.LedgerDSN
+	EnvLedgerEndpoint  = stackenv.LedgerEndpoint
+	EnvLedgerSecretArn = stackenv.LedgerSecretArn
+	EnvPSPURL          = stackenv.PSPURL
 )
 
 // AssetsContextKey names the directory that holds build/<fn>/bootstrap

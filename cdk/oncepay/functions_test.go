@@ -14,9 +14,9 @@ import (
 	"github.com/oncepay/oncepay/cdk/oncepay"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/eventsource"
-	"github.com/oncepay/oncepay/internal/localenv"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 // TestSizings: the numbers the stack derives, read from the one place.
@@ -136,7 +136,7 @@ func TestFunctionEnvironment(t *testing.T) {
 	secret := "${" + s.logicalID(t, st.Psp.Secret) + "}"
 	host := "${" + s.logicalID(t, st.Data.Ledger.Cluster) + ".Endpoint.Address}"
 	dsn := "postgres://oncepay_app@" + host + ":5432/oncepay?sslmode=require"
-	ledger := map[string]string{localenv.LedgerDSN: dsn, localenv.LedgerEndpoint: host, oncepay.EnvLedgerAppUser: "oncepay_app"}
+	ledger := map[string]string{stackenv.LedgerDSN: dsn, stackenv.LedgerEndpoint: host, oncepay.EnvLedgerAppUser: "oncepay_app"}
 	timing := map[string]string{"ONCEPAY_DEADLINE": "5s", "ONCEPAY_CLOCK_MARGIN": "1s", "ONCEPAY_CLIENT_TIMEOUT": "10s",
 		"ONCEPAY_PRESTAMP_WAIT": "500ms", "ONCEPAY_KEY_WINDOW": "1h0m0s"}
 	apiKey := map[string]string{oncepay.EnvPSPAPIKey: "{{resolve:secretsmanager:" + secret + ":SecretString:api_key::}}", oncepay.EnvPSPSecretRevision: "1"}
@@ -150,18 +150,18 @@ func TestFunctionEnvironment(t *testing.T) {
 		return out
 	}
 	// The sandbox's topic fallback, for the worker and the resolver's sweep.
-	push := map[string]string{localenv.PushTopicArn: "${" + s.logicalID(t, st.Data.Push.Topic) + "}", oncepay.EnvPushTopicFallback: "true"}
+	push := map[string]string{stackenv.PushTopicArn: "${" + s.logicalID(t, st.Data.Push.Topic) + "}", oncepay.EnvPushTopicFallback: "true"}
 	cases := map[string]struct {
 		fn   *oncepay.GoFunction
 		want map[string]string
 	}{
-		"api": {st.Api.Function, join(ledger, timing, apiKey, map[string]string{localenv.IdemTable: claims, localenv.OutboxTable: outbox})},
+		"api": {st.Api.Function, join(ledger, timing, apiKey, map[string]string{stackenv.IdemTable: claims, stackenv.OutboxTable: outbox})},
 		"relay": {st.Relay.Function, map[string]string{
-			localenv.EventsQueueURL: "${" + s.logicalID(t, st.Data.Events.Queue) + "}"}},
+			stackenv.EventsQueueURL: "${" + s.logicalID(t, st.Data.Events.Queue) + "}"}},
 		"worker":   {st.Worker.Function, join(ledger, push)},
-		"resolver": {st.Resolver, join(ledger, timing, apiKey, map[string]string{localenv.IdemTable: claims, localenv.OutboxTable: outbox})},
+		"resolver": {st.Resolver, join(ledger, timing, apiKey, map[string]string{stackenv.IdemTable: claims, stackenv.OutboxTable: outbox})},
 		"webhook": {st.Webhook, join(ledger, map[string]string{
-			localenv.OutboxTable: outbox, oncepay.EnvPSPSecretRevision: "1",
+			stackenv.OutboxTable: outbox, oncepay.EnvPSPSecretRevision: "1",
 			oncepay.EnvWebhookSecret: "{{resolve:secretsmanager:" + secret + ":SecretString:webhook_secret::}}"})},
 	}
 	for name, c := range cases {
@@ -172,7 +172,7 @@ func TestFunctionEnvironment(t *testing.T) {
 		})
 	}
 	m := env(st.Migration.Function)
-	if m[localenv.LedgerSecretArn] != "${"+s.logicalID(t, st.Data.Ledger.Secret)+"}" || m[localenv.LedgerEndpoint] != host ||
+	if m[stackenv.LedgerSecretArn] != "${"+s.logicalID(t, st.Data.Ledger.Secret)+"}" || m[stackenv.LedgerEndpoint] != host ||
 		m[oncepay.EnvLedgerAppUser] != "oncepay_app" || m["PARAMETERS_SECRETS_EXTENSION_HTTP_PORT"] != "2773" {
 		t.Errorf("migrate environment: %s", show(m))
 	}
@@ -516,8 +516,8 @@ func TestLedgerAccess(t *testing.T) {
 			t.Errorf("cluster ingress from %v, want %v", cluster, wantCluster)
 		}
 		vars := propsOf(t, s.json, s.logicalID(t, st.Api.Function.Function))["Environment"].(map[string]any)["Variables"].(map[string]any)
-		if !jsonEqual(vars[localenv.LedgerEndpoint], getAtt(proxy, "Endpoint")) {
-			t.Errorf("api connects to %s, want the proxy", show(vars[localenv.LedgerEndpoint]))
+		if !jsonEqual(vars[stackenv.LedgerEndpoint], getAtt(proxy, "Endpoint")) {
+			t.Errorf("api connects to %s, want the proxy", show(vars[stackenv.LedgerEndpoint]))
 		}
 		if g := grantsOf(s.json, s.logicalID(t, l.ProxyRole))["rds-db:connect"]; len(g) != 1 || !strings.HasSuffix(g[0], "/oncepay_app") {
 			t.Errorf("proxy role rds-db:connect %v", g)

@@ -10,7 +10,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/oncepay/oncepay/cdk/oncepay"
-	"github.com/oncepay/oncepay/internal/localenv"
+	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 func TestClaimTable(t *testing.T) {
@@ -226,7 +226,7 @@ func TestOutputs(t *testing.T) {
 	queue, dlq := s.logicalID(t, d.Events.Queue), s.logicalID(t, d.Events.Dlq)
 	api := s.logicalID(t, s.stack.Api.HttpApi)
 	url := "https://${" + api + "}.execute-api.${AWS::Region}.${AWS::URLSuffix}/"
-	// The provisioner's contract (internal/localenv.OutputVars): a plain Ref
+	// The provisioner's contract (internal/stackenv.OutputVars): a plain Ref
 	// or GetAtt it can resolve against the local cloud.
 	want := map[string]any{
 		"IdemTableName":   ref(claims),
@@ -284,8 +284,8 @@ func TestOutputs(t *testing.T) {
 	}
 	for _, local := range []string{"IdemTableName", "OutboxTableName", "OutboxStreamArn", "EventsQueueUrl", "EventsQueueArn",
 		"EventsDlqUrl", "EventsDlqArn", "PushTopicArn", "LedgerSecretArn", "LedgerEndpoint"} {
-		if _, ok := localenv.OutputVars[local]; !ok {
-			t.Errorf("output %s is not in localenv.OutputVars", local)
+		if _, ok := stackenv.OutputVars[local]; !ok {
+			t.Errorf("output %s is not in stackenv.OutputVars", local)
 		}
 	}
 	if alb := synthALB(t); alb.stack.Alb != nil {

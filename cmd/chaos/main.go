@@ -12,7 +12,7 @@ import (
 	"os"
 	"os/signal"
 
-	"github.com/oncepay/oncepay/internal/chaos"
+	"github.com/oncepay/oncepay/internal/testkit/chaos"
 )
 
 func main() {

@@ -18,10 +18,11 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/frontdoor"
 	"github.com/oncepay/oncepay/internal/ids"
-	"github.com/oncepay/oncepay/internal/localenv"
-	"github.com/oncepay/oncepay/internal/story"
+	"github.com/oncepay/oncepay/internal/localcloud/frontdoor"
+	"github.com/oncepay/oncepay/internal/localcloud/localenv"
+	"github.com/oncepay/oncepay/internal/stackenv"
+	"github.com/oncepay/oncepay/internal/testkit/story"
 )
 
 func main() {
@@ -55,7 +56,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	door, sim := env.Get(localenv.FrontDoorURL), env.Get(localenv.PSPURL)
+	door, sim := env.Get(stackenv.FrontDoorURL), env.Get(stackenv.PSPURL)
 	key := fmt.Sprintf("demo-%d", time.Now().UnixNano())
 	pid := ids.PaymentID(ids.Scope("u1", key))
 

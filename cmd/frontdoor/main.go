@@ -15,8 +15,8 @@ import (
 
 	"github.com/oncepay/oncepay/internal/api"
 	"github.com/oncepay/oncepay/internal/boot"
-	"github.com/oncepay/oncepay/internal/frontdoor"
-	"github.com/oncepay/oncepay/internal/localenv"
+	"github.com/oncepay/oncepay/internal/localcloud/frontdoor"
+	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 )
 
 func main() {

@@ -17,8 +17,9 @@ import (
 	"github.com/oncepay/oncepay/internal/awsclient/fullconfig"
 	"github.com/oncepay/oncepay/internal/awsclient/snsclient"
 	"github.com/oncepay/oncepay/internal/awsclient/sqsclient"
-	"github.com/oncepay/oncepay/internal/localcloud"
-	"github.com/oncepay/oncepay/internal/localenv"
+	"github.com/oncepay/oncepay/internal/localcloud/localenv"
+	"github.com/oncepay/oncepay/internal/localcloud/provision"
+	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 func main() {
@@ -37,7 +38,7 @@ func run(ctx context.Context, args []string) error {
 		return err
 	}
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
-	c := localcloud.Config{StateDir: filepath.Join(root, ".local"), Log: os.Stdout}
+	c := provision.Config{StateDir: filepath.Join(root, ".local"), Log: os.Stdout}
 	fs.StringVar(&c.Template, "template", filepath.Join(root, "cdk.out", "Oncepay.template.json"), "synthesized template")
 	fs.StringVar(&c.StackName, "stack", "Oncepay", "stack name (the outputs file's key)")
 	fs.StringVar(&c.Region, "region", "us-east-1", "region the emulators use")
@@ -54,7 +55,7 @@ func run(ctx context.Context, args []string) error {
 	}
 	switch args[0] {
 	case "up":
-		if _, err := localcloud.Up(ctx, c); err != nil {
+		if _, err := provision.Up(ctx, c); err != nil {
 			return err
 		}
 		fmt.Println("localcloud: provisioned; environment in .local/env, outputs in .local/outputs.json")
@@ -67,7 +68,7 @@ func run(ctx context.Context, args []string) error {
 		if err := env.Export(); err != nil {
 			return err
 		}
-		phys, err := localcloud.ReadResources(c.StateDir)
+		phys, err := provision.ReadResources(c.StateDir)
 		if err != nil {
 			return err
 		}
@@ -75,13 +76,13 @@ func run(ctx context.Context, args []string) error {
 		if err != nil {
 			return err
 		}
-		p := &localcloud.Provisioner{DynamoDB: dynamoclient.New(cfg), SQS: sqsclient.New(cfg), SNS: snsclient.New(cfg)}
+		p := &provision.Provisioner{DynamoDB: dynamoclient.New(cfg), SQS: sqsclient.New(cfg), SNS: snsclient.New(cfg)}
 		out, err := p.Describe(ctx, phys)
 		if err != nil {
 			return err
 		}
 		fmt.Print(out)
-		fmt.Printf("postgres ledger %s\n", env.Get(localenv.LedgerDSN))
+		fmt.Printf("postgres ledger %s\n", env.Get(stackenv.LedgerDSN))
 		return nil
 	}
 	return fmt.Errorf("localcloud: unknown command %q", args[0])

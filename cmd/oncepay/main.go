@@ -21,8 +21,9 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/client"
-	"github.com/oncepay/oncepay/internal/frontdoor"
-	"github.com/oncepay/oncepay/internal/localenv"
+	"github.com/oncepay/oncepay/internal/localcloud/frontdoor"
+	"github.com/oncepay/oncepay/internal/localcloud/localenv"
+	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 const usage = `oncepay: a buyer's client for the oncepay payment API.
@@ -109,7 +110,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 		fmt.Fprintf(fs.Output(), "usage of oncepay %s (see 'oncepay help' for the rules):\n", cmd)
 		fs.PrintDefaults()
 	}
-	baseURL := fs.String("url", envOr(localenv.FrontDoorURL, "http://127.0.0.1:8080"), "the API's base URL")
+	baseURL := fs.String("url", envOr(stackenv.FrontDoorURL, "http://127.0.0.1:8080"), "the API's base URL")
 	token := fs.String("token", os.Getenv("ONCEPAY_TOKEN"), "bearer token (default $ONCEPAY_TOKEN)")
 	journalPath := fs.String("journal", os.Getenv("ONCEPAY_JOURNAL"), "the journal file (default $ONCEPAY_JOURNAL, else one per user: see 'oncepay help')")
 	journalWait := fs.Duration("journal-wait", 5*time.Second, "how long to wait for another oncepay process to let go of the journal")

@@ -22,7 +22,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/pspsim"
+	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
 )
 
 func main() {

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/event"
-	"github.com/oncepay/oncepay/internal/harness"
 	"github.com/oncepay/oncepay/internal/inbox"
+	"github.com/oncepay/oncepay/internal/localcloud/harness"
 )
 
 // BenchmarkRelayToWorker measures events per second from the outbox table to

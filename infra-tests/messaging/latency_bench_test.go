@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/harness"
 	"github.com/oncepay/oncepay/internal/inbox"
+	"github.com/oncepay/oncepay/internal/localcloud/harness"
 )
 
 // BenchmarkOutboxToPush times one event at a time from the outbox put (the

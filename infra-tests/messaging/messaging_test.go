@@ -16,10 +16,10 @@ import (
 
 	"github.com/oncepay/oncepay/internal/event"
 	"github.com/oncepay/oncepay/internal/eventsource"
-	"github.com/oncepay/oncepay/internal/harness"
 	"github.com/oncepay/oncepay/internal/inbox"
+	"github.com/oncepay/oncepay/internal/localcloud/harness"
 	"github.com/oncepay/oncepay/internal/outbox"
-	"github.com/oncepay/oncepay/internal/testenv"
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
 
 var errCrash = errors.New("injected crash")

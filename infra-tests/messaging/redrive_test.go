@@ -12,12 +12,12 @@ import (
 
 	"github.com/oncepay/oncepay/internal/event"
 	"github.com/oncepay/oncepay/internal/eventsource"
-	"github.com/oncepay/oncepay/internal/harness"
 	"github.com/oncepay/oncepay/internal/inbox"
+	"github.com/oncepay/oncepay/internal/localcloud/harness"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/relay"
-	"github.com/oncepay/oncepay/internal/testenv"
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
 
 // breakableSQS fails every send while broken is set: SQS unreachable.

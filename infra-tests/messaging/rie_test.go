@@ -7,11 +7,11 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"github.com/aws/aws-sdk-go-v2/aws"
 
-	"github.com/oncepay/oncepay/internal/harness"
 	"github.com/oncepay/oncepay/internal/inbox"
-	"github.com/oncepay/oncepay/internal/localenv"
+	"github.com/oncepay/oncepay/internal/localcloud/harness"
 	"github.com/oncepay/oncepay/internal/notify"
-	"github.com/oncepay/oncepay/internal/testenv"
+	"github.com/oncepay/oncepay/internal/stackenv"
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
 
 // The relay and worker bootstraps that deploy, run under the Lambda Runtime
@@ -32,7 +32,7 @@ func TestRelayAndWorkerBootstrapsUnderTheLambdaRuntimeInterfaceEmulator(t *testi
 		t.Fatal(err)
 	}
 
-	relayFn := testenv.Lambda(t, "relay", append(common, localenv.EventsQueueURL+"="+w.queue.URL))
+	relayFn := testenv.Lambda(t, "relay", append(common, stackenv.EventsQueueURL+"="+w.queue.URL))
 	var stream events.DynamoDBEvent
 	stream.Records = []events.DynamoDBEventRecord{{
 		EventName: "INSERT", EventSource: "aws:dynamodb", AWSRegion: env.Get("AWS_REGION"),
@@ -54,7 +54,7 @@ func TestRelayAndWorkerBootstrapsUnderTheLambdaRuntimeInterfaceEmulator(t *testi
 
 	pool, dsn := testenv.Ledger(t) // the worker's own database, at this tree's schema
 	// The sandbox's topic fallback: the watched topic is where a device-less push goes.
-	workerFn := testenv.Lambda(t, "worker", append(common, localenv.LedgerDSN+"="+dsn, localenv.PushTopicArn+"="+w.topic, notify.EnvTopicFallback+"=true"))
+	workerFn := testenv.Lambda(t, "worker", append(common, stackenv.LedgerDSN+"="+dsn, stackenv.PushTopicArn+"="+w.topic, notify.EnvTopicFallback+"=true"))
 	sqsEv := events.SQSEvent{Records: []events.SQSMessage{{
 		MessageId: aws.ToString(msgs[0].MessageId), Body: aws.ToString(msgs[0].Body), EventSource: "aws:sqs",
 		Attributes: map[string]string{"MessageGroupId": "m1", "ApproximateReceiveCount": "1"},

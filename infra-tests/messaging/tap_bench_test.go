@@ -17,8 +17,8 @@ import (
 	"github.com/oncepay/oncepay/internal/clock"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/event"
-	"github.com/oncepay/oncepay/internal/harness"
-	"github.com/oncepay/oncepay/internal/worldtest"
+	"github.com/oncepay/oncepay/internal/localcloud/harness"
+	"github.com/oncepay/oncepay/internal/testkit/worldtest"
 )
 
 // BenchmarkTapToPush times the whole walk of a payment, one tap at a time:

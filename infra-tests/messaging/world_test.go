@@ -22,15 +22,15 @@ import (
 
 	"github.com/oncepay/oncepay/internal/event"
 	"github.com/oncepay/oncepay/internal/eventsource"
-	"github.com/oncepay/oncepay/internal/harness"
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/inbox"
+	"github.com/oncepay/oncepay/internal/localcloud/harness"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/relay"
-	"github.com/oncepay/oncepay/internal/testenv"
-	"github.com/oncepay/oncepay/internal/worldtest"
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
+	"github.com/oncepay/oncepay/internal/testkit/worldtest"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -14,8 +14,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/oncepay/oncepay/internal/config"
+	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
 	"github.com/oncepay/oncepay/internal/psp"
-	"github.com/oncepay/oncepay/internal/pspsim"
 )
 
 // samples collects per-operation latencies; the benchmarks report their

@@ -13,8 +13,8 @@ import (
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
 	"github.com/oncepay/oncepay/internal/config"
-	"github.com/oncepay/oncepay/internal/frontdoor"
 	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/localcloud/frontdoor"
 )
 
 // sweepClients are the concurrency levels of BenchmarkConcurrency.

@@ -15,13 +15,13 @@ import (
 	"github.com/oncepay/oncepay/internal/api"
 	"github.com/oncepay/oncepay/internal/awsclient"
 	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
-	"github.com/oncepay/oncepay/internal/callcount"
 	"github.com/oncepay/oncepay/internal/idem"
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
 	"github.com/oncepay/oncepay/internal/outbox"
-	"github.com/oncepay/oncepay/internal/pspsim"
-	"github.com/oncepay/oncepay/internal/testenv"
+	"github.com/oncepay/oncepay/internal/testkit/callcount"
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
 
 // countedWorld rebuilds w's DynamoDB client and ledger pool with a call

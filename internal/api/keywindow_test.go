@@ -9,7 +9,7 @@ import (
 	"github.com/oncepay/oncepay/internal/idem"
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/ledger"
-	"github.com/oncepay/oncepay/internal/worldtest"
+	"github.com/oncepay/oncepay/internal/testkit/worldtest"
 )
 
 // Issue 13 defect 7: the owner charged and died; the buyer comes back a day

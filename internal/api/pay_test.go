@@ -16,8 +16,8 @@ import (
 	"github.com/oncepay/oncepay/internal/idem"
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
 	"github.com/oncepay/oncepay/internal/metrics"
-	"github.com/oncepay/oncepay/internal/pspsim"
 )
 
 func TestFirstPaymentChargesOnceAndTheRepeatReplays(t *testing.T) {

@@ -18,11 +18,11 @@ import (
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/idem"
 	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/psp"
-	"github.com/oncepay/oncepay/internal/pspsim"
-	"github.com/oncepay/oncepay/internal/worldtest"
+	"github.com/oncepay/oncepay/internal/testkit/worldtest"
 )
 
 // world is one payment API over real parts: DynamoDB Local (a table of the

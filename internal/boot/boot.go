@@ -19,9 +19,9 @@ import (
 	"github.com/oncepay/oncepay/internal/awsclient"
 	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
 	"github.com/oncepay/oncepay/internal/idem"
-	"github.com/oncepay/oncepay/internal/localenv"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/psp"
+	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 // Logger returns the JSON logger every function writes to stdout with, tagged
@@ -47,7 +47,7 @@ func AWS(ctx context.Context) (aws.Config, error) { return awsclient.Config(ctx)
 
 // Claims returns the key record store over ONCEPAY_IDEM_TABLE.
 func Claims(cfg aws.Config) (*idem.Store, error) {
-	table, err := Require(localenv.IdemTable)
+	table, err := Require(stackenv.IdemTable)
 	if err != nil {
 		return nil, err
 	}
@@ -57,7 +57,7 @@ func Claims(cfg aws.Config) (*idem.Store, error) {
 // Ledger returns a pool to the ledger at ONCEPAY_LEDGER_DSN. The pool is
 // small: a Lambda instance serves one request at a time.
 func Ledger(ctx context.Context) (*pgxpool.Pool, error) {
-	dsn, err := Require(localenv.LedgerDSN)
+	dsn, err := Require(stackenv.LedgerDSN)
 	if err != nil {
 		return nil, err
 	}
@@ -116,16 +116,16 @@ func PSP(log *slog.Logger) (*psp.Client, error) {
 		// and a deployment sets the variable from Secrets Manager.
 		key = "sk_test_oncepay_local"
 	}
-	return psp.New(psp.Config{APIKey: key, BaseURL: os.Getenv(localenv.PSPURL), Logger: log})
+	return psp.New(psp.Config{APIKey: key, BaseURL: os.Getenv(stackenv.PSPURL), Logger: log})
 }
 
 // Outbox returns the outbox publisher over ONCEPAY_OUTBOX_TABLE, or nil when
 // the variable is unset: events are then left to the resolver's sweep, and
 // the gap is logged.
 func Outbox(cfg aws.Config, log *slog.Logger) (*outbox.Publisher, error) {
-	table := os.Getenv(localenv.OutboxTable)
+	table := os.Getenv(stackenv.OutboxTable)
 	if table == "" {
-		log.Warn("no outbox table configured: events are left to the resolver's sweep", "var", localenv.OutboxTable)
+		log.Warn("no outbox table configured: events are left to the resolver's sweep", "var", stackenv.OutboxTable)
 		return nil, nil
 	}
 	pub, err := outbox.NewPublisher(dynamoclient.New(cfg), outbox.Config{Table: table, Logger: log})

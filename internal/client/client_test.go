@@ -17,12 +17,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/apitest"
 	"github.com/oncepay/oncepay/internal/client"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/ids"
-	"github.com/oncepay/oncepay/internal/localenv"
+	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 	"github.com/oncepay/oncepay/internal/payment"
+	"github.com/oncepay/oncepay/internal/testkit/apitest"
 )
 
 var order42 = client.Payment{MerchantID: "m1", OrderID: "42", Amount: 3000, Currency: "USD", PaymentMethod: "pm_card_visa"}

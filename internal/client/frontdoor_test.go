@@ -16,11 +16,12 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/client"
-	"github.com/oncepay/oncepay/internal/frontdoor"
 	"github.com/oncepay/oncepay/internal/ids"
-	"github.com/oncepay/oncepay/internal/localenv"
-	"github.com/oncepay/oncepay/internal/pspsim"
-	"github.com/oncepay/oncepay/internal/testenv"
+	"github.com/oncepay/oncepay/internal/localcloud/frontdoor"
+	"github.com/oncepay/oncepay/internal/localcloud/localenv"
+	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
+	"github.com/oncepay/oncepay/internal/stackenv"
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
 
 // liveStack is the running local cloud's public surface: the front door at
@@ -34,12 +35,12 @@ type liveStack struct {
 func live(t *testing.T) liveStack {
 	t.Helper()
 	env := testenv.Load(t)
-	s := liveStack{door: env.Get(localenv.FrontDoorURL), psp: env.Get(localenv.PSPURL)}
+	s := liveStack{door: env.Get(stackenv.FrontDoorURL), psp: env.Get(stackenv.PSPURL)}
 	if s.door == "" || s.psp == "" {
 		if os.Getenv("CI") != "" {
-			t.Fatalf("CI: %s or %s not set", localenv.FrontDoorURL, localenv.PSPURL)
+			t.Fatalf("CI: %s or %s not set", stackenv.FrontDoorURL, stackenv.PSPURL)
 		}
-		t.Skipf("%s or %s not set (run `make up`)", localenv.FrontDoorURL, localenv.PSPURL)
+		t.Skipf("%s or %s not set (run `make up`)", stackenv.FrontDoorURL, stackenv.PSPURL)
 	}
 	testenv.Reachable(t, "front door", s.door)
 	testenv.Reachable(t, "PSP simulator", s.psp)

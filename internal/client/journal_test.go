@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/apitest"
 	"github.com/oncepay/oncepay/internal/client"
 	"github.com/oncepay/oncepay/internal/config"
+	"github.com/oncepay/oncepay/internal/testkit/apitest"
 )
 
 // cliEnv is the environment for a CLI run with home as the user's home and

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/client"
-	"github.com/oncepay/oncepay/internal/frontdoor"
+	"github.com/oncepay/oncepay/internal/localcloud/frontdoor"
 )
 
 // busyThenPaid answers 409 with retryAfter for the first n requests, then

@@ -9,9 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/apitest"
 	"github.com/oncepay/oncepay/internal/client"
 	"github.com/oncepay/oncepay/internal/config"
+	"github.com/oncepay/oncepay/internal/testkit/apitest"
 )
 
 // slow holds every request for d before it reaches the front door, so taps

@@ -12,7 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/oncepay/oncepay/internal/idem"
-	"github.com/oncepay/oncepay/internal/testenv"
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
 
 func newStore(t *testing.T) (*idem.Store, *dynamodb.Client, string) {

@@ -20,7 +20,7 @@ import (
 	"github.com/oncepay/oncepay/internal/inbox"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/notify"
-	"github.com/oncepay/oncepay/internal/testenv"
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

@@ -10,7 +10,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/event"
 	"github.com/oncepay/oncepay/internal/ledger"
-	"github.com/oncepay/oncepay/internal/testenv"
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
 
 var now = time.Unix(1_800_000_000, 0).UTC()

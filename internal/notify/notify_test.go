@@ -15,9 +15,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 
 	"github.com/oncepay/oncepay/internal/event"
-	"github.com/oncepay/oncepay/internal/harness"
+	"github.com/oncepay/oncepay/internal/localcloud/harness"
 	"github.com/oncepay/oncepay/internal/notify"
-	"github.com/oncepay/oncepay/internal/testenv"
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

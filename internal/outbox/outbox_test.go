@@ -19,7 +19,7 @@ import (
 	"github.com/oncepay/oncepay/internal/event"
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/outbox"
-	"github.com/oncepay/oncepay/internal/testenv"
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))

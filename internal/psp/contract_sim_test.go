@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
 	"github.com/oncepay/oncepay/internal/psp/stripespec"
-	"github.com/oncepay/oncepay/internal/pspsim"
 )
 
 const contractSecret = "whsec_contract"

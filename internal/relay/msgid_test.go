@@ -12,7 +12,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/relay"
-	"github.com/oncepay/oncepay/internal/testenv"
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
 
 // sqsPunctuation is the punctuation SQS's API reference lists for

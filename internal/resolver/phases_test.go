@@ -10,11 +10,11 @@ import (
 
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/outbox"
-	"github.com/oncepay/oncepay/internal/pspsim"
 	"github.com/oncepay/oncepay/internal/resolver"
-	"github.com/oncepay/oncepay/internal/worldtest"
+	"github.com/oncepay/oncepay/internal/testkit/worldtest"
 )
 
 // phasedResolver is World.Resolver with its outbox sweep.

@@ -20,10 +20,10 @@ import (
 	"github.com/oncepay/oncepay/internal/idem"
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
 	"github.com/oncepay/oncepay/internal/psp"
-	"github.com/oncepay/oncepay/internal/pspsim"
 	"github.com/oncepay/oncepay/internal/resolver"
-	"github.com/oncepay/oncepay/internal/worldtest"
+	"github.com/oncepay/oncepay/internal/testkit/worldtest"
 )
 
 var ctx = context.Background()

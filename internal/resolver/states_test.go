@@ -9,7 +9,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/ledger"
-	"github.com/oncepay/oncepay/internal/worldtest"
+	"github.com/oncepay/oncepay/internal/testkit/worldtest"
 )
 
 func bodyWith(pm string) string {

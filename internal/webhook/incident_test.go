@@ -6,8 +6,8 @@ import (
 
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/testkit/worldtest"
 	"github.com/oncepay/oncepay/internal/webhook"
-	"github.com/oncepay/oncepay/internal/worldtest"
 )
 
 // Issue 13 defect 4's last line of defence: the PSP charged (its reply was

@@ -7,8 +7,8 @@ import (
 
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/ledger"
-	"github.com/oncepay/oncepay/internal/pspsim"
-	"github.com/oncepay/oncepay/internal/worldtest"
+	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
+	"github.com/oncepay/oncepay/internal/testkit/worldtest"
 )
 
 // Stripe's refund that answers succeeded and fails later (test card

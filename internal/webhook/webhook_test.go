@@ -16,9 +16,9 @@ import (
 	"github.com/oncepay/oncepay/internal/api"
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/ledger"
-	"github.com/oncepay/oncepay/internal/pspsim"
+	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
+	"github.com/oncepay/oncepay/internal/testkit/worldtest"
 	"github.com/oncepay/oncepay/internal/webhook"
-	"github.com/oncepay/oncepay/internal/worldtest"
 )
 
 var ctx = context.Background()

@@ -28,7 +28,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/boot"
 	"github.com/oncepay/oncepay/internal/ledger/migrations"
-	"github.com/oncepay/oncepay/internal/localenv"
+	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 // physicalID names the one schema this resource stands for.
@@ -68,11 +68,11 @@ var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)
 // adminDSN builds the admin's connection string from the ledger secret
 // (username, password) and the writer's endpoint.
 func adminDSN(ctx context.Context, db string) (string, error) {
-	arn, err := boot.Require(localenv.LedgerSecretArn)
+	arn, err := boot.Require(stackenv.LedgerSecretArn)
 	if err != nil {
 		return "", err
 	}
-	host, err := boot.Require(localenv.LedgerEndpoint)
+	host, err := boot.Require(stackenv.LedgerEndpoint)
 	if err != nil {
 		return "", err
 	}

@@ -11,9 +11,9 @@ import (
 
 	"github.com/oncepay/oncepay/internal/awsclient/sqsclient"
 	"github.com/oncepay/oncepay/internal/boot"
-	"github.com/oncepay/oncepay/internal/localenv"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/relay"
+	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 func main() {
@@ -23,7 +23,7 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	queue, err := boot.Require(localenv.EventsQueueURL)
+	queue, err := boot.Require(stackenv.EventsQueueURL)
 	if err != nil {
 		fail(err)
 	}

@@ -21,9 +21,9 @@ import (
 
 	"github.com/oncepay/oncepay/internal/awsclient/snsclient"
 	"github.com/oncepay/oncepay/internal/boot"
-	"github.com/oncepay/oncepay/internal/localenv"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/notify"
+	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 // TopicFallback reads ONCEPAY_PUSH_TOPIC_FALLBACK: whether a push no device
@@ -48,7 +48,7 @@ func Notifier(cfg aws.Config, pool *pgxpool.Pool, log *slog.Logger, m *metrics.E
 	}
 	nc := notify.Config{Logger: log, Metrics: m}
 	if fallback {
-		if nc.TopicArn, err = boot.Require(localenv.PushTopicArn); err != nil {
+		if nc.TopicArn, err = boot.Require(stackenv.PushTopicArn); err != nil {
 			return nil, err
 		}
 	}

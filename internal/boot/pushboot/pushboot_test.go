@@ -7,8 +7,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 
-	"github.com/oncepay/oncepay/internal/localenv"
 	"github.com/oncepay/oncepay/internal/notify"
+	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 // The fallback is off unless a deployment says "true"; anything else but
@@ -29,7 +29,7 @@ func TestTopicFallbackIsOffUnlessSetTrue(t *testing.T) {
 // With the fallback on, the topic's ARN is required; off, it is not read.
 func TestNotifierNeedsTheTopicOnlyForTheFallback(t *testing.T) {
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
-	t.Setenv(localenv.PushTopicArn, "")
+	t.Setenv(stackenv.PushTopicArn, "")
 	t.Setenv(notify.EnvTopicFallback, "true")
 	if _, err := Notifier(aws.Config{}, nil, log, nil); err == nil {
 		t.Error("fallback on without a topic ARN accepted")

@@ -1,0 +1,226 @@
+package provision
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/sns"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
+	"github.com/oncepay/oncepay/internal/awsclient/fullconfig"
+	"github.com/oncepay/oncepay/internal/awsclient/snsclient"
+	"github.com/oncepay/oncepay/internal/awsclient/sqsclient"
+	"github.com/oncepay/oncepay/internal/ledger/migrations"
+	"github.com/oncepay/oncepay/internal/localcloud/localenv"
+	"github.com/oncepay/oncepay/internal/stackenv"
+)
+
+// Config says where the local cloud listens and where to write its environment.
+type Config struct {
+	Template  string        // path of the synthesized template
+	StateDir  string        // .local
+	StackName string        // the outputs file's top-level key
+	Region    string        // the emulators' region
+	DynamoURL string        // DynamoDB Local (and its streams)
+	AWSURL    string        // moto_server (SQS, SNS); LocalStack's port
+	PGHost    string        // the project's own PostgreSQL cluster
+	PGPort    int           //
+	Database  string        // the ledger database
+	PSPURL    string        // the PSP simulator
+	FrontDoor string        // the local front door
+	Timeout   time.Duration // readiness wait per service
+	Log       io.Writer
+}
+
+// TemplateDB is the migrated, never-connected database tests clone from.
+const TemplateDB = "oncepay_tmpl"
+
+// BaseEnv is the environment that points the SDK at the emulators.
+func (c Config) BaseEnv() localenv.Env {
+	return localenv.Env{
+		"AWS_REGION":                        c.Region,
+		"AWS_ACCESS_KEY_ID":                 "test",
+		"AWS_SECRET_ACCESS_KEY":             "test",
+		"AWS_ENDPOINT_URL":                  c.AWSURL,
+		"AWS_ENDPOINT_URL_DYNAMODB":         c.DynamoURL,
+		"AWS_ENDPOINT_URL_DYNAMODB_STREAMS": c.DynamoURL,
+		stackenv.PSPURL:                     c.PSPURL,
+		stackenv.FrontDoorURL:               c.FrontDoor,
+	}
+}
+
+// DSN returns the connection string of database db on the local cluster.
+func (c Config) DSN(db string) string {
+	return fmt.Sprintf("postgres://postgres@%s:%d/%s?sslmode=disable", c.PGHost, c.PGPort, db)
+}
+
+// Up waits for the emulators and PostgreSQL, provisions the template's
+// resources, migrates the ledger and writes .local/env and .local/outputs.json.
+func Up(ctx context.Context, c Config) (localenv.Env, error) {
+	env := c.BaseEnv()
+	if err := env.Export(); err != nil {
+		return nil, err
+	}
+	cfg, err := fullconfig.Load(ctx)
+	if err != nil {
+		return nil, err
+	}
+	p := &Provisioner{DynamoDB: dynamoclient.New(cfg), SQS: sqsclient.New(cfg), SNS: snsclient.New(cfg), Log: c.Log}
+	if err := c.waitReady(ctx, p); err != nil {
+		return nil, err
+	}
+	t, err := ReadTemplate(c.Template)
+	if err != nil {
+		return nil, err
+	}
+	phys, err := p.Provision(ctx, t)
+	if err != nil {
+		return nil, err
+	}
+	outputs := Outputs(t, phys)
+	outputs["LedgerEndpoint"] = fmt.Sprintf("%s:%d", c.PGHost, c.PGPort)
+	for out, v := range outputs {
+		if name, ok := stackenv.OutputVars[out]; ok {
+			env[name] = v
+		}
+	}
+	env[stackenv.LedgerDSN] = c.DSN(c.Database)
+	for _, db := range []string{c.Database, TemplateDB} {
+		if err := c.ensureDatabase(ctx, db); err != nil {
+			return nil, err
+		}
+		applied, err := migrations.Apply(ctx, c.DSN(db))
+		if err != nil {
+			return nil, fmt.Errorf("localcloud: migrate %s: %w", db, err)
+		}
+		if len(applied) > 0 {
+			p.logf("database %s: applied migrations %v", db, applied)
+		}
+	}
+	if err := c.write(env, outputs, phys); err != nil {
+		return nil, err
+	}
+	return env, nil
+}
+
+func (c Config) waitReady(ctx context.Context, p *Provisioner) error {
+	checks := []struct {
+		name  string
+		check func(context.Context) error
+	}{
+		{"DynamoDB Local at " + c.DynamoURL, func(ctx context.Context) error {
+			_, err := p.DynamoDB.ListTables(ctx, &dynamodb.ListTablesInput{})
+			return err
+		}},
+		{"moto (SQS) at " + c.AWSURL, func(ctx context.Context) error {
+			_, err := p.SQS.ListQueues(ctx, &sqs.ListQueuesInput{})
+			return err
+		}},
+		{"moto (SNS) at " + c.AWSURL, func(ctx context.Context) error {
+			_, err := p.SNS.ListTopics(ctx, &sns.ListTopicsInput{})
+			return err
+		}},
+		{fmt.Sprintf("PostgreSQL at %s:%d", c.PGHost, c.PGPort), func(ctx context.Context) error {
+			conn, err := pgx.Connect(ctx, c.DSN("postgres"))
+			if err != nil {
+				return err
+			}
+			return conn.Close(ctx)
+		}},
+	}
+	for _, ch := range checks {
+		deadline := time.Now().Add(c.Timeout)
+		for {
+			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+			err := ch.check(cctx)
+			cancel()
+			if err == nil {
+				break
+			}
+			if time.Now().After(deadline) {
+				return fmt.Errorf("localcloud: %s not ready after %s (is `make up` running it? see .local/logs): %w", ch.name, c.Timeout, err)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	return nil
+}
+
+func (c Config) ensureDatabase(ctx context.Context, db string) error {
+	conn, err := pgx.Connect(ctx, c.DSN("postgres"))
+	if err != nil {
+		return fmt.Errorf("localcloud: connect: %w", err)
+	}
+	defer conn.Close(ctx)
+	var exists bool
+	if err := conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", db).Scan(&exists); err != nil {
+		return fmt.Errorf("localcloud: look up database %s: %w", db, err)
+	}
+	if exists {
+		return nil
+	}
+	if _, err := conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{db}.Sanitize()); err != nil {
+		return fmt.Errorf("localcloud: create database %s: %w", db, err)
+	}
+	return nil
+}
+
+// ResourcesFile holds the physical resources by logical id, for Describe.
+const ResourcesFile = "resources.json"
+
+func (c Config) write(env localenv.Env, outputs map[string]string, phys map[string]Physical) error {
+	if err := os.MkdirAll(c.StateDir, 0o755); err != nil {
+		return fmt.Errorf("localcloud: %w", err)
+	}
+	if err := writeAtomic(filepath.Join(c.StateDir, "env"), []byte(env.Format())); err != nil {
+		return err
+	}
+	out, err := json.MarshalIndent(map[string]map[string]string{c.StackName: outputs}, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := writeAtomic(filepath.Join(c.StateDir, "outputs.json"), append(out, '\n')); err != nil {
+		return err
+	}
+	res, err := json.MarshalIndent(phys, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeAtomic(filepath.Join(c.StateDir, ResourcesFile), append(res, '\n'))
+}
+
+// ReadResources loads what the last Up provisioned.
+func ReadResources(stateDir string) (map[string]Physical, error) {
+	b, err := os.ReadFile(filepath.Join(stateDir, ResourcesFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, localenv.ErrNotProvisioned
+	}
+	if err != nil {
+		return nil, fmt.Errorf("localcloud: %w", err)
+	}
+	var phys map[string]Physical
+	if err := json.Unmarshal(b, &phys); err != nil {
+		return nil, fmt.Errorf("localcloud: %s: %w", ResourcesFile, err)
+	}
+	return phys, nil
+}
+
+func writeAtomic(path string, b []byte) error {
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return fmt.Errorf("localcloud: write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("localcloud: %w", err)
+	}
+	return nil
+}

@@ -1,0 +1,37 @@
+// Package stackenv names the environment variables the stack gives its
+// functions and the local cloud writes for tests and tools: one list, so the
+// CDK code, the deployed handlers and the local cloud cannot drift apart.
+// It holds names only; reading a local cloud's values is localcloud/localenv.
+package stackenv
+
+// The variables the provisioner writes and the handlers read. The stack's
+// outputs map onto them one to one (see OutputVars).
+const (
+	IdemTable       = "ONCEPAY_IDEM_TABLE"
+	OutboxTable     = "ONCEPAY_OUTBOX_TABLE"
+	OutboxStreamArn = "ONCEPAY_OUTBOX_STREAM_ARN"
+	EventsQueueURL  = "ONCEPAY_EVENTS_QUEUE_URL"
+	EventsQueueArn  = "ONCEPAY_EVENTS_QUEUE_ARN"
+	EventsDlqURL    = "ONCEPAY_EVENTS_DLQ_URL"
+	EventsDlqArn    = "ONCEPAY_EVENTS_DLQ_ARN"
+	PushTopicArn    = "ONCEPAY_PUSH_TOPIC_ARN"
+	LedgerSecretArn = "ONCEPAY_LEDGER_SECRET_ARN"
+	LedgerEndpoint  = "ONCEPAY_LEDGER_ENDPOINT"
+	LedgerDSN       = "ONCEPAY_LEDGER_DSN"
+	PSPURL          = "ONCEPAY_PSP_URL"
+	FrontDoorURL    = "ONCEPAY_FRONTDOOR_URL"
+)
+
+// OutputVars maps each stack output id to the variable that carries it.
+var OutputVars = map[string]string{
+	"IdemTableName":   IdemTable,
+	"OutboxTableName": OutboxTable,
+	"OutboxStreamArn": OutboxStreamArn,
+	"EventsQueueUrl":  EventsQueueURL,
+	"EventsQueueArn":  EventsQueueArn,
+	"EventsDlqUrl":    EventsDlqURL,
+	"EventsDlqArn":    EventsDlqArn,
+	"PushTopicArn":    PushTopicArn,
+	"LedgerSecretArn": LedgerSecretArn,
+	"LedgerEndpoint":  LedgerEndpoint,
+}

@@ -1,0 +1,864 @@
+// Package chaos runs randomized fault schedules over the whole payment path
+// (internal/story's World: the real handlers over the local cloud, on a fake
+// clock) and checks, after quiescence, the invariants effectively-once
+// rests on. A schedule is a function of its seed: the same seed draws the
+// same payments, the same front door and wire shapes, the same interleaving
+// of requests, clock moves, hop runs and faults, so a failing seed replays
+// when run again with that seed (each hop runs one thing at a time,
+// story.Options.Serial).
+//
+// The fault model: crashes and pauses at every hop's crash points; the
+// PSP's lost replies, 5xx, dropped requests, duplicated and lost webhooks,
+// and its API key refused for a while (401/403); downstream outages that
+// outlast every retry and then recover (the relay's SQS sends, the
+// worker's SNS publishes, the key-record store); ambiguous ledger commits
+// (internal/faultnet: the statement committed, its reply lost); queue
+// redeliveries; refunds; and every request through one of the two front
+// doors' event shapes. Coverage counts what FIRED, never what was armed.
+package chaos
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/api"
+	"github.com/oncepay/oncepay/internal/event"
+	"github.com/oncepay/oncepay/internal/ids"
+	"github.com/oncepay/oncepay/internal/inbox"
+	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
+	"github.com/oncepay/oncepay/internal/resolver"
+	"github.com/oncepay/oncepay/internal/testkit/faultnet"
+	"github.com/oncepay/oncepay/internal/testkit/story"
+)
+
+// The crash and fault points a schedule can hit; Result.Covered counts the
+// times each one fired.
+const (
+	APIAfterClaim         = "api.AfterClaim"
+	APIAfterPendingInsert = "api.AfterPendingInsert"
+	APIAfterPSPReply      = "api.AfterPSPReply"
+	APIBeforeComplete     = "api.BeforeComplete"
+	APIPaused             = "api.paused-owner"
+	ResolverAfterAnswer   = "resolver.AfterPSPAnswer"
+	RelayAfterSend        = "relay.crash-after-send"
+	WorkerBeforeEvent     = "worker.BeforeEvent"
+	WorkerAfterCommit     = "worker.AfterCommit"
+	WorkerAfterPush       = "worker.AfterPush"
+	PSPLoseReply          = "psp.lose_reply"
+	PSPError5xx           = "psp.error_5xx"
+	PSPDropBefore         = "psp.drop_before"
+	PSPUnauthorized       = "psp.unauthorized" // a call refused 401 while the API key is broken
+	PSPForbidden          = "psp.forbidden"    // a call refused 403
+	WebhookDuplicate      = "webhook.duplicate"
+	WebhookDrop           = "webhook.drop"
+	QueueRedelivery       = "queue.redelivery"
+	SQSDown               = "sqs.send-down"        // a relay send failed in an SQS outage
+	SNSDown               = "sns.publish-down"     // a worker publish failed in an SNS outage
+	KeyStoreDown          = "dynamodb.claims-down" // a key-record call failed in a DynamoDB outage
+	LedgerReplyLost       = "ledger.reply-lost"    // a ledger round trip ran, its reply was lost (any statement)
+	// Outcomes, not faults the runner arms: the give-up paths.
+	// RelayGaveUp: the stream mapping discarded records after every retry
+	// (the outbox sweep must re-drive them). QueueDeadLettered: five failed
+	// deliveries moved an event to the DLQ and quiescence redrove it.
+	RelayGaveUp       = "relay.gave-up"
+	QueueDeadLettered = "queue.dead-lettered"
+)
+
+// Points lists every point and outcome a long run must reach, for the
+// coverage report. QueueDeadLettered is counted but not required: since a
+// credit no longer waits on its push, only a worker that fails five times
+// in a row before its commit reaches the DLQ, which schedules rarely draw.
+var Points = []string{APIAfterClaim, APIAfterPendingInsert, APIAfterPSPReply, APIBeforeComplete, APIPaused,
+	ResolverAfterAnswer, RelayAfterSend, WorkerBeforeEvent, WorkerAfterCommit, WorkerAfterPush,
+	PSPLoseReply, PSPError5xx, PSPDropBefore, PSPUnauthorized, PSPForbidden, WebhookDuplicate, WebhookDrop,
+	QueueRedelivery, SQSDown, SNSDown, KeyStoreDown, LedgerReplyLost, RelayGaveUp}
+
+// netStatements are the statement kinds an ambiguous commit is armed on
+// ("" is any statement): the API's and the resolver's settle transactions
+// and the worker's commit (COMMIT), the durable guard's insert, the CAS
+// moves, the refund intent and the inbox row.
+var netStatements = []string{"COMMIT", "INSERT INTO payments", "UPDATE payments", "INSERT INTO refunds", "UPDATE refunds", "INSERT INTO processed", ""}
+
+// pspPoint maps a simulator fault kind to its point.
+var pspPoint = map[pspsim.FaultKind]string{
+	pspsim.FaultLoseReply: PSPLoseReply, pspsim.FaultError5xx: PSPError5xx, pspsim.FaultDropBefore: PSPDropBefore,
+	pspsim.FaultUnauthorized: PSPUnauthorized, pspsim.FaultForbidden: PSPForbidden,
+	pspsim.FaultWebhookDuplicate: WebhookDuplicate, pspsim.FaultWebhookDrop: WebhookDrop,
+}
+
+// Result is what one schedule did and found.
+type Result struct {
+	Seed       uint64
+	Payments   int
+	Steps      int
+	Door       string         // the front door its requests came through
+	Covered    map[string]int // crash and fault points that fired
+	Violations []string
+	Trace      []string // the schedule, step by step
+	NotQuiet   bool     // the world never quiesced after it
+}
+
+// Runner plays schedules on one World, one after another. Each schedule
+// uses callers, keys and merchants of its own, so schedules never meet.
+type Runner struct {
+	w   *story.World
+	out *outages // nil: the world has no outage wrappers
+
+	mu     sync.Mutex
+	plan   *schedule // the schedule being played
+	paused map[string]*pausedReq
+}
+
+// NewRunner returns a Runner on w, which should be built with
+// story.Options{Serial: true} so schedules replay. A world built without
+// the runner's outage wrappers and faultnet proxy (RunMany builds worlds
+// with both) plays the same schedules without those faults firing.
+func NewRunner(w *story.World) *Runner { return newRunner(w, nil) }
+
+func newRunner(w *story.World, out *outages) *Runner {
+	r := &Runner{w: w, out: out, paused: map[string]*pausedReq{}}
+	w.SetAPIHooks(api.Hooks{
+		AfterClaim:         r.apiHook(APIAfterClaim),
+		AfterPendingInsert: r.apiHook(APIAfterPendingInsert),
+		AfterPSPReply:      r.apiHook(APIAfterPSPReply),
+		BeforeComplete:     r.apiHook(APIBeforeComplete),
+	})
+	return r
+}
+
+// newWorld builds a world with every fault the runner injects wired in.
+func newWorld(ctx context.Context, opts story.Options) (*Runner, error) {
+	out := newOutages()
+	opts.FaultNet = true
+	opts.FreshPSPConnections = true
+	out.install(&opts)
+	w, err := story.New(ctx, opts)
+	if err != nil {
+		return nil, err
+	}
+	return newRunner(w, out), nil
+}
+
+// payment is one payment of a schedule: a caller's key and the request's
+// meaning.
+type payment struct {
+	caller, key, merchant string
+	amount                int64
+	pid                   string
+	body, reuse           string // the request; the same key with another amount
+	refundKey             string // the refund request's own Idempotency-Key
+}
+
+// answer is one API answer the schedule saw (or, kind "record", the answer
+// the key record stores for every later retry).
+type answer struct {
+	step   int
+	p      *payment
+	kind   string // pay, reuse, late, resolve, zombie, refund, again, record
+	other  bool   // sent with the other amount (the reuse body)
+	status int
+	state  string
+	charge string
+	ptype  string // the problem type of an error answer
+}
+
+type schedule struct {
+	seed     uint64
+	rng      *rand.Rand
+	door     frontDoor
+	payments []*payment
+	answers  []answer
+	states   map[string]string // payment id -> last seen state
+	covered  map[string]int
+	trace    []string
+	viol     []string
+	step     int
+	// workerCrash is the crash point armed for the next worker run,
+	// resolverCrash for the next resolver run.
+	workerCrash   string
+	resolverCrash bool
+	notQuiet      bool
+	// pspArmed is the simulator fault uses armed, per kind: what is left
+	// of them at quiescence did not fire.
+	pspArmed map[pspsim.FaultKind]int
+	// charges and refunds the simulator held before the schedule began:
+	// later ones are the schedule's.
+	chargesBefore, refundsBefore int
+	endClock                     time.Time // the clock when the last step ended
+	discarded                    int       // the stream's discarded records before the schedule
+}
+
+// plan keys a request's crash point into its context.
+type planKey struct{}
+
+type reqPlan struct {
+	point string // where it crashes or pauses
+	pause chan struct{}
+	at    chan struct{} // closed when the request reaches the pause
+}
+
+type pausedReq struct {
+	p    *payment
+	plan *reqPlan
+	done chan paused
+}
+
+type paused struct {
+	resp api.Response
+	how  string
+	err  error
+}
+
+func (r *Runner) apiHook(point string) func(context.Context) error {
+	return func(ctx context.Context) error {
+		pl, _ := ctx.Value(planKey{}).(*reqPlan)
+		if pl == nil || pl.point != point {
+			return nil
+		}
+		pl.point = "" // once: a takeover in the same request runs on
+		if pl.pause != nil {
+			close(pl.at)
+			<-pl.pause
+			return nil
+		}
+		r.cover(point)
+		return api.ErrCrash
+	}
+}
+
+func (r *Runner) cover(point string) {
+	r.coverN(point, 1)
+}
+
+func (r *Runner) coverN(point string, n int) {
+	if n <= 0 {
+		return
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.plan != nil {
+		r.plan.covered[point] += n
+	}
+}
+
+// Run plays the schedule of seed and checks it. An error means the
+// schedule could not be played (a fault that could not be armed, a hop that
+// failed outright): a failed run, never a clean one.
+func (r *Runner) Run(ctx context.Context, seed uint64) (Result, error) {
+	s := &schedule{seed: seed, rng: rand.New(rand.NewPCG(seed, 0x6f6e6365706179)), states: map[string]string{},
+		covered: map[string]int{}, pspArmed: map[pspsim.FaultKind]int{}}
+	r.mu.Lock()
+	r.plan = s
+	r.mu.Unlock()
+	defer func() {
+		r.mu.Lock()
+		r.plan = nil
+		r.mu.Unlock()
+	}()
+	r.w.SetWorkerHooks(r.workerHooks(s))
+	mine := map[string]bool{}
+	r.w.SetResolverHooks(resolver.Hooks{AfterPSPAnswer: func(_ context.Context, pid string) error {
+		// Only for the schedule's own payments: an earlier schedule's open
+		// payment the resolver also asks about must not take the crash.
+		if s.resolverCrash && mine[pid] {
+			s.resolverCrash = false
+			r.cover(ResolverAfterAnswer)
+			return resolver.ErrCrash
+		}
+		return nil
+	}})
+	defer r.w.SetWorkerHooks(inbox.Hooks{})
+	defer r.w.SetResolverHooks(resolver.Hooks{})
+	s.chargesBefore, s.refundsBefore = len(r.w.Sim.Charges()), len(r.w.Sim.Refunds())
+	s.discarded = r.w.Stream.Stats().Discarded
+
+	s.door = frontDoor{alb: s.rng.IntN(2) == 0}
+	s.door.multiValue = s.door.alb && s.rng.IntN(2) == 0
+	s.log("front door: %s", s.door)
+	merchants := 1 + s.rng.IntN(3)
+	callers := 1 + s.rng.IntN(3)
+	n := 2 + s.rng.IntN(5)
+	keys := map[string]bool{}
+	for i := range n {
+		p := &payment{
+			caller:   fmt.Sprintf("c%d-%d", seed, s.rng.IntN(callers)),
+			merchant: fmt.Sprintf("m%d-%d", seed, s.rng.IntN(merchants)),
+			amount:   int64(100 * (1 + s.rng.IntN(50))),
+		}
+		for p.key = newKey(s.rng); keys[p.caller+"\x00"+p.key]; p.key = newKey(s.rng) {
+		}
+		keys[p.caller+"\x00"+p.key] = true
+		p.refundKey = newKey(s.rng)
+		p.pid = story.PaymentID(p.caller, p.key)
+		pm := "pm_card_visa"
+		if s.rng.IntN(8) == 0 {
+			pm = "pm_card_chargeDeclined" // the simulator declines it: FAILED, 402
+		}
+		p.body = fmt.Sprintf(`{"merchant_id":%q,"order_id":"o%d","amount":%d,"currency":"USD","payment_method":%q}`, p.merchant, i, p.amount, pm)
+		p.reuse = strings.Replace(p.body, fmt.Sprintf(`"amount":%d`, p.amount), fmt.Sprintf(`"amount":%d`, p.amount+1), 1)
+		s.payments = append(s.payments, p)
+		mine[p.pid] = true
+		s.log("payment %s: %s/%q", p.pid, p.caller, p.key)
+	}
+	steps := 10 + s.rng.IntN(30)
+	for range steps {
+		if err := r.step(ctx, s); err != nil {
+			return s.result(), fmt.Errorf("seed %d step %d: %w", seed, s.step, err)
+		}
+		if err := r.observe(ctx, s); err != nil {
+			return s.result(), err
+		}
+	}
+	s.endClock = r.w.Clock.Now()
+	// Quiescence: the paused owners wake, the crash points are cleared,
+	// every downstream recovers, and every hop runs until nothing moves.
+	if err := r.wakeAll(ctx, s); err != nil {
+		return s.result(), fmt.Errorf("seed %d: %w", seed, err)
+	}
+	s.workerCrash, s.resolverCrash = "", false
+	r.countPSPFired(s)
+	r.w.Sim.ClearFaults()
+	r.recoverOutages(s)
+	if r.w.Net != nil {
+		r.w.Net.Disarm()
+	}
+	s.log("quiesce")
+	if err := r.settle(ctx, s); err != nil {
+		return s.result(), err
+	}
+	if err := r.askAgain(ctx, s); err != nil {
+		return s.result(), err
+	}
+	if err := r.observe(ctx, s); err != nil {
+		return s.result(), err
+	}
+	if err := r.check(ctx, s); err != nil {
+		return s.result(), err
+	}
+	return s.result(), nil
+}
+
+// settle runs every hop until nothing moves; a world that never quiesces
+// is a finding.
+func (r *Runner) settle(ctx context.Context, s *schedule) error {
+	redriven := r.w.Redriven.Load()
+	err := r.w.Settle(ctx)
+	if n := r.w.Redriven.Load() - redriven; n > 0 {
+		s.covered[QueueDeadLettered] += int(n)
+		s.log("settle redrove %d messages from the DLQ", n)
+	}
+	if d := r.w.Stream.Stats().Discarded - s.discarded; d > 0 {
+		s.covered[RelayGaveUp] = d // whichever step or round gave up
+	}
+	if errors.Is(err, story.ErrNotQuiet) {
+		s.violate("%v", err)
+		s.notQuiet = true
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("seed %d: %w", s.seed, err)
+	}
+	return nil
+}
+
+func (s *schedule) result() Result {
+	return Result{Seed: s.seed, Payments: len(s.payments), Steps: s.step, Door: s.door.String(), Covered: s.covered,
+		Violations: s.viol, Trace: s.trace, NotQuiet: s.notQuiet}
+}
+
+func (s *schedule) log(format string, args ...any) {
+	s.trace = append(s.trace, fmt.Sprintf("%3d ", s.step)+fmt.Sprintf(format, args...))
+}
+
+func (s *schedule) violate(format string, args ...any) {
+	s.viol = append(s.viol, fmt.Sprintf(format, args...))
+}
+
+// step draws and plays one action.
+func (r *Runner) step(ctx context.Context, s *schedule) error {
+	s.step++
+	w := r.w
+	p := s.payments[s.rng.IntN(len(s.payments))]
+	switch k := s.rng.IntN(100); {
+	case k < 27 || k >= 98: // a request for p, maybe with a fault at the PSP or the ledger, or a crash in the API
+		r.pspFault(s, p, ids.ChargeKey(p.pid), true)
+		return r.withNet(s, func() error { return r.send(ctx, s, p, "pay") })
+	case k < 32: // a paused owner
+		if _, busy := r.paused[p.pid]; busy {
+			return r.wake(ctx, s, p)
+		}
+		return r.pause(ctx, s, p)
+	case k < 36:
+		return r.wake(ctx, s, p)
+	case k < 39: // key reuse with another amount
+		return r.call(ctx, s, p, "reuse", p.reuse, w.Clock.Now(), nil)
+	case k < 41: // a late original: stamped past the deadline
+		return r.call(ctx, s, p, "late", p.body, w.Clock.Now().Add(-w.Timing.Deadline-time.Second), nil)
+	case k < 44: // "did it go through?"
+		return r.resolve(ctx, s, p, "/payments/"+p.key+"/resolve")
+	case k < 49: // a refund, maybe with a fault at the PSP or the ledger
+		r.pspFault(s, p, ids.RefundKey(p.pid), false)
+		return r.withNet(s, func() error { return r.refund(ctx, s, p) })
+	case k < 58:
+		d := time.Duration(s.rng.IntN(3000)) * time.Millisecond
+		if s.rng.IntN(4) == 0 {
+			d = w.Timing.Deadline + w.Timing.Margin + time.Duration(s.rng.IntN(2000))*time.Millisecond // past a lease
+		}
+		if s.rng.IntN(25) == 0 {
+			d = 2 * time.Hour // past the key record's window
+		}
+		w.Clock.Advance(d)
+		s.log("clock +%s", d)
+	case k < 65: // the resolver, maybe crashing after a PSP answer
+		s.resolverCrash = s.rng.IntN(3) == 0
+		return r.withNet(s, func() error {
+			rr, err := w.Resolver()
+			if err != nil {
+				return err
+			}
+			rep, err := rr.Run(ctx)
+			if err != nil {
+				return fmt.Errorf("resolver: %w", err)
+			}
+			s.resolverCrash = false
+			s.log("resolver: claimed %d succeeded %d failed %d open %d crashed %d", rep.Claimed, rep.Succeeded, rep.Failed, rep.Open, rep.Crashed)
+			return nil
+		})
+	case k < 69: // the PSP's webhooks (in whatever order they meet the resolver)
+		return r.withNet(s, func() error {
+			n, err := w.Sim.FlushWebhooks(ctx)
+			if err != nil {
+				// A delivery the endpoint refused (a 503 while the ledger's
+				// reply was lost) stays pending: the PSP delivers it again.
+				s.log("webhooks: %d delivered, some refused: %v", n, err)
+				return nil
+			}
+			s.log("webhooks: %d delivered", n)
+			return nil
+		})
+	case k < 76: // the relay, maybe crashing after its send
+		crash := s.rng.IntN(3) == 0
+		if crash {
+			w.RelayCrashes.Store(1)
+		}
+		n, err := w.Stream.Step(ctx)
+		if err != nil {
+			return fmt.Errorf("relay: %w", err)
+		}
+		if crash && w.RelayCrashes.Load() == 0 {
+			r.cover(RelayAfterSend)
+		}
+		w.RelayCrashes.Store(0)
+		s.log("relay: %d records (crash armed %v)", n, crash)
+	case k < 84: // the worker, maybe dying at one of its crash points
+		s.workerCrash = ""
+		if s.rng.IntN(2) == 0 {
+			s.workerCrash = []string{WorkerBeforeEvent, WorkerAfterCommit, WorkerAfterPush}[s.rng.IntN(3)]
+		}
+		return r.withNet(s, func() error {
+			n, err := w.Queue.Step(ctx)
+			if err != nil {
+				return fmt.Errorf("worker: %w", err)
+			}
+			s.log("worker: %d messages (crash armed %q)", n, s.workerCrash)
+			s.workerCrash = ""
+			return nil
+		})
+	case k < 87: // visibility timeouts run out: redeliveries
+		n, err := w.Queue.Expire(ctx)
+		if err != nil {
+			return err
+		}
+		if n > 0 {
+			r.cover(QueueRedelivery)
+		}
+		s.log("queue: %d redelivered", n)
+	case k < 90:
+		got, err := w.CollectPushes(ctx)
+		if err != nil {
+			return err
+		}
+		s.log("phone: %d pushes", len(got))
+	case k < 92:
+		return r.sqsOutage(ctx, s)
+	case k < 94:
+		return r.snsOutage(ctx, s)
+	case k < 96: // the key store goes down for its next few calls
+		n := 1 + s.rng.IntN(12)
+		if r.out != nil {
+			r.out.claims.arm(n)
+		}
+		s.log("key store down for its next %d calls", n)
+	default: // the PSP refuses our API key for its next few calls
+		kind := pspsim.FaultUnauthorized
+		if s.rng.IntN(2) == 0 {
+			kind = pspsim.FaultForbidden
+		}
+		n := 1 + s.rng.IntN(6)
+		if err := w.Sim.AddFault(pspsim.Fault{Kind: kind, Times: n}); err != nil {
+			return fmt.Errorf("arm psp %s: %w", kind, err)
+		}
+		s.pspArmed[kind] += n
+		s.log("psp answers %s to its next %d calls", kind, n)
+	}
+	return nil
+}
+
+// sqsOutage breaks the relay's sends, runs the relay until its stream is
+// quiet — past every retry, so the mapping discards the records, when the
+// outage is long — and recovers.
+func (r *Runner) sqsOutage(ctx context.Context, s *schedule) error {
+	n := 3
+	if s.rng.IntN(2) == 0 {
+		n = 1 << 20 // outlasts the mapping's retries
+	}
+	if r.out == nil {
+		return nil
+	}
+	before := r.w.Stream.Stats().Discarded
+	r.out.sqs.arm(n)
+	recs, err := r.w.Stream.Drain(ctx)
+	fired := r.out.sqs.recover()
+	if err != nil {
+		return fmt.Errorf("relay in an SQS outage: %w", err)
+	}
+	r.coverN(SQSDown, fired)
+	gaveUp := r.w.Stream.Stats().Discarded - before
+	s.log("SQS down (%d calls): relay handed %d records, %d sends failed, %d records discarded", n, recs, fired, gaveUp)
+	return nil
+}
+
+// snsOutage breaks the worker's publishes and runs the worker and the
+// queue's redeliveries until, when the outage is long, its messages have
+// had every delivery the redrive policy allows; then it recovers.
+func (r *Runner) snsOutage(ctx context.Context, s *schedule) error {
+	n := 2
+	if s.rng.IntN(2) == 0 {
+		n = 1 << 20
+	}
+	if r.out == nil {
+		return nil
+	}
+	r.out.sns.arm(n)
+	got := 0
+	for range 6 {
+		m, err := r.w.Queue.Step(ctx)
+		if err != nil {
+			r.out.sns.recover()
+			return fmt.Errorf("worker in an SNS outage: %w", err)
+		}
+		got += m
+		back, err := r.w.Queue.Expire(ctx)
+		if err != nil {
+			r.out.sns.recover()
+			return err
+		}
+		if m == 0 && back == 0 {
+			break // nothing in the queue and nothing in flight
+		}
+	}
+	fired := r.out.sns.recover()
+	r.coverN(SNSDown, fired)
+	s.log("SNS down (%d calls): worker got %d messages, %d publishes failed", n, got, fired)
+	return nil
+}
+
+// recoverOutages ends every outage still running and counts what fired.
+func (r *Runner) recoverOutages(s *schedule) {
+	if r.out == nil {
+		return
+	}
+	q, n, c := r.out.recoverAll()
+	r.coverN(SQSDown, q)
+	r.coverN(SNSDown, n)
+	r.coverN(KeyStoreDown, c)
+}
+
+// withNet arms, sometimes, an ambiguous commit on the ledger for the
+// duration of f: a statement kind, and how many of its round trips pass
+// first. What did not fire is disarmed after f.
+func (r *Runner) withNet(s *schedule, f func() error) error {
+	if s.rng.IntN(6) != 0 {
+		return f()
+	}
+	rule := faultnet.Rule{Statement: netStatements[s.rng.IntN(len(netStatements))], Skip: s.rng.IntN(3)}
+	if r.w.Net == nil {
+		return f()
+	}
+	before := total(r.w.Net.Fired())
+	if err := r.w.Net.Arm(rule); err != nil {
+		return fmt.Errorf("arm an ambiguous commit: %w", err)
+	}
+	err := f()
+	r.w.Net.Disarm()
+	if fired := total(r.w.Net.Fired()) - before; fired > 0 {
+		r.coverN(LedgerReplyLost, fired)
+		kind := rule.Statement
+		if kind == "" {
+			kind = "any"
+		}
+		r.coverN(LedgerReplyLost+"("+kind+")", fired)
+		s.log("ledger reply lost after %q (skip %d)", rule.Statement, rule.Skip)
+		if err != nil {
+			// A function invocation that failed on a lost ledger reply (the
+			// resolver's run, say) is what Lambda retries: an outcome, not a
+			// broken schedule.
+			s.log("  the invocation failed: %v", err)
+			return nil
+		}
+	}
+	return err
+}
+
+func total(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
+}
+
+// pspFault arms, sometimes, a fault at the PSP for the next call under key
+// and, for a charge, sometimes a webhook fault for the event it causes.
+func (r *Runner) pspFault(s *schedule, p *payment, key string, charge bool) {
+	var kind pspsim.FaultKind
+	switch s.rng.IntN(10) {
+	case 0, 1:
+		kind = pspsim.FaultLoseReply
+	case 2:
+		kind = pspsim.FaultError5xx
+	case 3:
+		kind = pspsim.FaultDropBefore
+	}
+	if kind != "" {
+		// The real hold of a lost reply is short: the PSP client gets its
+		// error at once and the deadline path is the same.
+		r.addPSPFault(s, pspsim.Fault{Match: pspsim.Match{IdempotencyKey: key}, Kind: kind, DelayMS: 20})
+		s.log("psp fault %s on %s", kind, key)
+	}
+	if !charge {
+		return
+	}
+	switch s.rng.IntN(8) {
+	case 0:
+		r.addPSPFault(s, pspsim.Fault{Match: pspsim.Match{IdempotencyKey: key}, Kind: pspsim.FaultWebhookDuplicate})
+	case 1:
+		r.addPSPFault(s, pspsim.Fault{Match: pspsim.Match{IdempotencyKey: key}, Kind: pspsim.FaultWebhookDrop})
+	}
+}
+
+func (r *Runner) addPSPFault(s *schedule, f pspsim.Fault) {
+	if err := r.w.Sim.AddFault(f); err != nil {
+		// A rule the simulator refuses is the runner's bug: say so loudly.
+		s.violate("step %d: the runner could not arm psp fault %s: %v", s.step, f.Kind, err)
+		return
+	}
+	s.pspArmed[f.Kind] += max(f.Times, 1)
+}
+
+// countPSPFired counts the simulator faults that fired: armed minus what
+// is still armed (every rule in the simulator is this schedule's; the
+// previous schedule cleared its own).
+func (r *Runner) countPSPFired(s *schedule) {
+	left := map[pspsim.FaultKind]int{}
+	for _, f := range r.w.Sim.Faults() {
+		left[f.Kind] += f.Times
+	}
+	for kind, armed := range s.pspArmed {
+		if fired := armed - left[kind]; fired > 0 {
+			s.covered[pspPoint[kind]] += fired
+		}
+	}
+}
+
+// --- requests ---
+
+// send is a request for p that may crash at one of the API's points.
+func (r *Runner) send(ctx context.Context, s *schedule, p *payment, kind string) error {
+	var pl *reqPlan
+	if s.rng.IntN(3) == 0 {
+		pl = &reqPlan{point: []string{APIAfterClaim, APIAfterPendingInsert, APIAfterPSPReply, APIBeforeComplete}[s.rng.IntN(4)]}
+	}
+	return r.call(ctx, s, p, kind, p.body, r.w.Clock.Now(), pl)
+}
+
+// wireRNG is a request's own source of wire choices, drawn from the
+// schedule's: a request that runs on another goroutine (a paused owner)
+// draws nothing from the schedule meanwhile.
+func wireRNG(s *schedule) *rand.Rand { return rand.New(rand.NewPCG(s.rng.Uint64(), s.rng.Uint64())) }
+
+func (r *Runner) call(ctx context.Context, s *schedule, p *payment, kind, body string, arrival time.Time, pl *reqPlan) error {
+	point := ""
+	if pl != nil {
+		point = pl.point
+		ctx = context.WithValue(ctx, planKey{}, pl)
+	}
+	resp, how, err := s.door.send(ctx, r.w.API, wireRNG(s), hreq{path: "/payments", caller: p.caller, key: p.key, body: body, arrival: arrival})
+	if err != nil {
+		return err
+	}
+	crash := ""
+	switch {
+	case pl != nil && pl.point == "":
+		crash = " crashed at " + point
+	case pl != nil:
+		crash = " (crash at " + point + " not reached)"
+	}
+	s.record(p, kind, resp)
+	s.log("%s %s/%s [%s] ->%s %d %s", kind, p.caller, p.key, how, crash, resp.Status, stateOf(resp))
+	return r.follow(ctx, s, p, kind, resp)
+}
+
+// follow is the client after a 202: it asks the resolve call the Location
+// header names, half the time.
+func (r *Runner) follow(ctx context.Context, s *schedule, p *payment, kind string, resp api.Response) error {
+	if resp.Status != http.StatusAccepted || kind == "reuse" {
+		return nil
+	}
+	loc := locationPath(resp.Headers)
+	if loc == "" {
+		s.violate("step %d %s %s/%s: 202 without a Location header", s.step, kind, p.caller, p.key)
+		return nil
+	}
+	if s.rng.IntN(2) == 0 {
+		return nil
+	}
+	return r.resolve(ctx, s, p, loc)
+}
+
+// resolve is POST {path} ("did it go through?").
+func (r *Runner) resolve(ctx context.Context, s *schedule, p *payment, path string) error {
+	resp, how, err := s.door.send(ctx, r.w.API, wireRNG(s), hreq{path: path, caller: p.caller, body: "", arrival: r.w.Clock.Now()})
+	if err != nil {
+		return err
+	}
+	s.record(p, "resolve", resp)
+	s.log("resolve %s/%s [%s] -> %d %s%s", p.caller, p.key, how, resp.Status, stateOf(resp), problemOf(resp))
+	return nil
+}
+
+// refund is POST /payments/{key}/refund with the refund's own key.
+func (r *Runner) refund(ctx context.Context, s *schedule, p *payment) error {
+	resp, how, err := s.door.send(ctx, r.w.API, wireRNG(s), hreq{path: "/payments/" + p.key + "/refund", caller: p.caller,
+		key: p.refundKey, body: `{}`, arrival: r.w.Clock.Now()})
+	if err != nil {
+		return err
+	}
+	s.record(p, "refund", resp)
+	s.log("refund %s/%s [%s] -> %d %s%s", p.caller, p.key, how, resp.Status, stateOf(resp), problemOf(resp))
+	return nil
+}
+
+// pause starts a request for p that freezes at one of the API's points
+// until wake.
+func (r *Runner) pause(ctx context.Context, s *schedule, p *payment) error {
+	pl := &reqPlan{point: []string{APIAfterClaim, APIAfterPendingInsert, APIAfterPSPReply, APIBeforeComplete}[s.rng.IntN(4)],
+		pause: make(chan struct{}), at: make(chan struct{})}
+	pr := &pausedReq{p: p, plan: pl, done: make(chan paused, 1)}
+	point := pl.point
+	cctx := context.WithValue(context.WithoutCancel(ctx), planKey{}, pl)
+	req := hreq{path: "/payments", caller: p.caller, key: p.key, body: p.body, arrival: r.w.Clock.Now()}
+	rng := wireRNG(s)
+	go func() {
+		resp, how, err := s.door.send(cctx, r.w.API, rng, req)
+		pr.done <- paused{resp, how, err}
+	}()
+	select {
+	case <-pl.at:
+		r.paused[p.pid] = pr
+		r.cover(APIPaused)
+		s.log("pay %s/%s pauses at %s", p.caller, p.key, point)
+		return nil
+	case res := <-pr.done:
+		if res.err != nil {
+			return res.err
+		}
+		// It never reached the point (a repeat answered): an ordinary request.
+		s.record(p, "pay", res.resp)
+		s.log("pay %s/%s [%s] (pause at %s not reached) -> %d %s", p.caller, p.key, res.how, point, res.resp.Status, stateOf(res.resp))
+		return r.follow(ctx, s, p, "pay", res.resp)
+	}
+}
+
+// wake lets p's paused owner run on, and waits for its answer.
+func (r *Runner) wake(ctx context.Context, s *schedule, p *payment) error {
+	pr, ok := r.paused[p.pid]
+	if !ok {
+		return nil
+	}
+	delete(r.paused, p.pid)
+	close(pr.plan.pause)
+	select {
+	case res := <-pr.done:
+		if res.err != nil {
+			return res.err
+		}
+		s.record(p, "zombie", res.resp)
+		s.log("zombie %s/%s [%s] wakes -> %d %s", p.caller, p.key, res.how, res.resp.Status, stateOf(res.resp))
+		return r.follow(ctx, s, p, "zombie", res.resp)
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(time.Minute):
+		return errors.New("a woken owner did not answer within a minute")
+	}
+}
+
+func (r *Runner) wakeAll(ctx context.Context, s *schedule) error {
+	for _, p := range s.payments {
+		if err := r.wake(ctx, s, p); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *Runner) workerHooks(s *schedule) inbox.Hooks {
+	at := func(point string) func(context.Context, event.Event) error {
+		return func(context.Context, event.Event) error {
+			if s.workerCrash != point {
+				return nil
+			}
+			s.workerCrash = ""
+			r.cover(point)
+			return errors.New("chaos: worker died at " + point)
+		}
+	}
+	return inbox.Hooks{BeforeEvent: at(WorkerBeforeEvent), AfterCommit: at(WorkerAfterCommit), AfterPush: at(WorkerAfterPush)}
+}
+
+// --- what the schedule saw ---
+
+type body struct {
+	State     string `json:"state"`
+	PSPCharge string `json:"psp_charge"`
+	Type      string `json:"type"` // a problem's type
+}
+
+func stateOf(resp api.Response) string {
+	var b body
+	_ = json.Unmarshal(resp.Body, &b)
+	return b.State
+}
+
+func problemOf(resp api.Response) string {
+	var b body
+	_ = json.Unmarshal(resp.Body, &b)
+	if b.Type == "" {
+		return ""
+	}
+	return " " + b.Type[strings.LastIndexByte(b.Type, '/')+1:]
+}
+
+func (s *schedule) record(p *payment, kind string, resp api.Response) {
+	var b body
+	_ = json.Unmarshal(resp.Body, &b)
+	s.answers = append(s.answers, answer{step: s.step, p: p, kind: kind, other: kind == "reuse", status: resp.Status,
+		state: b.State, charge: b.PSPCharge, ptype: b.Type})
+}

@@ -1,0 +1,191 @@
+package chaos_test
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/oncepay/oncepay/internal/api"
+	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/testkit/chaos"
+	"github.com/oncepay/oncepay/internal/testkit/story"
+)
+
+var ctx = context.Background()
+
+// played sums every schedule the package's tests ran, for TestMain's line.
+var played struct {
+	sync.Mutex
+	sum chaos.Summary
+}
+
+// TestMain prints, after the tests, how many schedules ran and how often
+// each fault kind fired (what fired, not what was armed), as a SUMMARY line
+// make test repeats at its end (scripts/testsummary.sh).
+func TestMain(m *testing.M) {
+	code := m.Run()
+	played.Lock()
+	fmt.Printf("SUMMARY chaos: %d schedules run; fired: %s\n", played.sum.Runs, played.sum.FiredLine())
+	played.Unlock()
+	os.Exit(code)
+}
+
+// runMany runs schedules, skipping outside CI when the local cloud is down.
+func runMany(t *testing.T, cfg chaos.Config) chaos.Summary {
+	t.Helper()
+	sum, err := chaos.RunMany(ctx, cfg)
+	if errors.Is(err, story.ErrUnavailable) && os.Getenv("CI") == "" {
+		t.Skipf("local cloud unavailable (run `make up`): %v", err)
+	}
+	played.Lock()
+	played.sum.Merge(sum)
+	played.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sum
+}
+
+// ciWorkers is how many worlds the CI test plays side by side: two, one
+// per core of the machines CI runs on, so the emulators are not the
+// suspect when a schedule fails.
+const ciWorkers = 2
+
+// A few hundred random schedules of duplicates, crashes at every hop's crash
+// points, paused owners, lost replies, outages past every retry, ambiguous
+// commits, refunds, redeliveries and webhook orders, through both front
+// doors, keep every invariant. ONCEPAY_CHAOS_RUNS overrides the count;
+// -short runs 30. Any violation fails the test: there is no replay that
+// excuses one.
+func TestRandomFaultSchedulesKeepEveryInvariant(t *testing.T) {
+	runs := 200
+	if testing.Short() {
+		runs = 30
+	}
+	if v, err := strconv.Atoi(os.Getenv("ONCEPAY_CHAOS_RUNS")); err == nil && v > 0 {
+		runs = v
+	}
+	var out strings.Builder
+	sum := runMany(t, chaos.Config{First: 1, Runs: runs, Workers: ciWorkers})
+	sum.Print(&out)
+	t.Log("\n" + out.String())
+	if sum.Runs != runs {
+		t.Fatalf("%d of %d schedules ran", sum.Runs, runs)
+	}
+	failIfViolated(t, sum)
+	if m := sum.Missing(); runs >= 200 && len(m) > 0 {
+		t.Fatalf("no schedule reached %v: the runner lost a fault", m)
+	}
+}
+
+// failIfViolated is the CI verdict: every violation is a failure.
+func failIfViolated(t *testing.T, sum chaos.Summary) {
+	t.Helper()
+	for _, f := range sum.Failed {
+		t.Errorf("seed %d (go run ./cmd/chaos -runs 1 -seed %d -trace):\n  %s", f.Seed, f.Seed, strings.Join(f.Violations, "\n  "))
+	}
+	if err := sum.Err(); err != nil {
+		t.Error(err)
+	}
+}
+
+// excusedBefore is the verdict the CI test gave before: a schedule that
+// failed under load was replayed alone and forgiven if it came back clean.
+// Kept only to show what it let through.
+func excusedBefore(t *testing.T, sum chaos.Summary, cfg chaos.Config) bool {
+	t.Helper()
+	for _, f := range sum.Failed {
+		alone := cfg
+		alone.First, alone.Runs, alone.Workers = f.Seed, 1, 1
+		if again := runMany(t, alone); again.Violations > 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// An intermittent violation — one a schedule shows beside other worlds and
+// not alone — passed the old verdict (replayed alone, it came back clean)
+// and fails the new one.
+func TestAViolationSeenOnlyUnderLoadFailsTheRun(t *testing.T) {
+	cfg := chaos.UnderLoad(chaos.Config{First: 900, Runs: 2, Workers: 2})
+	sum := runMany(t, cfg)
+	if sum.Violations == 0 {
+		t.Fatal("the injected violation was not reported")
+	}
+	if !excusedBefore(t, sum, cfg) {
+		t.Fatalf("the old verdict failed the run too; the injected violation should have been excused alone: %v", sum.Failed)
+	}
+	if sum.Err() == nil {
+		t.Fatal("the new verdict passed a run with a violation")
+	}
+}
+
+// Seeds that found bugs stay fixed: 42 (a dead key reuse's fingerprint
+// locked the payment out), 474 and 806 (quiescence declared before any
+// deadline passed, leaving a charged PENDING row unresolved), 658 (a 422
+// said before the ledger had a row, later contradicted by a 201). The
+// widened fault model (front doors, outages, refunds, ambiguous commits)
+// draws other schedules from the same seeds, so these now replay new
+// schedules; the old bugs' steps live on as internal/story scenario tests.
+// Found by the widened model: 6 (a resolve through the ALB with a
+// percent-encoded key voided another scope: told VOID, the payment
+// SUCCEEDED), 51 (a takeover after a charge met the PSP's 403 and recorded
+// FAILED over the charge), 36 (a relay that gave up on a re-driven event
+// again: the next re-drive waited five real minutes in the world, and a
+// failed push 30 s).
+func TestSeedsThatFoundBugsStayFixed(t *testing.T) {
+	for _, seed := range []uint64{6, 36, 42, 51, 474, 658, 806} {
+		sum := runMany(t, chaos.Config{First: seed, Runs: 1})
+		for _, f := range sum.Failed {
+			t.Errorf("seed %d (go run ./cmd/chaos -runs 1 -seed %d -trace):\n  %s", f.Seed, f.Seed, strings.Join(f.Violations, "\n  "))
+		}
+	}
+}
+
+// A seed is the whole schedule: played on two different worlds, it makes
+// the same steps and finds the same things.
+func TestAScheduleReplaysFromItsSeed(t *testing.T) {
+	var a, b strings.Builder
+	runMany(t, chaos.Config{First: 4242, Runs: 3, Trace: &a})
+	runMany(t, chaos.Config{First: 4242, Runs: 3, Trace: &b})
+	if a.String() != b.String() || a.Len() == 0 {
+		t.Fatalf("the same seeds played differently:\n%s\n---\n%s", a.String(), b.String())
+	}
+}
+
+// noGuard removes the durable guard (seed Branch X), here only: every
+// request is a new payment under a random id.
+type noGuard struct{ api.Ledger }
+
+func (g noGuard) InsertPending(ctx context.Context, p ledger.Payment) (ledger.Payment, bool, error) {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	p.ID = "pay_x" + hex.EncodeToString(b)
+	p.ClientKey += "#" + hex.EncodeToString(b)
+	return g.Ledger.InsertPending(ctx, p)
+}
+
+// The checker is honest: without the durable guard the same schedules
+// break the money invariants.
+func TestTheCheckerCatchesTheMissingDurableGuard(t *testing.T) {
+	sum := runMany(t, chaos.Config{First: 1, Runs: 5, World: story.Options{WrapLedger: func(l api.Ledger) api.Ledger { return noGuard{l} }}})
+	if sum.Violations == 0 {
+		t.Fatal("five schedules without the durable guard found nothing")
+	}
+	var all []string
+	for _, f := range sum.Failed {
+		all = append(all, f.Violations...)
+	}
+	if !slices.ContainsFunc(all, func(v string) bool { return strings.Contains(v, "balance") }) {
+		t.Fatalf("violations %v name no balance", all)
+	}
+}

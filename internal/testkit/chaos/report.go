@@ -1,0 +1,241 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/testkit/story"
+)
+
+// Summary adds up many schedules.
+type Summary struct {
+	Runs       int
+	Payments   int
+	Steps      int
+	Elapsed    time.Duration
+	Covered    map[string]int // what fired, summed over the schedules
+	Doors      map[string]int // schedules per front door
+	Failed     []Result       // schedules with violations
+	Violations int
+}
+
+// Add counts one schedule's result.
+func (s *Summary) Add(r Result) {
+	if s.Covered == nil {
+		s.Covered = map[string]int{}
+		s.Doors = map[string]int{}
+	}
+	s.Doors[r.Door]++
+	s.Runs++
+	s.Payments += r.Payments
+	s.Steps += r.Steps
+	for k, v := range r.Covered {
+		s.Covered[k] += v
+	}
+	if len(r.Violations) > 0 {
+		s.Failed = append(s.Failed, r)
+		s.Violations += len(r.Violations)
+	}
+}
+
+// Merge adds another summary's figures to s.
+func (s *Summary) Merge(o Summary) {
+	if s.Covered == nil {
+		s.Covered, s.Doors = map[string]int{}, map[string]int{}
+	}
+	s.Runs += o.Runs
+	s.Payments += o.Payments
+	s.Steps += o.Steps
+	s.Elapsed += o.Elapsed
+	for k, v := range o.Covered {
+		s.Covered[k] += v
+	}
+	for k, v := range o.Doors {
+		s.Doors[k] += v
+	}
+	s.Failed = append(s.Failed, o.Failed...)
+	s.Violations += o.Violations
+}
+
+// Missing lists the points no schedule reached.
+func (s *Summary) Missing() []string {
+	var out []string
+	for _, p := range Points {
+		if s.Covered[p] == 0 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Err is the verdict: nil only when no schedule found a violation. A
+// violation is a failure wherever it was seen: under load or alone, a
+// schedule that broke an invariant once has shown the system can.
+func (s *Summary) Err() error {
+	if s.Violations == 0 {
+		return nil
+	}
+	seeds := make([]string, len(s.Failed))
+	for i, f := range s.Failed {
+		seeds[i] = fmt.Sprint(f.Seed)
+	}
+	return fmt.Errorf("chaos: %d violations in %d of %d schedules (seeds %s)", s.Violations, len(s.Failed), s.Runs, strings.Join(seeds, ", "))
+}
+
+// FiredLine is the fault-kind counts of what fired, one line.
+func (s *Summary) FiredLine() string {
+	keys := make([]string, 0, len(s.Covered))
+	for k := range s.Covered {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	var parts []string
+	for _, k := range keys {
+		parts = append(parts, fmt.Sprintf("%s=%d", k, s.Covered[k]))
+	}
+	return strings.Join(parts, " ")
+}
+
+// Print writes the figures and, for each failing seed, its violations and
+// the command that replays it.
+func (s *Summary) Print(out io.Writer) {
+	fmt.Fprintf(out, "chaos: %d schedules, %d payments, %d steps in %s; %d violations in %d schedules\n",
+		s.Runs, s.Payments, s.Steps, s.Elapsed.Round(time.Millisecond), s.Violations, len(s.Failed))
+	var doors []string
+	for d, n := range s.Doors {
+		doors = append(doors, fmt.Sprintf("%s=%d", d, n))
+	}
+	sort.Strings(doors)
+	fmt.Fprintf(out, "front doors: %s\n", strings.Join(doors, " "))
+	fmt.Fprintf(out, "fired: %s\n", s.FiredLine())
+	if m := s.Missing(); len(m) > 0 {
+		fmt.Fprintf(out, "points never hit: %s\n", strings.Join(m, " "))
+	}
+	for _, f := range s.Failed {
+		fmt.Fprintf(out, "\nseed %d (replay: go run ./cmd/chaos -runs 1 -seed %d -trace):\n", f.Seed, f.Seed)
+		for _, v := range f.Violations {
+			fmt.Fprintf(out, "  %s\n", v)
+		}
+	}
+}
+
+// WorldSchedules is how many schedules one world plays before RunMany
+// replaces it with a fresh one.
+const WorldSchedules = 200
+
+// Config shapes RunMany.
+type Config struct {
+	First   uint64    // the first seed; the others follow it
+	Runs    int       // how many schedules
+	Workers int       // worlds played side by side (default 1)
+	Trace   io.Writer // receives every schedule's steps; nil: none
+	// World shapes each world; Serial is always set (a schedule must replay).
+	World story.Options
+
+	// underLoad, a test-only switch, replaces every schedule with one that
+	// plays nothing and reports a violation when it is played beside other
+	// worlds (Workers > 1), none when it is played alone: the intermittent
+	// failure a replay-alone excuse would wave through, whatever the
+	// product's code does.
+	underLoad bool
+}
+
+// RunMany plays cfg.Runs schedules on cfg.Workers worlds side by side and
+// sums them up. A seed's schedule does not depend on which world played it.
+func RunMany(ctx context.Context, cfg Config) (Summary, error) {
+	start := time.Now()
+	workers, first, runs, trace := max(cfg.Workers, 1), cfg.First, cfg.Runs, cfg.Trace
+	opts := cfg.World
+	opts.Serial = true
+	if opts.Balances == nil {
+		opts.Balances = map[string]int64{} // every schedule's merchants start at 0
+	}
+	seeds := make(chan uint64)
+	results := make(chan Result)
+	errs := make(chan error, workers)
+	for range workers {
+		go func() {
+			r, err := newWorld(ctx, opts)
+			if err != nil {
+				errs <- err
+				for range seeds {
+				}
+				return
+			}
+			defer func() { r.w.Close() }()
+			played := 0
+			for seed := range seeds {
+				var res Result
+				if cfg.underLoad {
+					res = Result{Seed: seed, Covered: map[string]int{}}
+					if workers > 1 {
+						res.Violations = []string{"injected: a violation seen only under load"}
+					}
+				} else {
+					res, err = r.Run(ctx, seed)
+				}
+				played++
+				// What is stuck in a world that never quiesced would stall
+				// every later schedule's quiescence; and the payments a PSP
+				// keeps answering open (a saved 5xx, open for its 24 h key
+				// window on the database's real clock) pile up over many
+				// schedules and make every resolver run ask about all of
+				// them. Either way, go on in a fresh world. A schedule's
+				// outcome does not depend on the world's history.
+				if err == nil && (res.NotQuiet || played%WorldSchedules == 0) {
+					r.w.Close()
+					var next *Runner
+					if next, err = newWorld(ctx, opts); err == nil {
+						r = next
+					}
+				}
+				if err != nil {
+					if res.Seed != 0 {
+						results <- res // what it saw before it broke
+					}
+					errs <- err
+					for range seeds {
+					}
+					return
+				}
+				results <- res
+			}
+			errs <- nil
+		}()
+	}
+	go func() {
+		defer close(seeds)
+		for i := range runs {
+			select {
+			case seeds <- first + uint64(i):
+			case <-ctx.Done():
+				return
+			}
+		}
+	}()
+	var sum Summary
+	var firstErr error
+	for done := 0; done < workers; {
+		select {
+		case res := <-results:
+			sum.Add(res)
+			if trace != nil {
+				for _, l := range res.Trace {
+					fmt.Fprintf(trace, "seed %d: %s\n", res.Seed, l)
+				}
+			}
+		case err := <-errs:
+			done++
+			if err != nil && firstErr == nil {
+				firstErr = err
+			}
+		}
+	}
+	sum.Elapsed = time.Since(start)
+	sort.Slice(sum.Failed, func(i, j int) bool { return sum.Failed[i].Seed < sum.Failed[j].Seed })
+	return sum, firstErr
+}

@@ -1,0 +1,43 @@
+package story_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/oncepay/oncepay/internal/testkit/story"
+)
+
+// newWorld builds a World for a test, skipping outside CI when the local
+// cloud is down and failing in CI (the testenv rule).
+func newWorld(t *testing.T, o story.Options) *story.World {
+	t.Helper()
+	w, err := story.New(context.Background(), o)
+	if errors.Is(err, story.ErrUnavailable) && os.Getenv("CI") == "" {
+		t.Skipf("local cloud unavailable (run `make up`): %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(w.Close)
+	return w
+}
+
+// The seed's whole story (Part 13) and its late-original branch: the count
+// is the seed's, and the table shows every beat.
+func TestTheSeedsStoryEndToEnd(t *testing.T) {
+	var out strings.Builder
+	c, err := story.Run(context.Background(), &out)
+	t.Log("\n" + out.String())
+	if errors.Is(err, story.ErrUnavailable) && os.Getenv("CI") == "" {
+		t.Skipf("local cloud unavailable: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if m := c.Mismatch(); len(m) > 0 {
+		t.Fatal(m)
+	}
+}

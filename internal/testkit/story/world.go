@@ -1,0 +1,855 @@
+package story
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/sns"
+	"github.com/aws/aws-sdk-go-v2/service/sqs"
+	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/api"
+	"github.com/oncepay/oncepay/internal/awsclient"
+	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
+	"github.com/oncepay/oncepay/internal/awsclient/snsclient"
+	"github.com/oncepay/oncepay/internal/awsclient/sqsclient"
+	"github.com/oncepay/oncepay/internal/awsclient/streamsclient"
+	"github.com/oncepay/oncepay/internal/clock"
+	"github.com/oncepay/oncepay/internal/config"
+	"github.com/oncepay/oncepay/internal/event"
+	"github.com/oncepay/oncepay/internal/eventsource"
+	"github.com/oncepay/oncepay/internal/idem"
+	"github.com/oncepay/oncepay/internal/ids"
+	"github.com/oncepay/oncepay/internal/inbox"
+	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/ledger/migrations"
+	"github.com/oncepay/oncepay/internal/localcloud/harness"
+	"github.com/oncepay/oncepay/internal/localcloud/localenv"
+	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
+	"github.com/oncepay/oncepay/internal/metrics"
+	"github.com/oncepay/oncepay/internal/notify"
+	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/psp"
+	"github.com/oncepay/oncepay/internal/relay"
+	"github.com/oncepay/oncepay/internal/resolver"
+	"github.com/oncepay/oncepay/internal/stackenv"
+	"github.com/oncepay/oncepay/internal/testkit/faultnet"
+	"github.com/oncepay/oncepay/internal/webhook"
+)
+
+// templateDB is the migrated database a world's ledger is cloned from
+// (localcloud.TemplateDB; testenv keeps the same name).
+const templateDB = "oncepay_tmpl"
+
+// SeedTiming is the seed's timing (Parts 3 and 4): a 5 s server deadline, a
+// 10 s client timeout, a 1 s clock margin and a one-hour key window. The
+// deadline is never waited out in real time: the fake clock jumps over it.
+func SeedTiming() config.Timing {
+	return config.Timing{Deadline: 5 * time.Second, ClientTimeout: 10 * time.Second, Margin: time.Second, KeyWindow: time.Hour}
+}
+
+// Options shape a World. The zero value is the seed's world.
+type Options struct {
+	// Timing of the API; zero: SeedTiming().
+	Timing config.Timing
+	// Balances are the merchants' balances before the first tap (USD, minor
+	// units); nil: the seed's m1 = 12,000.
+	Balances map[string]int64
+	// WithoutNotifRecord switches the worker to the seed's Branch N (tests
+	// only): no notif row, so every delivery pushes.
+	WithoutNotifRecord bool
+	// WrapLedger wraps the API's ledger (tests only: the Branch X
+	// counterfactual replaces the durable guard).
+	WrapLedger func(api.Ledger) api.Ledger
+	// WrapClaims wraps the API's key store, and WrapPublisher its outbox
+	// publisher (tests only: outages and failed writes injected in front of
+	// the real stores).
+	WrapClaims    func(api.Claims) api.Claims
+	WrapPublisher func(api.Publisher) api.Publisher
+	// Logger receives the handlers' JSON logs; nil: discarded.
+	Logger *slog.Logger
+	// Serial makes the resolver and the worker do one payment or message
+	// group at a time, so a randomized schedule replays the same way, and
+	// lets a relay drain end at its first empty poll.
+	Serial bool
+
+	// Fault injection (the chaos runner). All nil/false: the parts talk to
+	// the local cloud directly.
+
+	// FaultNet puts a faultnet proxy between the handlers' ledger pool and
+	// PostgreSQL (World.Net), so a test can make a commit ambiguous. Pool
+	// stays direct: what a checker reads is never faulted.
+	FaultNet bool
+	// WrapRelaySQS wraps the relay's SQS client.
+	WrapRelaySQS func(relay.SendMessageBatchAPI) relay.SendMessageBatchAPI
+	// WrapPush wraps the worker's SNS client.
+	WrapPush func(notify.PublishAPI) notify.PublishAPI
+	// FreshPSPConnections gives every PSP call a connection of its own.
+	// net/http silently resends a request carrying an Idempotency-Key when
+	// a reused keep-alive connection closes before any reply byte, so
+	// whether a lost reply is seen would depend on the connections earlier
+	// calls left idle: a schedule would not be a function of its seed.
+	FreshPSPConnections bool
+	// ClaimsClient options apply to the key-record store's own DynamoDB
+	// client (an HTTP client that fails, a retryer that knows it).
+	ClaimsClient []func(*dynamodb.Options)
+}
+
+// World is the whole payment path over the local cloud's real parts, each
+// resource its own (a fresh ledger database, a key-record table, an outbox
+// table and stream, a FIFO queue with a DLQ, a push topic watched by a
+// queue), on a fake clock. The handlers are the production ones; only the
+// clock, the crash points and the event-source mappings are played.
+type World struct {
+	Clock  *clock.Fake
+	T0     time.Time // the tap: 0.00 on the event table
+	Timing config.Timing
+	Table  *Table
+
+	// Pool reaches the ledger database directly; LedgerPool is the pool
+	// the handlers use (through Net when Options.FaultNet is set, else Pool).
+	Pool       *pgxpool.Pool
+	LedgerPool *pgxpool.Pool
+	Net        *faultnet.Proxy
+	Ledger     *ledger.Store
+	Claims     *idem.Store
+	Dynamo     *dynamodb.Client
+	SQS        *sqs.Client
+	Sim        *pspsim.Sim
+	SimURL     string // the simulator's base URL (its admin API is under /_sim/)
+	PSP        *psp.Client
+	Outbox     *outbox.Publisher
+	Sweeper    *outbox.Sweeper
+	API        *api.Handler
+	Webhook    *webhook.Handler
+	Stream     *harness.StreamPoller
+	Worker     *inbox.Worker
+	// Notifs is the worker function's sweep schedule's work: the PENDING
+	// notifications a failed push left (Settle runs it each round).
+	Notifs *inbox.NotifSweeper
+	Queue  *harness.QueuePoller
+	Pushes *harness.PushQueue
+	Phone  *harness.Phone
+	EMF    *SyncBuffer
+
+	// RelayCrashes is how many of the next relay invocations crash after
+	// their messages were sent and before the batch is acknowledged.
+	RelayCrashes atomic.Int32
+	// Redriven counts the messages Settle moved back from the DLQ.
+	Redriven atomic.Int64
+	// OnPSP, when set, sees every PSP call as it returns (the story uses it
+	// to let the fake clock show the time a lost reply cost).
+	OnPSP func(key string, err error)
+
+	log     *slog.Logger
+	closers []func()
+	serial  bool
+	dlqURL  string
+	// queueURL is the events queue the relay sends to.
+	queueURL string
+	// visibility is the events queue's visibility timeout: a receive whose
+	// answer never reached the poller (a connection the emulator dropped
+	// under load, retried by the SDK) leaves its messages invisible that
+	// long, and Expire cannot release handles it never saw.
+	visibility time.Duration
+
+	// The crash points are read at every call, so a scenario can set and
+	// clear them between steps.
+	hooksMu      sync.Mutex
+	hookAPI      api.Hooks
+	hookResolver resolver.Hooks
+	hookWorker   inbox.Hooks
+
+	pushMu  sync.Mutex
+	pushLog []notify.Data
+}
+
+// SyncBuffer is a goroutine-safe sink for EMF metric lines.
+type SyncBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (b *SyncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	return len(p), nil
+}
+
+// Sum sums an EMF metric over everything written so far.
+func (b *SyncBuffer) Sum(name string) float64 {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return metrics.Sum(b.buf, name)
+}
+
+// ErrUnavailable means the local cloud is not there (run `make up`).
+var ErrUnavailable = errors.New("story: local cloud unavailable")
+
+// New builds a World on the local cloud named by .local/env. Close removes
+// everything it created.
+func New(ctx context.Context, o Options) (w *World, err error) {
+	env, err := localenv.Load()
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrUnavailable, err)
+	}
+	if err := env.Export(); err != nil {
+		return nil, err
+	}
+	if o.Timing == (config.Timing{}) {
+		o.Timing = SeedTiming()
+	}
+	if o.Balances == nil {
+		o.Balances = map[string]int64{"m1": 12000}
+	}
+	// The fake clock starts at the real time, so the ledger's own now()
+	// (created_at, the resolver's key window) and ours agree.
+	t0 := time.Now().UTC().Truncate(time.Second)
+	quiet := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	w = &World{Clock: clock.NewFake(t0), T0: t0, Timing: o.Timing, EMF: &SyncBuffer{}, Phone: harness.NewPhone(), log: o.Logger, serial: o.Serial}
+	if w.log == nil {
+		w.log = quiet
+	}
+	w.Table = &Table{clock: w.Clock, t0: t0}
+	defer func() {
+		if err != nil {
+			w.Close()
+		}
+	}()
+
+	var ledgerDSN string
+	if w.Pool, ledgerDSN, err = w.newLedger(ctx, env.Get(stackenv.LedgerDSN)); err != nil {
+		return nil, err
+	}
+	w.LedgerPool = w.Pool
+	if o.FaultNet {
+		if w.LedgerPool, err = w.faultyPool(ctx, ledgerDSN); err != nil {
+			return nil, err
+		}
+	}
+	for m, b := range o.Balances {
+		if _, err := w.Pool.Exec(ctx, `INSERT INTO merchant_balances (merchant_id, currency, balance) VALUES ($1, 'USD', $2)`, m, b); err != nil {
+			return nil, fmt.Errorf("story: seed %s's balance: %w", m, err)
+		}
+	}
+	w.Ledger = ledger.New(w.LedgerPool)
+
+	cfg, err := awsclient.Config(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("story: aws config: %w", err)
+	}
+	w.Dynamo, w.SQS = dynamoclient.New(cfg), sqsclient.New(cfg)
+	snsClient := snsclient.New(cfg)
+	claimTable, err := w.newTable(ctx, "pk", false)
+	if err != nil {
+		return nil, err
+	}
+	claimsDB := w.Dynamo
+	if len(o.ClaimsClient) > 0 {
+		claimsDB = dynamoclient.New(cfg, o.ClaimsClient...)
+	}
+	w.Claims = idem.NewStore(claimsDB, claimTable)
+	outboxTable, err := w.newTable(ctx, "event_id", true)
+	if err != nil {
+		return nil, err
+	}
+	streamArn, err := w.streamArn(ctx, outboxTable)
+	if err != nil {
+		return nil, err
+	}
+	if w.Outbox, err = outbox.NewPublisher(w.Dynamo, outbox.Config{Table: outboxTable, Logger: quiet}); err != nil {
+		return nil, err
+	}
+	if w.Sweeper, err = outbox.NewSweeper(w.Outbox, w.LedgerPool, outbox.SweepConfig{
+		// On the database's clock, which the fake one does not move: no API
+		// here races the sweep, and a re-drive the relay gave up on again
+		// is re-driven within quiescence, not five real minutes later.
+		Logger: quiet, Grace: time.Millisecond, RedriveAfter: 50 * time.Millisecond, RedriveMax: time.Second,
+	}); err != nil {
+		return nil, err
+	}
+
+	// The PSP simulator and the webhook endpoint it delivers to.
+	secret := "whsec_story_" + randomID(8)
+	var hook atomic.Pointer[webhook.Handler]
+	hookSrv := httptest.NewServer(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+		if h := hook.Load(); h != nil {
+			h.ServeHTTP(rw, r)
+			return
+		}
+		http.NotFound(rw, r)
+	}))
+	w.closers = append(w.closers, hookSrv.Close)
+	w.Sim = pspsim.New(pspsim.Config{Logger: quiet, WebhookURL: hookSrv.URL + webhook.Path, WebhookSecret: secret, ManualWebhooks: true})
+	simSrv := httptest.NewServer(w.Sim)
+	w.SimURL = simSrv.URL
+	w.closers = append(w.closers, func() { simSrv.Close(); w.Sim.Close() })
+	if w.PSP, err = psp.New(psp.Config{APIKey: "sk_test_story", BaseURL: simSrv.URL, Logger: quiet,
+		HTTPClient: &http.Client{Timeout: 30 * time.Second, Transport: pspWire{w: w, next: pspTransport(o.FreshPSPConnections)}}}); err != nil {
+		return nil, err
+	}
+	wh, err := webhook.New(webhook.Config{Secret: secret}, webhook.Deps{
+		Ledger: w.Ledger, Publisher: w.Outbox, Clock: w.Clock, Log: w.log, Metrics: metrics.New(w.EMF, "webhook"),
+	})
+	if err != nil {
+		return nil, err
+	}
+	w.Webhook = wh
+	hook.Store(wh)
+
+	var led api.Ledger = w.Ledger
+	if o.WrapLedger != nil {
+		led = o.WrapLedger(led)
+	}
+	var claims api.Claims = w.Claims
+	if o.WrapClaims != nil {
+		claims = o.WrapClaims(claims)
+	}
+	var pub api.Publisher = w.Outbox
+	if o.WrapPublisher != nil {
+		pub = o.WrapPublisher(pub)
+	}
+	w.API = api.New(api.Deps{
+		Claims: claims, Ledger: led, PSP: w.PSP, Publisher: pub, Clock: w.Clock, Timing: w.Timing,
+		Log: w.log, Metrics: metrics.New(w.EMF, "api"), Hooks: w.apiHooks(),
+	})
+
+	// Messaging: the relay on the outbox stream, the FIFO queue, the worker,
+	// the push topic and a queue that watches it (the phone's view).
+	settings := eventsource.Default()
+	settings.Worker.VisibilityTimeout = 30 * time.Second // the seed's: the redelivery comes 30 s after the crash
+	w.visibility = settings.Worker.VisibilityTimeout
+	q, err := w.newQueue(ctx, "t-story-"+randomID(6), true, settings.Worker.VisibilityTimeout, settings.Worker.MaxReceiveCount)
+	if err != nil {
+		return nil, err
+	}
+	w.dlqURL, w.queueURL = q.dlqURL, q.url
+	topic, watch, err := w.newTopic(ctx, snsClient)
+	if err != nil {
+		return nil, err
+	}
+	w.Pushes = harness.NewPushQueue(w.SQS, watch)
+	var relaySQS relay.SendMessageBatchAPI = w.SQS
+	if o.WrapRelaySQS != nil {
+		relaySQS = o.WrapRelaySQS(relaySQS)
+	}
+	r, err := relay.New(relaySQS, relay.Config{QueueURL: q.url, Logger: quiet, Metrics: metrics.New(w.EMF, "relay")})
+	if err != nil {
+		return nil, err
+	}
+	sc := harness.StreamConfig{StreamArn: streamArn, Settings: settings.Relay, Logger: quiet}
+	if o.Serial {
+		// Many short drains: one empty poll ends one. Settle's in-transit
+		// check, not the drain's patience, covers a lagging stream.
+		sc.QuietPolls = 1
+	}
+	if w.Stream, err = harness.NewStreamPoller(streamsclient.New(cfg), w.relayHandler(r.Handle), sc); err != nil {
+		return nil, err
+	}
+	m := metrics.New(w.EMF, "worker")
+	var pushSNS notify.PublishAPI = snsClient
+	if o.WrapPush != nil {
+		pushSNS = o.WrapPush(pushSNS)
+	}
+	n, err := notify.New(pushSNS, nil, notify.Config{TopicArn: topic, Logger: quiet, Metrics: m})
+	if err != nil {
+		return nil, err
+	}
+	groups := 0 // the worker's default
+	if o.Serial {
+		groups = 1
+	}
+	if w.Worker, err = inbox.New(w.LedgerPool, n, inbox.Config{
+		MaxReceiveCount: settings.Worker.MaxReceiveCount, Logger: quiet, Metrics: m, Hooks: w.workerHooks(),
+		WithoutNotifRecord: o.WithoutNotifRecord, GroupConcurrency: groups, RetryAfter: 10 * time.Millisecond,
+	}); err != nil {
+		return nil, err
+	}
+	// Backoff in milliseconds: the fake clock does not move the database's,
+	// which the sweep's grace and backoff are measured on.
+	if w.Notifs, err = inbox.NewNotifSweeper(w.LedgerPool, n, inbox.SweepConfig{
+		Logger: quiet, Metrics: m, Grace: time.Millisecond, Base: 10 * time.Millisecond, Max: 200 * time.Millisecond, Lease: time.Second,
+	}); err != nil {
+		return nil, err
+	}
+	if w.Queue, err = harness.NewQueuePoller(w.SQS, w.Worker.Handle, harness.QueueConfig{
+		QueueURL: q.url, QueueArn: q.arn, Settings: settings.Worker, Logger: quiet,
+	}); err != nil {
+		return nil, err
+	}
+	return w, nil
+}
+
+// Close removes everything New created, newest first.
+func (w *World) Close() {
+	for i := len(w.closers) - 1; i >= 0; i-- {
+		w.closers[i]()
+	}
+	w.closers = nil
+}
+
+// At returns the instant s seconds after the tap.
+func (w *World) At(s float64) time.Time {
+	return w.T0.Add(time.Duration(s * float64(time.Second)))
+}
+
+// SetClock moves the fake clock to s seconds after the tap (never back).
+func (w *World) SetClock(s float64) {
+	if t := w.At(s); t.After(w.Clock.Now()) {
+		w.Clock.Set(t)
+	}
+}
+
+// Resolver builds a resolver over the world's parts with a cap high enough
+// not to slow a run down.
+func (w *World) Resolver() (*resolver.Resolver, error) {
+	c := resolver.DefaultConfig()
+	c.Margin = w.Timing.Margin
+	c.PSPRate = 1000
+	c.Limit = 1000
+	c.Concurrency = 8
+	if w.serial {
+		c.Concurrency = 1
+	}
+	return resolver.New(c, resolver.Deps{
+		Ledger: w.Ledger, PSP: w.PSP, Claims: w.Claims, Publisher: w.Outbox, Sweeper: w.Sweeper, Clock: w.Clock,
+		Log: w.log, Metrics: metrics.New(w.EMF, "resolver"), Hooks: w.resolverHooks(),
+	})
+}
+
+// Pay sends POST /payments arriving at the given instant.
+func (w *World) Pay(ctx context.Context, caller, key, body string, arrival time.Time) api.Response {
+	return w.call(ctx, http.MethodPost, "/payments", caller, key, body, arrival)
+}
+
+// Resolve sends POST /payments/{key}/resolve ("did it go through?"), now.
+func (w *World) Resolve(ctx context.Context, caller, key string) api.Response {
+	return w.call(ctx, http.MethodPost, "/payments/"+url.PathEscape(key)+"/resolve", caller, "", "", w.Clock.Now())
+}
+
+func (w *World) call(ctx context.Context, method, path, caller, key, body string, arrival time.Time) api.Response {
+	h := http.Header{}
+	if key != "" {
+		h.Set("Idempotency-Key", key)
+	}
+	h.Set("Content-Type", "application/json")
+	return w.API.Serve(ctx, api.Request{Method: method, Path: path, Headers: h, Body: []byte(body), Caller: caller, Arrival: arrival})
+}
+
+// CollectPushes moves what the push topic delivered so far onto the phone
+// and returns it.
+func (w *World) CollectPushes(ctx context.Context) ([]notify.Data, error) {
+	got, err := w.Pushes.Collect(ctx)
+	if err != nil {
+		return nil, err
+	}
+	w.Phone.Receive(got...)
+	w.pushMu.Lock()
+	w.pushLog = append(w.pushLog, got...)
+	w.pushMu.Unlock()
+	return got, nil
+}
+
+// PushLog returns every push collected so far, in arrival order.
+func (w *World) PushLog() []notify.Data {
+	w.pushMu.Lock()
+	defer w.pushMu.Unlock()
+	return append([]notify.Data(nil), w.pushLog...)
+}
+
+// Charges returns the simulator's charges under a PSP key ("": all).
+func (w *World) Charges(key string) []pspsim.Charge {
+	var out []pspsim.Charge
+	for _, c := range w.Sim.Charges() {
+		if key == "" || c.IdempotencyKey == key {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+// Int runs a query that returns one integer.
+func (w *World) Int(ctx context.Context, query string, args ...any) (int64, error) {
+	var n int64
+	err := w.Pool.QueryRow(ctx, query, args...).Scan(&n)
+	return n, err
+}
+
+// Balance is a merchant's USD balance.
+func (w *World) Balance(ctx context.Context, merchant string) (int64, error) {
+	return w.Int(ctx, `SELECT COALESCE((SELECT balance FROM merchant_balances WHERE merchant_id = $1 AND currency = 'USD'), 0)`, merchant)
+}
+
+// PaymentID is the derived payment id of (caller, key).
+func PaymentID(caller, key string) string { return ids.PaymentID(ids.Scope(caller, key)) }
+
+// --- crash points, read at call time ---
+
+func (w *World) apiHooks() api.Hooks {
+	get := func(pick func(api.Hooks) func(context.Context) error) func(context.Context) error {
+		return func(ctx context.Context) error {
+			w.hooksMu.Lock()
+			f := pick(w.hookAPI)
+			w.hooksMu.Unlock()
+			if f == nil {
+				return nil
+			}
+			return f(ctx)
+		}
+	}
+	return api.Hooks{
+		AfterClaim:         get(func(h api.Hooks) func(context.Context) error { return h.AfterClaim }),
+		AfterPendingInsert: get(func(h api.Hooks) func(context.Context) error { return h.AfterPendingInsert }),
+		AfterPSPReply:      get(func(h api.Hooks) func(context.Context) error { return h.AfterPSPReply }),
+		BeforeComplete:     get(func(h api.Hooks) func(context.Context) error { return h.BeforeComplete }),
+	}
+}
+
+// SetAPIHooks replaces the API's crash points.
+func (w *World) SetAPIHooks(h api.Hooks) {
+	w.hooksMu.Lock()
+	defer w.hooksMu.Unlock()
+	w.hookAPI = h
+}
+
+// SetWorkerHooks replaces the worker's crash points.
+func (w *World) SetWorkerHooks(h inbox.Hooks) {
+	w.hooksMu.Lock()
+	defer w.hooksMu.Unlock()
+	w.hookWorker = h
+}
+
+// SetResolverHooks replaces the resolver's crash point.
+func (w *World) SetResolverHooks(h resolver.Hooks) {
+	w.hooksMu.Lock()
+	defer w.hooksMu.Unlock()
+	w.hookResolver = h
+}
+
+func (w *World) workerHooks() inbox.Hooks {
+	get := func(pick func(inbox.Hooks) func(context.Context, event.Event) error) func(context.Context, event.Event) error {
+		return func(ctx context.Context, e event.Event) error {
+			w.hooksMu.Lock()
+			f := pick(w.hookWorker)
+			w.hooksMu.Unlock()
+			if f == nil {
+				return nil
+			}
+			return f(ctx, e)
+		}
+	}
+	return inbox.Hooks{
+		BeforeEvent: get(func(h inbox.Hooks) func(context.Context, event.Event) error { return h.BeforeEvent }),
+		AfterCommit: get(func(h inbox.Hooks) func(context.Context, event.Event) error { return h.AfterCommit }),
+		AfterPush:   get(func(h inbox.Hooks) func(context.Context, event.Event) error { return h.AfterPush }),
+	}
+}
+
+func (w *World) resolverHooks() resolver.Hooks {
+	return resolver.Hooks{AfterPSPAnswer: func(ctx context.Context, pid string) error {
+		w.hooksMu.Lock()
+		f := w.hookResolver.AfterPSPAnswer
+		w.hooksMu.Unlock()
+		if f == nil {
+			return nil
+		}
+		return f(ctx, pid)
+	}}
+}
+
+// errRelayCrash is the relay dying after SendMessageBatch returned and
+// before Lambda recorded the batch as done: the stream hands the same
+// records over again.
+var errRelayCrash = errors.New("story: relay died before its batch was acknowledged")
+
+func (w *World) relayHandler(h harness.StreamHandler) harness.StreamHandler {
+	return func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+		resp, err := h(ctx, ev)
+		if err == nil && len(resp.BatchItemFailures) == 0 {
+			for {
+				n := w.RelayCrashes.Load()
+				if n <= 0 {
+					break
+				}
+				if w.RelayCrashes.CompareAndSwap(n, n-1) {
+					return events.DynamoDBEventResponse{}, errRelayCrash
+				}
+			}
+		}
+		return resp, err
+	}
+}
+
+func pspTransport(fresh bool) http.RoundTripper {
+	if !fresh {
+		return http.DefaultTransport
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.DisableKeepAlives = true
+	return t
+}
+
+// pspWire sees every PSP call as it returns.
+type pspWire struct {
+	w    *World
+	next http.RoundTripper
+}
+
+func (p pspWire) RoundTrip(r *http.Request) (*http.Response, error) {
+	resp, err := p.next.RoundTrip(r)
+	if f := p.w.OnPSP; f != nil {
+		f(r.Header.Get("Idempotency-Key"), err)
+	}
+	return resp, err
+}
+
+// --- resources of the world's own ---
+
+func randomID(n int) string {
+	b := make([]byte, n)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// faultyPool is a second pool on the world's ledger database that reaches
+// it through a faultnet proxy (World.Net).
+func (w *World) faultyPool(ctx context.Context, dsn string) (*pgxpool.Pool, error) {
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("story: parse ledger dsn: %w", err)
+	}
+	if w.Net, err = faultnet.Listen(u.Host, w.log); err != nil {
+		return nil, err
+	}
+	w.closers = append(w.closers, func() { _ = w.Net.Close() })
+	u.Host = w.Net.Addr()
+	pool, err := pgxpool.New(ctx, u.String())
+	if err != nil {
+		return nil, fmt.Errorf("story: proxied ledger pool: %w", err)
+	}
+	w.closers = append(w.closers, pool.Close)
+	return pool, nil
+}
+
+// newLedger clones a fresh database from the migrated template, applies any
+// newer migration, and drops it on Close. It returns a pool and the DSN.
+func (w *World) newLedger(ctx context.Context, dsn string) (*pgxpool.Pool, string, error) {
+	if dsn == "" {
+		return nil, "", fmt.Errorf("%w: %s not set", ErrUnavailable, stackenv.LedgerDSN)
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		return nil, "", fmt.Errorf("story: parse ledger dsn: %w", err)
+	}
+	admin := *u
+	admin.Path = "/postgres"
+	name := "story_" + randomID(6)
+	cctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+	defer cancel()
+	conn, err := pgx.Connect(cctx, admin.String())
+	if err != nil {
+		return nil, "", fmt.Errorf("%w: PostgreSQL: %v", ErrUnavailable, err)
+	}
+	defer conn.Close(cctx)
+	for {
+		// Cloning needs the template to have no other sessions; a parallel
+		// clone holds it for a moment.
+		_, err = conn.Exec(cctx, "CREATE DATABASE "+pgx.Identifier{name}.Sanitize()+" TEMPLATE "+templateDB)
+		var pgErr *pgconn.PgError
+		if err == nil || !errors.As(err, &pgErr) || pgErr.Code != "55006" || cctx.Err() != nil {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if err != nil {
+		return nil, "", fmt.Errorf("story: create ledger database: %w", err)
+	}
+	w.closers = append(w.closers, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		c, err := pgx.Connect(ctx, admin.String())
+		if err != nil {
+			return
+		}
+		defer c.Close(ctx)
+		_, _ = c.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
+	})
+	own := *u
+	own.Path = "/" + name
+	if _, err := migrations.Apply(ctx, own.String()); err != nil {
+		return nil, "", fmt.Errorf("story: migrate: %w", err)
+	}
+	pool, err := pgxpool.New(ctx, own.String())
+	if err != nil {
+		return nil, "", fmt.Errorf("story: ledger pool: %w", err)
+	}
+	w.closers = append(w.closers, pool.Close)
+	return pool, own.String(), nil
+}
+
+// newTable creates a table keyed by pk (on-demand). The claim table has no
+// TTL, so an expired key record stays present and the read path's own
+// expiry check is what forgets it; the outbox table has a NEW_IMAGE stream.
+func (w *World) newTable(ctx context.Context, pk string, stream bool) (string, error) {
+	name := "t-story-" + randomID(6)
+	in := &dynamodb.CreateTableInput{
+		TableName:            &name,
+		KeySchema:            []ddbtypes.KeySchemaElement{{AttributeName: aws.String(pk), KeyType: ddbtypes.KeyTypeHash}},
+		AttributeDefinitions: []ddbtypes.AttributeDefinition{{AttributeName: aws.String(pk), AttributeType: ddbtypes.ScalarAttributeTypeS}},
+		BillingMode:          ddbtypes.BillingModePayPerRequest,
+	}
+	if stream {
+		in.StreamSpecification = &ddbtypes.StreamSpecification{StreamEnabled: aws.Bool(true), StreamViewType: ddbtypes.StreamViewTypeNewImage}
+	}
+	if _, err := w.Dynamo.CreateTable(ctx, in); err != nil {
+		return "", fmt.Errorf("%w: create table: %v", ErrUnavailable, err)
+	}
+	w.closers = append(w.closers, func() {
+		_, _ = w.Dynamo.DeleteTable(context.Background(), &dynamodb.DeleteTableInput{TableName: &name})
+	})
+	return name, nil
+}
+
+func (w *World) streamArn(ctx context.Context, table string) (string, error) {
+	out, err := w.Dynamo.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &table})
+	if err != nil {
+		return "", fmt.Errorf("story: describe %s: %w", table, err)
+	}
+	return aws.ToString(out.Table.LatestStreamArn), nil
+}
+
+type queue struct{ url, arn, dlqURL string }
+
+// RedriveDLQ moves every message in the events queue's DLQ back to the
+// queue, as an operator does when the DLQ-depth alarm fires (a message
+// lands there after five failed deliveries). The copy gets a dedup id of its
+// own so the queue's window cannot drop it; the worker's inbox is the guard.
+// It returns how many it moved.
+func (w *World) RedriveDLQ(ctx context.Context) (int, error) {
+	moved := 0
+	for {
+		out, err := w.SQS.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{
+			QueueUrl: &w.dlqURL, MaxNumberOfMessages: 10,
+			MessageSystemAttributeNames: []sqstypes.MessageSystemAttributeName{sqstypes.MessageSystemAttributeNameAll},
+		})
+		if err != nil {
+			return moved, fmt.Errorf("story: receive from the DLQ: %w", err)
+		}
+		if len(out.Messages) == 0 {
+			return moved, nil
+		}
+		for _, m := range out.Messages {
+			group := m.Attributes[string(sqstypes.MessageSystemAttributeNameMessageGroupId)]
+			dedup := m.Attributes[string(sqstypes.MessageSystemAttributeNameMessageDeduplicationId)] + "#redrive-" + randomID(4)
+			if _, err := w.SQS.SendMessage(ctx, &sqs.SendMessageInput{QueueUrl: &w.queueURL, MessageBody: m.Body,
+				MessageGroupId: &group, MessageDeduplicationId: &dedup, MessageAttributes: m.MessageAttributes}); err != nil {
+				return moved, fmt.Errorf("story: redrive: %w", err)
+			}
+			if _, err := w.SQS.DeleteMessage(ctx, &sqs.DeleteMessageInput{QueueUrl: &w.dlqURL, ReceiptHandle: m.ReceiptHandle}); err != nil {
+				return moved, fmt.Errorf("story: delete from the DLQ: %w", err)
+			}
+			moved++
+		}
+	}
+}
+
+// dlqDepth is how many messages the events queue's DLQ holds (-1: unknown).
+func (w *World) dlqDepth(ctx context.Context) int {
+	out, err := w.SQS.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: &w.dlqURL, AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameApproximateNumberOfMessages},
+	})
+	if err != nil {
+		return -1
+	}
+	n, err := strconv.Atoi(out.Attributes[string(sqstypes.QueueAttributeNameApproximateNumberOfMessages)])
+	if err != nil {
+		return -1
+	}
+	return n
+}
+
+// newQueue creates a queue; a FIFO one (content-based dedup off, like the
+// template's) gets a FIFO DLQ taking a message after maxReceive receives.
+func (w *World) newQueue(ctx context.Context, base string, fifo bool, visibility time.Duration, maxReceive int) (queue, error) {
+	attrs := map[string]string{}
+	name := base
+	if fifo {
+		dlq, err := w.createQueue(ctx, base+"-dlq.fifo", map[string]string{"FifoQueue": "true", "ContentBasedDeduplication": "false"})
+		if err != nil {
+			return queue{}, err
+		}
+		policy, _ := json.Marshal(map[string]string{"deadLetterTargetArn": dlq.arn, "maxReceiveCount": strconv.Itoa(maxReceive)})
+		attrs = map[string]string{"FifoQueue": "true", "ContentBasedDeduplication": "false",
+			"VisibilityTimeout": strconv.Itoa(int(visibility / time.Second)), "RedrivePolicy": string(policy)}
+		name = base + ".fifo"
+		q, err := w.createQueue(ctx, name, attrs)
+		q.dlqURL = dlq.url
+		return q, err
+	}
+	if visibility > 0 {
+		attrs["VisibilityTimeout"] = strconv.Itoa(int(visibility / time.Second))
+	}
+	return w.createQueue(ctx, name, attrs)
+}
+
+// WatchVisibility is the phone's queue's visibility timeout: short, so a
+// push whose receive was lost on the wire is seen again within seconds.
+const WatchVisibility = 2 * time.Second
+
+func (w *World) createQueue(ctx context.Context, name string, attrs map[string]string) (queue, error) {
+	out, err := w.SQS.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: &name, Attributes: attrs})
+	if err != nil {
+		return queue{}, fmt.Errorf("%w: create queue %s: %v", ErrUnavailable, name, err)
+	}
+	u := aws.ToString(out.QueueUrl)
+	w.closers = append(w.closers, func() { _, _ = w.SQS.DeleteQueue(context.Background(), &sqs.DeleteQueueInput{QueueUrl: &u}) })
+	qa, err := w.SQS.GetQueueAttributes(ctx, &sqs.GetQueueAttributesInput{
+		QueueUrl: &u, AttributeNames: []sqstypes.QueueAttributeName{sqstypes.QueueAttributeNameQueueArn},
+	})
+	if err != nil {
+		return queue{}, fmt.Errorf("story: arn of %s: %w", name, err)
+	}
+	return queue{url: u, arn: qa.Attributes[string(sqstypes.QueueAttributeNameQueueArn)]}, nil
+}
+
+// newTopic creates the push topic and a standard queue subscribed to it with
+// raw delivery: every push lands there for the phone.
+func (w *World) newTopic(ctx context.Context, c *sns.Client) (topic, watchURL string, err error) {
+	name := "t-story-push-" + randomID(6)
+	out, err := c.CreateTopic(ctx, &sns.CreateTopicInput{Name: &name})
+	if err != nil {
+		return "", "", fmt.Errorf("%w: create topic: %v", ErrUnavailable, err)
+	}
+	topic = aws.ToString(out.TopicArn)
+	w.closers = append(w.closers, func() { _, _ = c.DeleteTopic(context.Background(), &sns.DeleteTopicInput{TopicArn: &topic}) })
+	watch, err := w.newQueue(ctx, "t-story-watch-"+randomID(6), false, WatchVisibility, 0)
+	if err != nil {
+		return "", "", err
+	}
+	if _, err := c.Subscribe(ctx, &sns.SubscribeInput{TopicArn: &topic, Protocol: aws.String("sqs"), Endpoint: &watch.arn,
+		Attributes: map[string]string{"RawMessageDelivery": "true"}}); err != nil {
+		return "", "", fmt.Errorf("story: subscribe: %w", err)
+	}
+	return topic, watch.url, nil
+}
