@@ -1,0 +1,98 @@
+// Package invoke is the seam between the local cloud's triggers (the front
+// door's routes, the event-source mappings, the schedules, the custom
+// resource) and what runs a function: the function runner (each function's
+// bootstrap under aws-lambda-rie) on the live stack, or handlers called in
+// process in tests of the triggers themselves.
+//
+// A function is named by its logical id in the synthesized template (for
+// example "ApiFunction52E267E3"): that is what every route, mapping and rule
+// refers to, so no second naming scheme can drift from the template.
+package invoke
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Invoker runs one synchronous invocation (Lambda's RequestResponse) and
+// returns the function's answer. A handler that returned an error, panicked
+// or whose environment died answers *FunctionError (Lambda's
+// X-Amz-Function-Error), so a trigger can tell "the function failed" from
+// "the invocation never ran" (ErrThrottled, a cancelled context, a runner
+// error).
+type Invoker interface {
+	Invoke(ctx context.Context, function string, payload []byte) ([]byte, error)
+}
+
+// FunctionError is a function's error answer.
+type FunctionError struct {
+	Function string
+	// Type is errorType of Lambda's error payload ("Runtime.ExitError" when
+	// the environment died mid-invocation, "Sandbox.Timedout" on timeout).
+	Type    string
+	Message string
+}
+
+func (e *FunctionError) Error() string {
+	return fmt.Sprintf("invoke: %s failed: %s: %s", e.Function, e.Type, e.Message)
+}
+
+// ErrThrottled is Lambda's 429 TooManyRequestsException: every execution
+// environment the function may have is busy. Nothing ran.
+var ErrThrottled = errors.New("invoke: throttled: the function is at its concurrency")
+
+// ErrUnknownFunction means the template declares no such function.
+var ErrUnknownFunction = errors.New("invoke: no such function in the template")
+
+// Admin is what the local cloud's admin API and `make status` ask of the
+// runner.
+type Admin interface {
+	Status() []FunctionStatus
+	// Kill sends SIGKILL to up to n of the function's live execution
+	// environments (busy ones first, chosen at random) and reports how many
+	// it killed. The runner replaces them on demand, as Lambda does.
+	Kill(function string, n int) (killed int, err error)
+}
+
+// FunctionStatus describes one function's execution environments.
+type FunctionStatus struct {
+	Function string `json:"function"`
+	// MaxEnvironments is the concurrency it may reach (its reserved
+	// concurrency where the template sets one).
+	MaxEnvironments int           `json:"max_environments"`
+	Environments    []Environment `json:"environments"`
+	Invocations     int64         `json:"invocations"`
+	Killed          int64         `json:"killed"`
+}
+
+// Environment is one execution environment.
+type Environment struct {
+	ID      string    `json:"id"`
+	PID     int       `json:"pid"`
+	Busy    bool      `json:"busy"`
+	Started time.Time `json:"started"`
+	Served  int64     `json:"served"`
+}
+
+// Func adapts in-process handlers to Invoker, for tests of a trigger: the
+// map's key is the function's logical id.
+type Func map[string]func(ctx context.Context, payload []byte) ([]byte, error)
+
+// Invoke calls the handler named function.
+func (f Func) Invoke(ctx context.Context, function string, payload []byte) ([]byte, error) {
+	h, ok := f[function]
+	if !ok {
+		return nil, fmt.Errorf("%w: %s", ErrUnknownFunction, function)
+	}
+	out, err := h(ctx, payload)
+	if err != nil {
+		var fe *FunctionError
+		if errors.As(err, &fe) {
+			return nil, err
+		}
+		return nil, &FunctionError{Function: function, Type: "Handler", Message: err.Error()}
+	}
+	return out, nil
+}
