@@ -17,7 +17,7 @@ LAMBDAS  := $(notdir $(wildcard lambdas/*))
 GO_SRC   := $(shell find . -name '*.go' -not -path './_tools/*' -not -path './.local/*' -not -path './cdk.out/*')
 CALLER   ?= u1
 
-.PHONY: help setup up down status lambdas synth lint test test-unit test-race fuzz test-cfn demo bench token chaos clean
+.PHONY: help setup up down status inspect lambdas synth lint test test-unit test-race fuzz test-cfn demo bench token chaos clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -35,6 +35,10 @@ down: ## stop the local cloud
 
 status: ## what runs locally
 	@bash scripts/localcloud.sh status
+
+PAYMENT ?=
+inspect: ## one payment as JSON (row, credits, notifications, the phone's pushes): make -s inspect PAYMENT=pay_...
+	@go build -o $(BIN)/inspect ./cmd/inspect && $(BIN)/inspect --payment "$(PAYMENT)"
 
 # One bootstrap per lambdas/<fn>: Lambda's provided.al2023 on arm64, static, stripped.
 # Size (issue 9): the DynamoDB client, pgx and stripe-go alone make 10.6 MiB, so

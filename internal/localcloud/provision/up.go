@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"time"
@@ -21,6 +22,7 @@ import (
 	"github.com/oncepay/oncepay/internal/awsclient/sqsclient"
 	"github.com/oncepay/oncepay/internal/ledger/migrations"
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
+	"github.com/oncepay/oncepay/internal/localcloud/phone"
 	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
@@ -93,6 +95,17 @@ func Up(ctx context.Context, c Config) (localenv.Env, error) {
 			env[name] = v
 		}
 	}
+	// LOCAL-ONLY: the phone (a queue on the push topic, a platform
+	// application for devices) is no resource of the template; its outputs
+	// and variables sit beside the stack's so the phone's reader and the
+	// tools find it, and a deployed stack's outputs have none of them.
+	ph, err := phone.Provision(ctx, p.SQS, p.SNS, outputs["PushTopicArn"], phone.Names{})
+	if err != nil {
+		return nil, fmt.Errorf("localcloud: %w", err)
+	}
+	maps.Copy(outputs, ph.Outputs())
+	maps.Copy(env, ph.Env())
+	p.logf("phone: queue %s on the push topic (raw delivery off), devices under %s", phone.QueueName, ph.PlatformApplicationArn)
 	env[stackenv.LedgerDSN] = c.DSN(c.Database)
 	for _, db := range []string{c.Database, TemplateDB} {
 		if err := c.ensureDatabase(ctx, db); err != nil {

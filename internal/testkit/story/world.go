@@ -152,6 +152,9 @@ type World struct {
 	Phone  *harness.Phone
 	EMF    *SyncBuffer
 
+	// PushTopic is the world's push topic, for more subscribers (a phone).
+	PushTopic string
+
 	// RelayCrashes is how many of the next relay invocations crash after
 	// their messages were sent and before the batch is acknowledged.
 	RelayCrashes atomic.Int32
@@ -350,6 +353,7 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 		return nil, err
 	}
 	w.Pushes = harness.NewPushQueue(w.SQS, watch)
+	w.PushTopic = topic
 	var relaySQS relay.SendMessageBatchAPI = w.SQS
 	if o.WrapRelaySQS != nil {
 		relaySQS = o.WrapRelaySQS(relaySQS)
