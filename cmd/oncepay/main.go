@@ -23,20 +23,29 @@ import (
 	"github.com/oncepay/oncepay/internal/client"
 	"github.com/oncepay/oncepay/internal/localcloud/frontdoor"
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
+	"github.com/oncepay/oncepay/internal/localcloud/phone"
 	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 const usage = `oncepay: a buyer's client for the oncepay payment API.
 
-  oncepay pay --order 42 --amount 3000 [--currency USD] [--method pm_card_visa] [--merchant m1] [--again]
+  oncepay pay --order 42 --amount 3000 [--currency USD] [--method pm_card_visa] [--merchant m1] [--again] [--wait]
   oncepay status [--order 42]     what the journal holds (every caller and API; nothing is sent)
   oncepay resolve                 resume every open intent of this caller and API, same keys
+  oncepay phone                   what the local cloud's phone shows: one entry per replace id (local cloud only)
   oncepay token --caller u1       print a bearer token for the local front door (local cloud only)
   oncepay help
 
 Common flags: --url (default $ONCEPAY_FRONTDOOR_URL or http://127.0.0.1:8080),
 --token (default $ONCEPAY_TOKEN), --journal, --journal-wait, --retention,
---timeout, --json. Run 'oncepay <command> -h' for every flag.
+--timeout, --json. Run 'oncepay <command> --help' for a command's flags.
+
+The phone (local cloud only): pay --wait waits up to --wait-timeout (default
+30 s) for the payment's push to reach the local cloud's phone
+(.local/phone/pushes.jsonl, or --phone, or $ONCEPAY_PHONE_FILE) and prints
+it; 'oncepay phone' lists what the phone shows: the latest push per replace
+id (the payment id: a later push about a payment replaces the earlier one
+on screen) with the number of alerts it took.
 
 Rules:
   - The key is made at the tap (a random UUID) and written to the journal
@@ -66,7 +75,9 @@ journal at a time; another waits --journal-wait (default 5 s), then exits 6.
 Exit codes: 0 paid; 1 error; 2 usage; 3 declined or refused (nothing
 charged); 4 voided (not charged, and never will be: a new tap may pay);
 5 still unknown (run 'oncepay resolve' later: the same key is used);
-6 the journal is in use by another oncepay process.
+6 the journal is in use by another oncepay process; 7 (pay --wait) the
+payment's answer is printed, but its push did not reach the phone within
+--wait-timeout.
 `
 
 // Exit codes.
@@ -78,7 +89,21 @@ const (
 	exitVoided  = 4
 	exitUnknown = 5
 	exitBusy    = 6
+	exitNoPush  = 7
 )
+
+// commands are the commands, each with its line of help and the flags it reads.
+var commands = map[string]struct {
+	summary string
+	flags   []string
+}{
+	"pay": {"pay for an order (the key is made and journaled first); --wait: and wait for its push on the phone",
+		[]string{"order", "amount", "currency", "method", "merchant", "again", "wait", "wait-timeout", "phone", "url", "token", "caller", "timeout", "journal", "journal-wait", "retention", "json"}},
+	"status":  {"what the journal holds for an order, or every open intent (sends nothing)", []string{"order", "journal", "journal-wait", "json"}},
+	"resolve": {"resume every open intent of this caller and API, with the same keys", []string{"url", "token", "caller", "timeout", "journal", "journal-wait", "retention", "json"}},
+	"phone":   {"what the local cloud's phone shows: the latest push per replace id, with its number of alerts", []string{"phone", "json"}},
+	"token":   {"print a bearer token for the local front door (local cloud only)", []string{"caller"}},
+}
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -100,16 +125,16 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	case "help", "-h", "-help", "--help":
 		fmt.Fprint(stdout, usage)
 		return 0, nil
-	case "pay", "status", "resolve", "token":
-	default:
+	}
+	_, known := commands[cmd]
+	if !known {
 		fmt.Fprint(os.Stderr, usage)
 		return exitUsage, fmt.Errorf("unknown command %q", cmd)
 	}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprintf(fs.Output(), "usage of oncepay %s (see 'oncepay help' for the rules):\n", cmd)
-		fs.PrintDefaults()
-	}
+	// The flag package's own output is silenced: help goes to stdout, a
+	// usage error to stderr, each printed below.
+	fs.SetOutput(io.Discard)
 	baseURL := fs.String("url", envOr(stackenv.FrontDoorURL, "http://127.0.0.1:8080"), "the API's base URL")
 	token := fs.String("token", os.Getenv("ONCEPAY_TOKEN"), "bearer token (default $ONCEPAY_TOKEN)")
 	journalPath := fs.String("journal", os.Getenv("ONCEPAY_JOURNAL"), "the journal file (default $ONCEPAY_JOURNAL, else one per user: see 'oncepay help')")
@@ -124,14 +149,22 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	again := fs.Bool("again", false, "pay: after a decline, pay anew (new key) even with the same card")
 	caller := fs.String("caller", "", "token: the caller to mint a token for; others: the journal's caller, for a token that is not a JWT")
 	timeout := fs.Duration("timeout", 10*time.Second, "per-request timeout")
+	wait := fs.Bool("wait", false, "pay: after the answer, wait for the payment's push on the local cloud's phone and print it")
+	waitTimeout := fs.Duration("wait-timeout", 30*time.Second, "pay --wait: how long to wait for the push")
+	phonePath := fs.String("phone", "", "the local cloud's phone (default $ONCEPAY_PHONE_FILE, else .local/phone/pushes.jsonl in the repository)")
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
+			commandUsage(stdout, fs, cmd)
 			return 0, nil
 		}
+		commandUsage(os.Stderr, fs, cmd)
 		return exitUsage, err
 	}
-	if cmd == "token" {
+	switch cmd {
+	case "token":
 		return mintToken(*caller, stdout)
+	case "phone":
+		return showPhone(*phonePath, *asJSON, stdout)
 	}
 	path := *journalPath
 	if path == "" {
@@ -143,11 +176,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	if *journalPath == "" {
 		warnLegacyJournal()
 	}
-	wait := *journalWait
-	if wait == 0 {
-		wait = -1 // 0 on the command line: do not wait
+	lockWait := *journalWait
+	if lockWait == 0 {
+		lockWait = -1 // 0 on the command line: do not wait
 	}
-	j, err := client.OpenJournal(path, client.JournalOptions{LockWait: wait})
+	j, err := client.OpenJournal(path, client.JournalOptions{LockWait: lockWait})
 	if errors.Is(err, client.ErrJournalBusy) {
 		return exitBusy, fmt.Errorf("%w; try again when it has finished", err)
 	}
@@ -185,7 +218,14 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 		if err != nil {
 			return exitError, err
 		}
-		return print(stdout, r, *asJSON), nil
+		code := print(stdout, r, *asJSON)
+		if *wait {
+			// The journal is not needed to watch the phone: let another
+			// oncepay have it while this one waits.
+			j.Close()
+			return waitForPush(ctx, r, *phonePath, *waitTimeout, *asJSON, stdout, code)
+		}
+		return code, nil
 	default: // resolve
 		rs, err := c.Resume(ctx)
 		if err != nil {
@@ -203,6 +243,115 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 		}
 		return code, nil
 	}
+}
+
+// commandUsage prints one command's line of help and the flags it reads.
+func commandUsage(w io.Writer, fs *flag.FlagSet, cmd string) {
+	spec := commands[cmd]
+	fmt.Fprintf(w, "usage: oncepay %s [flags]\n\n  %s\n\nFlags (see 'oncepay help' for the rules and the exit codes):\n", cmd, spec.summary)
+	sub := flag.NewFlagSet(cmd, flag.ContinueOnError)
+	sub.SetOutput(w)
+	for _, name := range spec.flags {
+		if f := fs.Lookup(name); f != nil {
+			sub.Var(f.Value, f.Name, f.Usage)
+		}
+	}
+	sub.PrintDefaults()
+}
+
+// phoneFile returns the phone's pushes file: the flag's, else the default.
+func phoneFile(flagPath string) (string, error) {
+	if flagPath != "" {
+		return flagPath, nil
+	}
+	if p := os.Getenv(phone.EnvFile); p != "" {
+		return p, nil
+	}
+	root, err := localenv.Root()
+	if err != nil {
+		return "", fmt.Errorf("the phone belongs to a local cloud: run oncepay in the repository, or give --phone: %w", err)
+	}
+	return phone.DefaultPath(filepath.Join(root, ".local")), nil
+}
+
+// showPhone lists what the phone shows, oldest first.
+func showPhone(flagPath string, asJSON bool, stdout io.Writer) (int, error) {
+	path, err := phoneFile(flagPath)
+	if err != nil {
+		return exitError, err
+	}
+	pushes, err := phone.Read(path)
+	if err != nil {
+		return exitError, err
+	}
+	shown := phone.Show(pushes)
+	if len(shown) == 0 && !asJSON {
+		fmt.Fprintf(stdout, "the phone shows nothing yet (%s holds no push; is the local cloud up?)\n", path)
+	}
+	for _, e := range shown {
+		if asJSON {
+			b, _ := json.Marshal(e)
+			fmt.Fprintln(stdout, string(b))
+			continue
+		}
+		fmt.Fprintf(stdout, "%s  %s\n", e.ReplaceID, describePush(e.Latest, e.Alerts))
+	}
+	return 0, nil
+}
+
+// waitForPush waits for the push about r's payment on the phone and prints
+// it; the exit code is the payment's, or exitNoPush if none came in time.
+func waitForPush(ctx context.Context, r client.Result, flagPath string, timeout time.Duration, asJSON bool, stdout io.Writer, code int) (int, error) {
+	switch {
+	case r.PaymentID == "":
+		return code, errors.New("--wait: the answer names no payment: there is no push to wait for")
+	case r.State == client.Void || r.State == client.Refused:
+		fmt.Fprintln(os.Stderr, "oncepay: --wait: nothing was charged and nothing will be: no push comes for this payment")
+		return code, nil
+	}
+	path, err := phoneFile(flagPath)
+	if err != nil {
+		return exitError, err
+	}
+	if !asJSON {
+		fmt.Fprintf(os.Stderr, "  waiting up to %s for the push on the phone (%s)\n", timeout, path)
+	}
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	started := time.Now()
+	p, err := phone.Wait(wctx, path, r.PaymentID, 0)
+	if err != nil {
+		if ctx.Err() == nil && errors.Is(err, context.DeadlineExceeded) {
+			return exitNoPush, fmt.Errorf("no push for payment %s reached the phone within %s (is the local cloud's phone running? `make status`)", r.PaymentID, timeout)
+		}
+		return exitError, err
+	}
+	alerts := 0
+	if all, err := phone.Read(path); err == nil {
+		for _, e := range phone.Show(phone.ForPayment(all, r.PaymentID)) {
+			alerts += e.Alerts
+		}
+	}
+	if asJSON {
+		b, _ := json.Marshal(phone.Entry{ReplaceID: p.ReplaceID, Alerts: alerts, Latest: p})
+		fmt.Fprintln(stdout, string(b))
+	} else {
+		fmt.Fprintf(stdout, "push on the phone after %s: %s\n", time.Since(started).Round(time.Millisecond), describePush(p, alerts))
+	}
+	return code, nil
+}
+
+// describePush renders a push the way the phone shows it, on one line.
+func describePush(p phone.Push, alerts int) string {
+	s := "alert"
+	if alerts != 1 {
+		s = "alerts"
+	}
+	text := p.Title
+	if p.Body != "" {
+		text += ": " + p.Body
+	}
+	return fmt.Sprintf("%s (%d %s; replace id %s, %s %s, received %s)", text, alerts, s, p.ReplaceID, p.Channel, orDash(p.EventID), p.ReceivedAt.Local().Format("15:04:05.000"))
 }
 
 func mintToken(caller string, stdout io.Writer) (int, error) {
