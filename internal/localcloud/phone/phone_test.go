@@ -20,6 +20,7 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 
 	"github.com/oncepay/oncepay/internal/event"
+	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 	"github.com/oncepay/oncepay/internal/localcloud/phone"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/testkit/testenv"
@@ -381,4 +382,22 @@ type countLists struct {
 func (c *countLists) ListEndpointsByPlatformApplication(ctx context.Context, in *sns.ListEndpointsByPlatformApplicationInput, opts ...func(*sns.Options)) (*sns.ListEndpointsByPlatformApplicationOutput, error) {
 	c.n.Add(1)
 	return c.EndpointsAPI.ListEndpointsByPlatformApplication(ctx, in, opts...)
+}
+
+func TestFromEnvWiresThePhonesQueueDevicesAndFile(t *testing.T) {
+	env := testenv.AWS(t)
+	if _, err := phone.FromEnv(context.Background(), localenv.Env{}, t.TempDir(), quiet); err == nil || !strings.Contains(err.Error(), phone.EnvQueueURL) {
+		t.Errorf("FromEnv without the phone's queue = %v, want an error naming %s", err, phone.EnvQueueURL)
+	}
+	e := localenv.Env{phone.EnvQueueURL: "http://q", phone.EnvPlatformApplicationArn: "arn:app", "AWS_ENDPOINT_URL": env.Get("AWS_ENDPOINT_URL")}
+	state := t.TempDir()
+	t.Setenv(phone.EnvFile, "")
+	cfg, err := phone.FromEnv(context.Background(), e, state, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.QueueURL != "http://q" || cfg.PlatformApplicationArn != "arn:app" || cfg.MotoURL != env.Get("AWS_ENDPOINT_URL") ||
+		cfg.Path != filepath.Join(state, "phone", "pushes.jsonl") || cfg.SQS == nil || cfg.SNS == nil {
+		t.Errorf("config = %+v", cfg)
+	}
 }
