@@ -30,9 +30,8 @@ type Mapping struct {
 	queue  *harness.QueuePoller
 	log    *slog.Logger
 
-	mu      sync.Mutex
-	state   string
-	lastErr string
+	mu    sync.Mutex
+	state string
 }
 
 // Mapping states in Status.

@@ -218,13 +218,13 @@ func target(t *provision.Template, phys map[string]provision.Physical, region st
 	m, _ := raw.(map[string]any)
 	fn, _, ok := ref(m["Arn"])
 	if !ok || t.Resources[fn].Type != "AWS::Lambda::Function" {
-		return TargetSpec{}, fmt.Errorf("Arn %v is not a function of this template (only Lambda targets are played)", m["Arn"])
+		return TargetSpec{}, fmt.Errorf("target arn %v is not a function of this template (only Lambda targets are played)", m["Arn"])
 	}
 	if _, set := m["InputPath"]; set {
-		return TargetSpec{}, fmt.Errorf("InputPath is not played locally")
+		return TargetSpec{}, fmt.Errorf("target InputPath is not played locally")
 	}
 	if _, set := m["InputTransformer"]; set {
-		return TargetSpec{}, fmt.Errorf("InputTransformer is not played locally")
+		return TargetSpec{}, fmt.Errorf("target InputTransformer is not played locally")
 	}
 	tg := TargetSpec{
 		Function: fn, Arn: functionArn(region, phys, fn),
@@ -234,7 +234,7 @@ func target(t *provision.Template, phys map[string]provision.Physical, region st
 	tg.ID, _ = m["Id"].(string)
 	if in, set := m["Input"].(string); set {
 		if !json.Valid([]byte(in)) {
-			return TargetSpec{}, fmt.Errorf("Input is not JSON: %q", in)
+			return TargetSpec{}, fmt.Errorf("target input is not JSON: %q", in)
 		}
 		tg.Input = in
 	}
