@@ -57,6 +57,7 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&c.PSPURL, "psp", envOr("ONCEPAY_PSP_URL", "http://127.0.0.1:8090"), "PSP simulator URL")
 	fs.StringVar(&c.FrontDoor, "frontdoor", envOr("ONCEPAY_FRONTDOOR_URL", "http://127.0.0.1:8080"), "local front door URL")
 	fs.DurationVar(&c.Timeout, "timeout", 60*time.Second, "readiness wait per service")
+	fs.StringVar(&c.StateDir, "state", c.StateDir, "state directory (env, resources, checkpoints)")
 	admin := fs.String("admin", envOr(stack.AdminAddrVar, stack.DefaultAdminAddr), "admin API address (serve listens, status asks)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err

@@ -114,7 +114,8 @@ func printStatus(w io.Writer, st stack.Status) {
 	}
 	for _, m := range st.Mappings {
 		b, _ := json.Marshal(m.Stats)
-		fmt.Fprintf(w, "mapping   %-28s %s -> %s %s %s\n", m.ID, m.Kind, m.Function, m.State, strings.Trim(string(b), "{}"))
+		stats := strings.NewReplacer(`"`, "", ":", "=", ",", " ").Replace(strings.Trim(string(b), "{}"))
+		fmt.Fprintf(w, "mapping   %-28s %s -> %s %s %s\n", m.ID, m.Kind, m.Function, m.State, stats)
 	}
 	for _, s := range st.Schedules {
 		next, last := "-", "-"

@@ -17,7 +17,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"maps"
 	"net"
 	"net/http"
 	"os"
@@ -78,6 +77,7 @@ type Service struct {
 	admin     *Admin
 	listener  net.Listener
 	servers   []*http.Server
+	saved     map[string]string // mapping id -> the checkpoints last written
 }
 
 // New builds every part from the template (nothing runs yet) and binds the
@@ -107,7 +107,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if err != nil {
 		return nil, fmt.Errorf("stack: function runner: %w", err)
 	}
-	s := &Service{cfg: cfg, runner: runner}
+	s := &Service{cfg: cfg, runner: runner, saved: map[string]string{}}
 	fail := func(err error) (*Service, error) { _ = runner.Close(); return nil, err }
 	for _, spec := range mspecs {
 		resume, err := s.loadCheckpoints(spec)
@@ -252,9 +252,15 @@ func (s *Service) saveCheckpoints() {
 		if cps == nil {
 			continue
 		}
-		b, err := json.Marshal(checkpointFile{StreamArn: m.Spec.SourceArn, Checkpoints: maps.Clone(cps)})
+		b, err := json.Marshal(checkpointFile{StreamArn: m.Spec.SourceArn, Checkpoints: cps})
+		if err == nil && s.saved[m.Spec.ID] == string(b) {
+			continue
+		}
 		if err == nil {
 			err = writeAtomic(s.checkpointPath(m.Spec.ID), b)
+		}
+		if err == nil {
+			s.saved[m.Spec.ID] = string(b)
 		}
 		if err != nil {
 			s.cfg.Logger.Warn("stream checkpoints not saved", "mapping", m.Spec.ID, "error", err.Error())

@@ -98,8 +98,8 @@ func (r *fakeRunner) records(fn string) []string {
 }
 
 func (r *fakeRunner) Status() []invoke.FunctionStatus { return nil }
-func (r *fakeRunner) Kill(string, int) (int, error) { return 0, nil }
-func (r *fakeRunner) Close() error                  { r.closed.Store(true); return nil }
+func (r *fakeRunner) Kill(string, int) (int, error)   { return 0, nil }
+func (r *fakeRunner) Close() error                    { r.closed.Store(true); return nil }
 
 // world is the template over resources of the test's own: its outbox
 // table, events queue and failure queues stand for the stack's.
@@ -140,9 +140,11 @@ func (w world) service(t *testing.T, r *fakeRunner) *stack.Service {
 	q := testenv.SQS(t)
 	svc, err := stack.New(context.Background(), stack.Config{
 		Template: w.tpl, Resources: w.phys, Region: "us-east-1", StateDir: w.dir, AdminAddr: "127.0.0.1:0", TimeScale: 600,
-		Clients:   trigger.Clients{Streams: testenv.DynamoDBStreams(t), Queues: q, Send: q},
-		NewRunner: func(context.Context, *provision.Template, map[string]provision.Physical) (stack.Runner, error) { return r, nil },
-		Logger:    quiet,
+		Clients: trigger.Clients{Streams: testenv.DynamoDBStreams(t), Queues: q, Send: q},
+		NewRunner: func(context.Context, *provision.Template, map[string]provision.Physical) (stack.Runner, error) {
+			return r, nil
+		},
+		Logger: quiet,
 	})
 	if err != nil {
 		t.Fatal(err)
