@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -343,4 +344,128 @@ type invokerFunc func(ctx context.Context, fn string, payload []byte) ([]byte, e
 
 func (f invokerFunc) Invoke(ctx context.Context, fn string, payload []byte) ([]byte, error) {
 	return f(ctx, fn, payload)
+}
+
+// The worker mapping as the template declares it, over an events queue of
+// the test's own: a throttled batch is retried in place, so it reaches the
+// worker on its first receive (no receive spent, none nearer the DLQ), and
+// the worker's partial batch failure keeps only the reported message.
+func TestWorkerMappingThrottleIsRetriedInPlaceAndAPartialFailureKeepsOnlyTheReportedMessage(t *testing.T) {
+	tpl := stackTemplate(t)
+	q := testenv.SQS(t)
+	eventsQ := testenv.NewFIFOQueue(t, q, 30*time.Second, 5)
+	phys := placeholders(tpl)
+	phys[logicalID(t, tpl, "AWS::SQS::Queue", "DataEventsQueue")] = provision.Physical{Type: "AWS::SQS::Queue", Arn: eventsQ.Arn, URL: eventsQ.URL}
+	specs, err := trigger.Mappings(tpl, phys, region)
+	if err != nil {
+		t.Fatal(err)
+	}
+	workerFn := logicalID(t, tpl, "AWS::Lambda::Function", "WorkerFunction")
+	var spec trigger.MappingSpec
+	for _, s := range specs {
+		if s.Function == workerFn {
+			spec = s
+		}
+	}
+	for _, body := range []string{"keep", "fail"} {
+		if _, err := q.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(eventsQ.URL), MessageBody: aws.String(body),
+			MessageGroupId: aws.String("m1"), MessageDeduplicationId: aws.String(body)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var calls atomic.Int32
+	var mu sync.Mutex
+	var got []events.SQSMessage
+	inv := invokerFunc(func(_ context.Context, fn string, payload []byte) ([]byte, error) {
+		if calls.Add(1) <= 3 {
+			return nil, invoke.ErrThrottled
+		}
+		var ev events.SQSEvent
+		if err := json.Unmarshal(payload, &ev); err != nil {
+			return nil, err
+		}
+		mu.Lock()
+		got = append(got, ev.Records...)
+		mu.Unlock()
+		var resp events.SQSEventResponse
+		for _, r := range ev.Records {
+			if r.Body == "fail" {
+				resp.BatchItemFailures = append(resp.BatchItemFailures, events.SQSBatchItemFailure{ItemIdentifier: r.MessageId})
+			}
+		}
+		return json.Marshal(resp)
+	})
+	m, err := trigger.NewMapping(spec, trigger.Clients{Queues: q, Send: q}, inv, trigger.MappingOptions{Region: region, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.Run(ctx) }()
+	eventually(t, 10*time.Second, "the batch reaches the worker after the throttles", func() bool {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(got) == 2
+	})
+	eventually(t, 5*time.Second, "the kept message deleted", func() bool { return m.Status().Stats.(trigger.QueueStats).Deleted == 1 })
+	cancel()
+	<-done
+	st := m.Status().Stats.(trigger.QueueStats)
+	for _, r := range got {
+		if r.Attributes["ApproximateReceiveCount"] != "1" || r.EventSourceARN != eventsQ.Arn {
+			t.Errorf("%s delivered with receive count %s from %s", r.Body, r.Attributes["ApproximateReceiveCount"], r.EventSourceARN)
+		}
+	}
+	if st.Throttles != 3 || st.Invocations != 1 || st.ItemFailures != 1 || st.FunctionErrors != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// A stop that comes while the worker runs lets the invocation finish and
+// still deletes what it processed: the restarted stack must not get the
+// message again after its visibility timeout.
+func TestWorkerMappingStoppedMidInvocationStillDeletesWhatTheWorkerProcessed(t *testing.T) {
+	tpl := stackTemplate(t)
+	q := testenv.SQS(t)
+	eventsQ := testenv.NewFIFOQueue(t, q, 2*time.Second, 5)
+	phys := placeholders(tpl)
+	phys[logicalID(t, tpl, "AWS::SQS::Queue", "DataEventsQueue")] = provision.Physical{Type: "AWS::SQS::Queue", Arn: eventsQ.Arn, URL: eventsQ.URL}
+	specs, err := trigger.Mappings(tpl, phys, region)
+	if err != nil {
+		t.Fatal(err)
+	}
+	spec := specs[len(specs)-1]
+	if spec.Kind != trigger.KindQueue {
+		t.Fatalf("last mapping = %+v", spec)
+	}
+	if _, err := q.SendMessage(context.Background(), &sqs.SendMessageInput{QueueUrl: aws.String(eventsQ.URL), MessageBody: aws.String("e1"),
+		MessageGroupId: aws.String("m1"), MessageDeduplicationId: aws.String("e1")}); err != nil {
+		t.Fatal(err)
+	}
+	started, release := make(chan struct{}), make(chan struct{})
+	var once sync.Once
+	inv := invokerFunc(func(context.Context, string, []byte) ([]byte, error) {
+		once.Do(func() { close(started) })
+		<-release
+		return nil, nil
+	})
+	m, err := trigger.NewMapping(spec, trigger.Clients{Queues: q, Send: q}, inv, trigger.MappingOptions{Region: region, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); _ = m.Run(ctx) }()
+	select {
+	case <-started:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the worker was never invoked")
+	}
+	cancel()
+	close(release)
+	<-done
+	time.Sleep(2500 * time.Millisecond) // past the visibility timeout: an undeleted message is back
+	if left := testenv.Messages(t, q, eventsQ.URL); len(left) != 0 {
+		t.Fatalf("%d processed messages came back after the stop", len(left))
+	}
 }
