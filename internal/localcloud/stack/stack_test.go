@@ -22,11 +22,17 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
+	"github.com/oncepay/oncepay/internal/event"
+	"github.com/oncepay/oncepay/internal/ids"
+	"github.com/oncepay/oncepay/internal/localcloud/harness"
 	"github.com/oncepay/oncepay/internal/localcloud/invoke"
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 	"github.com/oncepay/oncepay/internal/localcloud/provision"
 	"github.com/oncepay/oncepay/internal/localcloud/stack"
 	"github.com/oncepay/oncepay/internal/localcloud/trigger"
+	"github.com/oncepay/oncepay/internal/notify"
+	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/stackenv"
 	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
 
@@ -104,11 +110,12 @@ func (r *fakeRunner) Close() error                    { r.closed.Store(true); re
 // world is the template over resources of the test's own: its outbox
 // table, events queue and failure queues stand for the stack's.
 type world struct {
-	tpl   *provision.Template
-	phys  map[string]provision.Physical
-	db    *dynamodb.Client
-	table string
-	dir   string
+	tpl    *provision.Template
+	phys   map[string]provision.Physical
+	db     *dynamodb.Client
+	table  string
+	events testenv.Queue
+	dir    string
 }
 
 func newWorld(t *testing.T) world {
@@ -116,15 +123,15 @@ func newWorld(t *testing.T) world {
 	db := testenv.DynamoDB(t)
 	q := testenv.SQS(t)
 	table, stream := testenv.NewOutboxTable(t, db)
-	events := testenv.NewFIFOQueue(t, q, 30*time.Second, 5)
+	eventsQ := testenv.NewFIFOQueue(t, q, 30*time.Second, 5)
 	phys := map[string]provision.Physical{}
 	for _, id := range tpl.OfType("AWS::SQS::Queue") {
 		std := testenv.NewStandardQueue(t, q)
 		phys[id] = provision.Physical{Type: "AWS::SQS::Queue", Arn: std.Arn, URL: std.URL}
 	}
-	phys[byPrefix(t, tpl, "AWS::SQS::Queue", "DataEventsQueue")] = provision.Physical{Type: "AWS::SQS::Queue", Arn: events.Arn, URL: events.URL}
+	phys[byPrefix(t, tpl, "AWS::SQS::Queue", "DataEventsQueue")] = provision.Physical{Type: "AWS::SQS::Queue", Arn: eventsQ.Arn, URL: eventsQ.URL}
 	phys[byPrefix(t, tpl, "AWS::DynamoDB::Table", "DataOutboxTable")] = provision.Physical{Type: "AWS::DynamoDB::Table", Name: table, StreamArn: stream}
-	return world{tpl: tpl, phys: phys, db: db, table: table, dir: t.TempDir()}
+	return world{tpl: tpl, phys: phys, db: db, table: table, events: eventsQ, dir: t.TempDir()}
 }
 
 func (w world) put(t *testing.T, id string) {
@@ -135,11 +142,11 @@ func (w world) put(t *testing.T, id string) {
 	}
 }
 
-func (w world) service(t *testing.T, r *fakeRunner) *stack.Service {
+func (w world) service(t *testing.T, r stack.Runner, scale float64) *stack.Service {
 	t.Helper()
 	q := testenv.SQS(t)
 	svc, err := stack.New(context.Background(), stack.Config{
-		Template: w.tpl, Resources: w.phys, Region: "us-east-1", StateDir: w.dir, AdminAddr: "127.0.0.1:0", TimeScale: 600,
+		Template: w.tpl, Resources: w.phys, Region: "us-east-1", StateDir: w.dir, AdminAddr: "127.0.0.1:0", TimeScale: scale,
 		Clients: trigger.Clients{Streams: testenv.DynamoDBStreams(t), Queues: q, Send: q},
 		NewRunner: func(context.Context, *provision.Template, map[string]provision.Physical) (stack.Runner, error) {
 			return r, nil
@@ -173,7 +180,7 @@ func TestServiceRunsTheTriggersStopsOnSIGTERMAndResumesTheStreamWhereItStopped(t
 	w.put(t, "pay_a:SUCCEEDED")
 
 	r1 := &fakeRunner{calls: map[string][][]byte{}}
-	svc := w.service(t, r1)
+	svc := w.service(t, r1, 600)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
 	defer stop()
 	done := make(chan error, 1)
@@ -212,7 +219,7 @@ func TestServiceRunsTheTriggersStopsOnSIGTERMAndResumesTheStreamWhereItStopped(t
 
 	w.put(t, "pay_b:SUCCEEDED")
 	r2 := &fakeRunner{calls: map[string][][]byte{}}
-	svc2 := w.service(t, r2)
+	svc2 := w.service(t, r2, 600)
 	ctx2, cancel2 := context.WithCancel(context.Background())
 	done2 := make(chan error, 1)
 	go func() { done2 <- svc2.Run(ctx2) }()
@@ -224,5 +231,85 @@ func TestServiceRunsTheTriggersStopsOnSIGTERMAndResumesTheStreamWhereItStopped(t
 	}
 	if got := r2.records(relay); len(got) != 1 || got[0] != "pay_b:SUCCEEDED" {
 		t.Fatalf("after the restart the relay got %v, want only pay_b", got)
+	}
+}
+
+// The stack with the in-process runner plays the real relay and worker: an
+// outbox event put on the stack's table is credited once, its push intent
+// SENT, and one push reaches the phone with the payment id as replace id.
+func TestInProcessStackCreditsAndNotifiesAnOutboxEventOnce(t *testing.T) {
+	w := newWorld(t)
+	pool, dsn := testenv.Ledger(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO merchant_balances (merchant_id, currency, balance) VALUES ('m1', 'USD', 12000)`); err != nil {
+		t.Fatal(err)
+	}
+	snsc, q := testenv.SNS(t), testenv.SQS(t)
+	topic := testenv.NewTopic(t, snsc)
+	phone := testenv.NewStandardQueue(t, q)
+	testenv.SubscribeQueue(t, snsc, topic, phone.Arn, true)
+	// The in-process handlers read the process environment, as the
+	// functions read theirs: point it at this test's resources.
+	t.Setenv(stackenv.EventsQueueURL, w.events.URL)
+	t.Setenv(stackenv.LedgerDSN, dsn)
+	t.Setenv(stackenv.PushTopicArn, topic)
+	t.Setenv(notify.EnvTopicFallback, "true")
+
+	r := stack.NewInProcess(w.tpl, quiet)
+	svc := w.service(t, r, 1)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(runCtx) }()
+	defer func() { cancel(); <-done }()
+
+	pub, err := outbox.NewPublisher(w.db, outbox.Config{Table: w.table, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := event.Event{EventID: ids.EventID("pay_live1", event.Succeeded), PaymentID: "pay_live1", State: event.Succeeded, MerchantID: "m1",
+		CallerID: "u1", Amount: 3000, Currency: "USD", OccurredAt: time.Now().UTC().Truncate(time.Second)}
+	if err := pub.Publish(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	pushes := harness.NewPushQueue(q, phone.URL)
+	var got []notify.Data
+	waitFor(t, 30*time.Second, "the push on the phone", func() bool {
+		p, err := pushes.Collect(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, p...)
+		return len(got) > 0
+	})
+	var balance int64
+	var credits int
+	var notif string
+	if err := pool.QueryRow(ctx, `SELECT balance FROM merchant_balances WHERE merchant_id = 'm1' AND currency = 'USD'`).Scan(&balance); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM credits WHERE event_id = $1`, e.EventID).Scan(&credits); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT state FROM notif WHERE event_id = $1 AND channel = 'push'`, e.EventID).Scan(&notif); err != nil {
+		t.Fatal(err)
+	}
+	if balance != 15000 || credits != 1 || notif != "SENT" {
+		t.Fatalf("balance %d (want 15000), %d credits, push intent %s", balance, credits, notif)
+	}
+	if len(got) != 1 || got[0].ReplaceID != "pay_live1" || got[0].EventID != e.EventID {
+		t.Fatalf("pushes = %+v", got)
+	}
+	st := svc.Admin().Status()
+	var relayed, worked int64
+	for _, f := range st.Functions {
+		switch f.Short {
+		case "relay":
+			relayed = f.Invocations
+		case "worker":
+			worked = f.Invocations
+		}
+	}
+	if relayed < 1 || worked < 1 {
+		t.Fatalf("in-process invocations: relay %d, worker %d", relayed, worked)
 	}
 }
