@@ -193,7 +193,7 @@ func Rules(t *provision.Template, phys map[string]provision.Physical, region str
 		}
 		r := RuleSpec{ID: id, Expression: expr, Enabled: true,
 			Arn: fmt.Sprintf("arn:aws:events:%s:%s:rule/%s", region, account(phys), name)}
-		if s, _ := props["State"].(string); s != "" && s != "ENABLED" {
+		if s, _ := props["State"].(string); s == "DISABLED" {
 			r.Enabled = false
 		}
 		period, err := ParseRate(expr)
