@@ -45,10 +45,30 @@ type world struct {
 	requests []cfn.Event
 }
 
-func newWorld(t *testing.T) *world {
+// newWorld builds the world; with older, the test's database is first made
+// the way an older local cloud made the ledger (a clone of the migrated
+// template database, every object owned by postgres).
+func newWorld(t *testing.T, older bool) *world {
 	st := testenv.LocalStack(t)
 	ctx := context.Background()
 	w := &world{st: st, db: "t_cr_" + testenv.RandomID(4)}
+	admin := testenv.AdminConn(t)
+	t.Cleanup(func() {
+		_, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{w.db}.Sanitize()+" WITH (FORCE)")
+	})
+	if older {
+		for {
+			_, err := admin.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{w.db}.Sanitize()+" TEMPLATE "+provision.TemplateDB)
+			var pgErr *pgconn.PgError
+			if err == nil {
+				break
+			}
+			if !errors.As(err, &pgErr) || pgErr.Code != "55006" { // the template has another session: retry
+				t.Fatal(err)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
 	// The cluster's DatabaseName and the resource's Database are the
 	// test's database, so the migration runs on it and not the ledger.
 	cl := st.Physical[clusterID]
@@ -59,11 +79,6 @@ func newWorld(t *testing.T) *world {
 	if err := st.Config.LocalCluster(ctx, ev, clusterID); err != nil {
 		t.Fatal(err)
 	}
-	admin := testenv.AdminConn(t)
-	t.Cleanup(func() {
-		_, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+pgx.Identifier{w.db}.Sanitize()+" WITH (FORCE)")
-	})
-
 	ext := httptest.NewServer(&secretsext.Handler{Secrets: st.Secrets, Token: provision.LocalSessionToken})
 	t.Cleanup(ext.Close)
 	u, _ := url.Parse(ext.URL)
@@ -100,7 +115,7 @@ func (w *world) sent() []cfn.Event {
 // properties; and the app role the migration makes holds data privileges
 // only.
 func TestTheMigrationCustomResourceCreatesUpdatesAndOtherwiseLeavesTheLedger(t *testing.T) {
-	w := newWorld(t)
+	w := newWorld(t, false)
 	ctx := context.Background()
 
 	out, err := w.driver.Run(ctx)
@@ -187,7 +202,7 @@ func TestTheMigrationCustomResourceCreatesUpdatesAndOtherwiseLeavesTheLedger(t *
 // A FAILED response is an error carrying the function's Reason, and nothing
 // is recorded: the next run sends Create again.
 func TestAFailedCustomResourceIsAnErrorWithItsReason(t *testing.T) {
-	w := newWorld(t)
+	w := newWorld(t, false)
 	w.st.Template.Resources[schemaCR].Properties["Database"] = "Not-An-Identifier"
 	_, err := w.driver.Run(context.Background())
 	if err == nil || !strings.Contains(err.Error(), "failed") || !strings.Contains(err.Error(), "plain identifiers") {
@@ -213,4 +228,25 @@ func (w *world) connect(t *testing.T) *pgx.Conn {
 	}
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	return conn
+}
+
+// A ledger an older local cloud migrated as postgres is handed to the
+// cluster's master user with its objects, so the custom resource's Create
+// (run as that user, as on Aurora) can take it over: nothing to apply, the
+// app role granted.
+func TestAnOlderLocalCloudsLedgerIsHandedToTheMasterUser(t *testing.T) {
+	w := newWorld(t, true)
+	ctx := context.Background()
+	var notOwned int
+	if err := w.connect(t).QueryRow(ctx, `SELECT count(*) FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = 'public' AND c.relkind IN ('r', 'S') AND pg_get_userbyid(c.relowner) <> 'oncepay_admin'`).Scan(&notOwned); err != nil {
+		t.Fatal(err)
+	}
+	if notOwned != 0 {
+		t.Errorf("%d tables or sequences are not the master user's", notOwned)
+	}
+	out, err := w.driver.Run(ctx)
+	if err != nil || len(out) != 1 || out[0].Request != cfn.RequestCreate || out[0].Data["Applied"] != "[]" {
+		t.Fatalf("Create on the older ledger: %+v, %v; want a Create that applied nothing", out, err)
+	}
 }
