@@ -39,6 +39,15 @@ func (c Config) LocalCluster(ctx context.Context, ev *Evaluator, clusterID strin
 		return fmt.Errorf("localcloud: connect: %w", err)
 	}
 	defer conn.Close(ctx)
+	// The stack's DSNs require TLS (Aurora's rds.force_ssl): a cluster
+	// without it would fail every function's first connection instead.
+	var ssl string
+	if err := conn.QueryRow(ctx, "SHOW ssl").Scan(&ssl); err != nil {
+		return fmt.Errorf("localcloud: cluster %s: %w", clusterID, err)
+	}
+	if ssl != "on" {
+		return fmt.Errorf("localcloud: cluster %s: the local PostgreSQL has ssl=%s but the stack connects with sslmode=require: run scripts/localcloud.sh up, which turns TLS on", clusterID, ssl)
+	}
 	role := pgx.Identifier{user}.Sanitize()
 	for _, stmt := range []string{
 		ifNoRole("rds_iam", "CREATE ROLE rds_iam NOLOGIN"),
