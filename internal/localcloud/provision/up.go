@@ -41,6 +41,9 @@ type Config struct {
 	FrontDoor string        // the local front door
 	Timeout   time.Duration // readiness wait per service
 	Log       io.Writer
+	// SecretPrefix goes before each secret's logical id in its local name
+	// (empty for make up; tests give their own).
+	SecretPrefix string
 }
 
 // TemplateDB is the migrated, never-connected database tests clone from.
@@ -84,7 +87,7 @@ func Up(ctx context.Context, c Config) (localenv.Env, error) {
 		return nil, err
 	}
 	p := &Provisioner{DynamoDB: dynamoclient.New(cfg), SQS: sqsclient.New(cfg), SNS: snsclient.New(cfg),
-		Secrets: secretsmanager.NewFromConfig(cfg), Log: c.Log}
+		Secrets: secretsmanager.NewFromConfig(cfg), SecretPrefix: c.SecretPrefix, Log: c.Log}
 	if err := c.waitReady(ctx, p); err != nil {
 		return nil, err
 	}
