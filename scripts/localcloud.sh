@@ -84,7 +84,11 @@ start_moto() {
 
 start_pg() {
   [ -n "$PGBIN" ] || die "PostgreSQL is not installed: run 'make setup'"
-  if port_open "$PG_PORT"; then say "postgres already on :$PG_PORT"; return; fi
+  if port_open "$PG_PORT"; then
+    say "postgres already on :$PG_PORT"
+    [ -f "$LOCAL/pgdata.path" ] && pg_tls "$(cat "$LOCAL/pgdata.path")"
+    return
+  fi
   local data; data=$(pg_data_dir)
   echo "$data" >"$LOCAL/pgdata.path"
   # The server writes its log as the postgres user: next to its data dir,
@@ -102,7 +106,30 @@ start_pg() {
     || { tail -n 20 "$pglog" >&2; die "postgres did not start"; }
   head -1 "$data/postmaster.pid" >"$PIDS/postgres.pid"
   wait_for postgres "$PGBIN/pg_isready" -h 127.0.0.1 -p "$PG_PORT"
+  pg_tls "$data"
 }
+
+# The stack's DSN says sslmode=require (Aurora's rds.force_ssl): the local
+# cluster speaks TLS too, with a self-signed certificate made once in its
+# data dir. ssl is a reloadable setting, so a cluster already running
+# without it is switched on in place, with no restart.
+pg_tls() { # data-dir
+  local data=$1
+  if ! runuser -u postgres -- test -f "$data/server.crt"; then
+    command -v openssl >/dev/null || die "openssl is not installed: run 'make setup'"
+    (cd / && runuser -u postgres -- openssl req -x509 -newkey rsa:2048 -nodes -days 3650 \
+      -subj "/CN=127.0.0.1" -addext "subjectAltName=IP:127.0.0.1,DNS:localhost" \
+      -keyout "$data/server.key" -out "$data/server.crt") >"$LOGS/postgres-tls.log" 2>&1 \
+      || { tail -n 20 "$LOGS/postgres-tls.log" >&2; die "could not make the ledger's TLS certificate"; }
+    chmod 600 "$data/server.key"
+  fi
+  if [ "$(psql_admin -Atc 'SHOW ssl')" != on ]; then
+    psql_admin -qc "ALTER SYSTEM SET ssl = on" -c "SELECT pg_reload_conf()" >/dev/null
+    say "postgres: TLS on"
+  fi
+}
+
+psql_admin() { "$PGBIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -X "$@"; }
 
 # The project's own local services: built from this checkout and restarted on
 # every `up`, so they always run the code in the tree.
@@ -140,7 +167,12 @@ start_stack() {
 start_apps() {
   GOFLAGS=-buildvcs=false go build -o "$LOCAL/bin/pspsim" ./cmd/pspsim
   GOFLAGS=-buildvcs=false go build -o "$LOCAL/bin/frontdoor" ./cmd/frontdoor
-  start_app pspsim "$PSPSIM_ADDR" "$LOCAL/bin/pspsim" -addr "$PSPSIM_ADDR"
+  # The simulator signs webhooks with the PSP secret's webhook_secret, the
+  # value the webhook function verifies with: the provisioner resolved it
+  # into .local/env. It goes in the environment, not on the command line.
+  local whsec=""
+  [ -f "$LOCAL/env" ] && whsec=$(sed -n 's/^PSPSIM_WEBHOOK_SECRET=//p' "$LOCAL/env")
+  PSPSIM_WEBHOOK_SECRET=$whsec start_app pspsim "$PSPSIM_ADDR" "$LOCAL/bin/pspsim" -addr "$PSPSIM_ADDR"
   start_app frontdoor "$FRONTDOOR_ADDR" "$LOCAL/bin/frontdoor" serve -addr "$FRONTDOOR_ADDR"
   start_stack
 }
