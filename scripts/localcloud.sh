@@ -4,7 +4,10 @@
 # port is on 127.0.0.1; logs and pids live under .local/ (git-ignored).
 #   localcloud.sh up     start what is not running, wait until ready (idempotent)
 #   localcloud.sh down   stop what runs (idempotent)
-#   localcloud.sh status print what runs
+#   localcloud.sh apps   (re)start the project's own services: pspsim, frontdoor,
+#                        and the stack (`localcloud serve`: the template's
+#                        functions, mappings and schedules, admin API on :8071)
+#   localcloud.sh status print what runs, and the stack's functions and triggers
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -81,7 +84,11 @@ start_moto() {
 
 start_pg() {
   [ -n "$PGBIN" ] || die "PostgreSQL is not installed: run 'make setup'"
-  if port_open "$PG_PORT"; then say "postgres already on :$PG_PORT"; return; fi
+  if port_open "$PG_PORT"; then
+    say "postgres already on :$PG_PORT"
+    [ -f "$LOCAL/pgdata.path" ] && pg_tls "$(cat "$LOCAL/pgdata.path")"
+    return
+  fi
   local data; data=$(pg_data_dir)
   echo "$data" >"$LOCAL/pgdata.path"
   # The server writes its log as the postgres user: next to its data dir,
@@ -99,12 +106,36 @@ start_pg() {
     || { tail -n 20 "$pglog" >&2; die "postgres did not start"; }
   head -1 "$data/postmaster.pid" >"$PIDS/postgres.pid"
   wait_for postgres "$PGBIN/pg_isready" -h 127.0.0.1 -p "$PG_PORT"
+  pg_tls "$data"
 }
+
+# The stack's DSN says sslmode=require (Aurora's rds.force_ssl): the local
+# cluster speaks TLS too, with a self-signed certificate made once in its
+# data dir. ssl is a reloadable setting, so a cluster already running
+# without it is switched on in place, with no restart.
+pg_tls() { # data-dir
+  local data=$1
+  if ! runuser -u postgres -- test -f "$data/server.crt"; then
+    command -v openssl >/dev/null || die "openssl is not installed: run 'make setup'"
+    (cd / && runuser -u postgres -- openssl req -x509 -newkey rsa:2048 -nodes -days 3650 \
+      -subj "/CN=127.0.0.1" -addext "subjectAltName=IP:127.0.0.1,DNS:localhost" \
+      -keyout "$data/server.key" -out "$data/server.crt") >"$LOGS/postgres-tls.log" 2>&1 \
+      || { tail -n 20 "$LOGS/postgres-tls.log" >&2; die "could not make the ledger's TLS certificate"; }
+    chmod 600 "$data/server.key"
+  fi
+  if [ "$(psql_admin -Atc 'SHOW ssl')" != on ]; then
+    psql_admin -qc "ALTER SYSTEM SET ssl = on" -c "SELECT pg_reload_conf()" >/dev/null
+    say "postgres: TLS on"
+  fi
+}
+
+psql_admin() { "$PGBIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -X "$@"; }
 
 # The project's own local services: built from this checkout and restarted on
 # every `up`, so they always run the code in the tree.
 FRONTDOOR_ADDR=${ONCEPAY_FRONTDOOR_ADDR:-127.0.0.1:8080}
 PSPSIM_ADDR=${ONCEPAY_PSPSIM_ADDR:-127.0.0.1:8090}
+ADMIN_ADDR=${ONCEPAY_ADMIN_ADDR:-127.0.0.1:8071}
 
 start_app() { # name addr binary args...
   local name=$1 addr=$2; shift 2
@@ -119,11 +150,31 @@ start_app() { # name addr binary args...
   kill -0 "$pid" 2>/dev/null || { tail -n 20 "$LOGS/$name.log" >&2; die "$name exited right after it started"; }
 }
 
+# The stack is restarted only when what it runs changed (its binary, the
+# template, the provisioned resources), so a second `make up` changes
+# nothing: its pollers keep their place and its schedules their rhythm.
+start_stack() {
+  GOFLAGS=-buildvcs=false go build -o "$LOCAL/bin/localcloud" ./cmd/localcloud
+  local sum; sum=$(cat "$LOCAL/bin/localcloud" "$ROOT/cdk.out/Oncepay.template.json" "$LOCAL/resources.json" 2>/dev/null | sha256sum | cut -c1-16)
+  if alive stack && [ "$(cat "$PIDS/stack.sum" 2>/dev/null)" = "$sum" ]; then
+    say "stack already running on $ADMIN_ADDR (unchanged)"
+    return
+  fi
+  ONCEPAY_ADMIN_ADDR=$ADMIN_ADDR start_app stack "$ADMIN_ADDR" "$LOCAL/bin/localcloud" serve -admin "$ADMIN_ADDR"
+  echo "$sum" >"$PIDS/stack.sum"
+}
+
 start_apps() {
   GOFLAGS=-buildvcs=false go build -o "$LOCAL/bin/pspsim" ./cmd/pspsim
   GOFLAGS=-buildvcs=false go build -o "$LOCAL/bin/frontdoor" ./cmd/frontdoor
-  start_app pspsim "$PSPSIM_ADDR" "$LOCAL/bin/pspsim" -addr "$PSPSIM_ADDR"
+  # The simulator signs webhooks with the PSP secret's webhook_secret, the
+  # value the webhook function verifies with: the provisioner resolved it
+  # into .local/env. It goes in the environment, not on the command line.
+  local whsec=""
+  [ -f "$LOCAL/env" ] && whsec=$(sed -n 's/^PSPSIM_WEBHOOK_SECRET=//p' "$LOCAL/env")
+  PSPSIM_WEBHOOK_SECRET=$whsec start_app pspsim "$PSPSIM_ADDR" "$LOCAL/bin/pspsim" -addr "$PSPSIM_ADDR"
   start_app frontdoor "$FRONTDOOR_ADDR" "$LOCAL/bin/frontdoor" serve -addr "$FRONTDOOR_ADDR"
+  start_stack
 }
 
 stop_pid() { # name
@@ -152,7 +203,8 @@ case "${1:-}" in
     start_apps
     ;;
   down)
-    for n in frontdoor pspsim; do stop_pid "$n"; done
+    for n in stack frontdoor pspsim; do stop_pid "$n"; done
+    rm -f "$PIDS/stack.sum"
     stop_pid dynamodb-local
     stop_pid moto
     if [ -f "$LOCAL/pgdata.path" ] && [ -n "$PGBIN" ]; then
@@ -169,6 +221,13 @@ case "${1:-}" in
     port_open "$PG_PORT" && say "postgres :$PG_PORT up" || say "postgres :$PG_PORT down"
     port_open "${PSPSIM_ADDR##*:}" && say "pspsim $PSPSIM_ADDR up" || say "pspsim $PSPSIM_ADDR down"
     port_open "${FRONTDOOR_ADDR##*:}" && say "frontdoor $FRONTDOOR_ADDR up" || say "frontdoor $FRONTDOOR_ADDR down"
+    if port_open "${ADMIN_ADDR##*:}"; then
+      say "stack $ADMIN_ADDR up"
+      if [ -x "$LOCAL/bin/localcloud" ]; then "$LOCAL/bin/localcloud" status -admin "$ADMIN_ADDR" | sed 's/^/  /'
+      else go run ./cmd/localcloud status -admin "$ADMIN_ADDR" | sed 's/^/  /'; fi
+    else
+      say "stack $ADMIN_ADDR down"
+    fi
     ;;
   *) die "usage: $0 up|apps|down|status" ;;
 esac

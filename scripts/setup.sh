@@ -34,6 +34,11 @@ if ! ls /usr/lib/postgresql/*/bin/postgres >/dev/null 2>&1; then
 fi
 # The Debian package may have started its default cluster: leave it alone, ours uses its own port.
 
+# openssl makes the local ledger's self-signed TLS certificate (localcloud.sh).
+if ! command -v openssl >/dev/null 2>&1; then
+  apt_install openssl
+fi
+
 # Java 17 for DynamoDB Local.
 if ! command -v java >/dev/null 2>&1; then
   apt_install openjdk-17-jre-headless

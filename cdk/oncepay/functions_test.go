@@ -135,7 +135,8 @@ func TestFunctionEnvironment(t *testing.T) {
 	outbox := "${" + s.logicalID(t, st.Data.Outbox.Table) + "}"
 	secret := "${" + s.logicalID(t, st.Psp.Secret) + "}"
 	host := "${" + s.logicalID(t, st.Data.Ledger.Cluster) + ".Endpoint.Address}"
-	dsn := "postgres://oncepay_app@" + host + ":5432/oncepay?sslmode=require"
+	port := "${" + s.logicalID(t, st.Data.Ledger.Cluster) + ".Endpoint.Port}"
+	dsn := "postgres://oncepay_app@" + host + ":" + port + "/oncepay?sslmode=require"
 	ledger := map[string]string{stackenv.LedgerDSN: dsn, stackenv.LedgerEndpoint: host, oncepay.EnvLedgerAppUser: "oncepay_app"}
 	timing := map[string]string{"ONCEPAY_DEADLINE": "5s", "ONCEPAY_CLOCK_MARGIN": "1s", "ONCEPAY_CLIENT_TIMEOUT": "10s",
 		"ONCEPAY_PRESTAMP_WAIT": "500ms", "ONCEPAY_KEY_WINDOW": "1h0m0s"}

@@ -200,7 +200,18 @@ func (c *Ledger) Endpoint() *string {
 // handler signs an IAM token for it), TLS required.
 func (c *Ledger) DSN(user string) *string {
 	return awscdk.Fn_Join(jsii.String(""), jsii.Strings(
-		"postgres://"+user+"@", *c.Endpoint(), fmt.Sprintf(":%d/%s?sslmode=require", LedgerPort, LedgerDatabase)))
+		"postgres://"+user+"@", *c.Endpoint(), ":", *c.EndpointPort(), fmt.Sprintf("/%s?sslmode=require", LedgerDatabase)))
+}
+
+// EndpointPort is Endpoint's port: the proxy listens on the engine's port,
+// the writer on the cluster's (its Endpoint.Port attribute), so a runtime
+// that maps the cluster elsewhere (the local cloud's PostgreSQL) resolves
+// the port the same way CloudFormation does instead of a hardcoded 5432.
+func (c *Ledger) EndpointPort() *string {
+	if c.Proxy != nil {
+		return jsii.String(fmt.Sprint(LedgerPort))
+	}
+	return awscdk.Token_AsString(c.Cluster.ClusterEndpoint().Port(), nil)
 }
 
 // Connect lets fn (a function in the ledger's VPC) log in as user with an

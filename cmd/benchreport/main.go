@@ -256,19 +256,11 @@ const bootstrapSizes = `- **Bootstrap sizes.** The lambdas rule builds with
 `
 
 // notesTail follows the Bootstrap sizes paragraph.
-const notesTail = `- **Profiles** (go test -cpuprofile on FirstCall and Replay): the API's own
-  work (SDK serialisation and signing, JSON, logging) is a few percent of the
-  wall time; the rest is waiting on DynamoDB Local and PostgreSQL. A replay
-  spends ~0.2 ms of CPU in the SDK's PutItem (the same as the bare failed
-  put) and ~0.1 ms in the handler (the replay over the bare failed put in
-  this run is in the Replay section above); the gap to the GetItem target
-  is DynamoDB Local charging more for a failed conditional write than for a
-  GetItem. No pool, keep-alive or logging change
-  moves either ratio: the happy path's excess is the completion round trip
-  the design keeps (above). On a machine shared
-  with other runs the absolute figures move by an order of magnitude between
-  runs (the floor itself went from 3 ms to 130 ms under load); the ratios and
-  the counts are what to read.
+const notesTail = `- **Profiles** are not part of this run: to see where a call's time goes, run
+  go test -cpuprofile on FirstCall and Replay. Figures in this file are the
+  ones measured above; on a machine shared with other runs the absolute times
+  move by an order of magnitude between runs, so the ratios and the counts
+  are what to read.
 `
 
 // rejoin repairs benchmark lines that a library's log line split: go test

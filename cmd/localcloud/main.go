@@ -1,8 +1,10 @@
-// Command localcloud provisions the local cloud from the synthesized template
-// and describes what it holds.
+// Command localcloud provisions the local cloud from the synthesized template,
+// describes what it holds, and runs it as a stack.
 //
 //	localcloud up [--template cdk.out/Oncepay.template.json]
 //	localcloud describe
+//	localcloud serve [--admin 127.0.0.1:8071]   run the stack until SIGTERM
+//	localcloud status [--admin 127.0.0.1:8071]  print the running stack's status
 package main
 
 import (
@@ -10,7 +12,9 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
@@ -19,11 +23,14 @@ import (
 	"github.com/oncepay/oncepay/internal/awsclient/sqsclient"
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 	"github.com/oncepay/oncepay/internal/localcloud/provision"
+	"github.com/oncepay/oncepay/internal/localcloud/stack"
 	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 func main() {
-	if err := run(context.Background(), os.Args[1:]); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	defer stop()
+	if err := run(ctx, os.Args[1:]); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
 	}
@@ -31,7 +38,7 @@ func main() {
 
 func run(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return fmt.Errorf("usage: localcloud up|describe [flags]")
+		return fmt.Errorf("usage: localcloud up|describe|serve|status [flags]")
 	}
 	root, err := localenv.Root()
 	if err != nil {
@@ -50,10 +57,16 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&c.PSPURL, "psp", envOr("ONCEPAY_PSP_URL", "http://127.0.0.1:8090"), "PSP simulator URL")
 	fs.StringVar(&c.FrontDoor, "frontdoor", envOr("ONCEPAY_FRONTDOOR_URL", "http://127.0.0.1:8080"), "local front door URL")
 	fs.DurationVar(&c.Timeout, "timeout", 60*time.Second, "readiness wait per service")
+	fs.StringVar(&c.StateDir, "state", c.StateDir, "state directory (env, resources, checkpoints)")
+	admin := fs.String("admin", envOr(stack.AdminAddrVar, stack.DefaultAdminAddr), "admin API address (serve listens, status asks)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
 	switch args[0] {
+	case "serve":
+		return serve(ctx, c, *admin)
+	case "status":
+		return status(ctx, os.Stdout, *admin)
 	case "up":
 		if _, err := provision.Up(ctx, c); err != nil {
 			return err

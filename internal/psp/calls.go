@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"strings"
 	"time"
 
 	"github.com/stripe/stripe-go/v82"
+	"github.com/stripe/stripe-go/v82/form"
 )
 
 // Metadata keys written on every PaymentIntent. They carry our ids only,
@@ -93,7 +95,9 @@ func (c *Client) Charge(ctx context.Context, req ChargeRequest) (Result, error) 
 	params.SetIdempotencyKey(req.IdempotencyKey)
 
 	start := time.Now()
-	pi, err := c.sc.V1PaymentIntents.Create(ctx, params)
+	params.Context = ctx
+	pi := &stripe.PaymentIntent{}
+	err := c.api.Call(http.MethodPost, "/v1/payment_intents", c.key, params, pi)
 	res, err := c.settle(err, func() Result { return fromPaymentIntent(pi) })
 	c.logCall(ctx, "charge", req.PaymentID, start, res, err)
 	if err != nil {
@@ -110,10 +114,12 @@ func (c *Client) Retrieve(ctx context.Context, paymentIntentID string) (Result, 
 		return Result{}, fmt.Errorf("%w: empty payment intent id", ErrInvalidRequest)
 	}
 	start := time.Now()
-	pi, err := c.sc.V1PaymentIntents.Retrieve(ctx, paymentIntentID, nil)
+	pi := &stripe.PaymentIntent{}
+	err := c.api.Call(http.MethodGet, stripe.FormatURLPath("/v1/payment_intents/%s", paymentIntentID), c.key,
+		&stripe.PaymentIntentRetrieveParams{Params: stripe.Params{Context: ctx}}, pi)
 	res, err := c.settle(err, func() Result { return fromPaymentIntent(pi) })
 	paymentID := ""
-	if err == nil && pi != nil {
+	if err == nil {
 		paymentID = pi.Metadata[MetaPaymentID]
 	}
 	c.logCall(ctx, "retrieve", paymentID, start, res, err)
@@ -140,21 +146,35 @@ func (c *Client) Lookup(ctx context.Context, paymentID string) (Result, error) {
 	}
 	params := &stripe.PaymentIntentSearchParams{
 		SearchParams: stripe.SearchParams{
-			Query: fmt.Sprintf("metadata['%s']:'%s'", MetaPaymentID, paymentID),
-			Limit: stripe.Int64(10),
+			Context: ctx,
+			Query:   fmt.Sprintf("metadata['%s']:'%s'", MetaPaymentID, paymentID),
+			Limit:   stripe.Int64(10),
 		},
 	}
 	start := time.Now()
+	// Every page, read as stripe-go's search iterator reads them (a raw call
+	// with the form-encoded query: Backend.Call cannot take search params),
+	// and an error on a later page fails the whole lookup.
+	query := &form.Values{}
+	form.AppendTo(query, params)
 	var found []*stripe.PaymentIntent
+	status := 0
 	var err error
-	for pi, e := range c.sc.V1PaymentIntents.Search(ctx, params) {
-		if e != nil {
-			err = e
+	for {
+		page := &stripe.PaymentIntentSearchResult{}
+		if err = c.api.CallRaw(http.MethodGet, "/v1/payment_intents/search", c.key, []byte(query.Encode()), params.GetParams(), page); err != nil {
 			break
 		}
-		found = append(found, pi)
+		if page.LastResponse != nil {
+			status = page.LastResponse.StatusCode
+		}
+		found = append(found, page.Data...)
+		if !page.HasMore || page.NextPage == nil {
+			break
+		}
+		query.Set(stripe.Page, *page.NextPage)
 	}
-	res, err := c.settle(err, func() Result { return c.pick(ctx, paymentID, found) })
+	res, err := c.settle(err, func() Result { return c.pick(ctx, paymentID, found, status) })
 	c.logCall(ctx, "lookup", paymentID, start, res, err)
 	if err != nil {
 		return res, fmt.Errorf("look up payment %s: %w", paymentID, err)
@@ -162,8 +182,9 @@ func (c *Client) Lookup(ctx context.Context, paymentID string) (Result, error) {
 	return res, nil
 }
 
-// pick chooses the PaymentIntent that decides a payment's outcome.
-func (c *Client) pick(ctx context.Context, paymentID string, found []*stripe.PaymentIntent) Result {
+// pick chooses the PaymentIntent that decides a payment's outcome; status
+// is the search call's HTTP status.
+func (c *Client) pick(ctx context.Context, paymentID string, found []*stripe.PaymentIntent, status int) Result {
 	if len(found) == 0 {
 		return Result{Outcome: NotFound}
 	}
@@ -172,6 +193,7 @@ func (c *Client) pick(ctx context.Context, paymentID string, found []*stripe.Pay
 	for _, pi := range found {
 		r := fromPaymentIntent(pi)
 		r.Replayed = false // a search result is never a replay
+		r.HTTPStatus = status
 		if r.Outcome == Succeeded {
 			succeeded = append(succeeded, r.PaymentIntentID)
 		}
@@ -248,7 +270,9 @@ func (c *Client) Refund(ctx context.Context, req RefundRequest) (Result, error) 
 	params.SetIdempotencyKey(req.IdempotencyKey)
 
 	start := time.Now()
-	rf, err := c.sc.V1Refunds.Create(ctx, params)
+	params.Context = ctx
+	rf := &stripe.Refund{}
+	err := c.api.Call(http.MethodPost, "/v1/refunds", c.key, params, rf)
 	res, err := c.settle(err, func() Result { return fromRefund(rf) })
 	c.logCall(ctx, "refund", req.PaymentID, start, res, err)
 	if err != nil {
@@ -267,10 +291,12 @@ func (c *Client) RetrieveRefund(ctx context.Context, refundID string) (Result, e
 		return Result{}, fmt.Errorf("%w: empty refund id", ErrInvalidRequest)
 	}
 	start := time.Now()
-	rf, err := c.sc.V1Refunds.Retrieve(ctx, refundID, nil)
+	rf := &stripe.Refund{}
+	err := c.api.Call(http.MethodGet, stripe.FormatURLPath("/v1/refunds/%s", refundID), c.key,
+		&stripe.RefundRetrieveParams{Params: stripe.Params{Context: ctx}}, rf)
 	res, err := c.settle(err, func() Result { return fromRefund(rf) })
 	paymentID := ""
-	if err == nil && rf != nil {
+	if err == nil {
 		paymentID = rf.Metadata[MetaPaymentID]
 	}
 	c.logCall(ctx, "retrieve_refund", paymentID, start, res, err)

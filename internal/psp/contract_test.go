@@ -90,7 +90,8 @@ func TestContractStripeMock(t *testing.T) {
 	params := &stripe.PaymentIntentCreateParams{Amount: stripe.Int64(3000), Currency: stripe.String("usd")}
 	params.AddExtra("not_a_stripe_parameter", "1")
 	params.SetIdempotencyKey("pay_contract:bogus")
-	_, err = raw.sc.V1PaymentIntents.Create(ctx, params)
+	params.Context = ctx
+	err = raw.api.Call(http.MethodPost, "/v1/payment_intents", raw.key, params, &stripe.PaymentIntent{})
 	if _, cerr := classifyError(err); !errors.Is(cerr, ErrInvalidRequest) {
 		t.Fatalf("unknown parameter: classified %v, want ErrInvalidRequest (is stripe-mock validating?)", cerr)
 	}

@@ -144,7 +144,13 @@ type Config struct {
 // Client calls the PSP. It is safe for concurrent use; build it once per
 // process (Lambda reuse) and share it.
 type Client struct {
-	sc  *stripe.Client
+	// api is stripe-go's API backend, called the way each service of
+	// stripe.Client calls it (its methods are one Backend.Call each).
+	// stripe.Client itself is left out: building it builds all of its ~200
+	// services, which cost the api's bootstrap ~130 KB of code and type
+	// data, over the 10 MiB budget (issue 9).
+	api stripe.Backend
+	key string
 	log *slog.Logger
 }
 
@@ -178,6 +184,6 @@ func New(cfg Config) (*Client, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	sc := stripe.NewClient(cfg.APIKey, stripe.WithBackends(stripe.NewBackendsWithConfig(backendCfg)))
-	return &Client{sc: sc, log: log.With("component", "psp")}, nil
+	api := stripe.GetBackendWithConfig(stripe.APIBackend, backendCfg)
+	return &Client{api: api, key: cfg.APIKey, log: log.With("component", "psp")}, nil
 }

@@ -292,6 +292,62 @@ func TestLookup(t *testing.T) {
 	}
 }
 
+// TestLookupReadsEveryPage: a success on the search's second page still
+// wins over a decline on the first (the client follows next_page with the
+// same query, as stripe-go's iterator does), and a failed second page makes
+// the lookup Unknown instead of a verdict from half the results.
+func TestLookupReadsEveryPage(t *testing.T) {
+	page1 := `{"object":"search_result","url":"/v1/payment_intents/search","has_more":true,"next_page":"cursor_2","data":[` + piDeclined + `]}`
+	page2 := `{"object":"search_result","url":"/v1/payment_intents/search","has_more":false,"next_page":null,"data":[` + piSucceeded + `]}`
+	for _, tc := range []struct {
+		name   string
+		second http.HandlerFunc
+		want   psp.Outcome
+		wantPI string
+	}{
+		{name: "a success on page 2 wins", second: answer(200, page2), want: psp.Succeeded, wantPI: "pi_1"},
+		{name: "a failed page 2 is unknown", second: answer(500, stripeError("api_error", "", "boom")), want: psp.Unknown},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var pages atomic.Int32
+			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				q := r.URL.Query()
+				if q.Get("query") != "metadata['payment_id']:'pay_7'" || q.Get("limit") != "10" {
+					t.Errorf("page %d: query %q limit %q", pages.Load()+1, q.Get("query"), q.Get("limit"))
+				}
+				switch pages.Add(1) {
+				case 1:
+					if q.Has("page") {
+						t.Errorf("first page sent page=%q", q.Get("page"))
+					}
+					answer(200, page1)(w, r)
+				case 2:
+					if q.Get("page") != "cursor_2" {
+						t.Errorf("second page sent page=%q, want cursor_2", q.Get("page"))
+					}
+					tc.second(w, r)
+				default:
+					t.Errorf("a third request: %s", r.URL)
+				}
+			}))
+			defer srv.Close()
+			res, err := newClient(t, srv.URL).Lookup(context.Background(), "pay_7")
+			if err != nil {
+				t.Fatalf("Lookup: %v", err)
+			}
+			if res.Outcome != tc.want || res.PaymentIntentID != tc.wantPI {
+				t.Errorf("got %v %q, want %v %q", res.Outcome, res.PaymentIntentID, tc.want, tc.wantPI)
+			}
+			if tc.want == psp.Succeeded && res.HTTPStatus != http.StatusOK {
+				t.Errorf("HTTPStatus = %d, want the search's 200", res.HTTPStatus)
+			}
+			if n := pages.Load(); n != 2 {
+				t.Errorf("%d search requests, want 2", n)
+			}
+		})
+	}
+}
+
 func TestRefund(t *testing.T) {
 	refundOK := `{"id":"re_1","object":"refund","amount":3000,"charge":"ch_1","payment_intent":"pi_1","status":"succeeded"}`
 	cases := []struct {

@@ -35,3 +35,12 @@ var OutputVars = map[string]string{
 	"LedgerSecretArn": LedgerSecretArn,
 	"LedgerEndpoint":  LedgerEndpoint,
 }
+
+// The PSP's webhook signing secret: the webhook function reads it from
+// WebhookSecret (the stack resolves it from the PSP secret), and the local
+// cloud hands the same value to the PSP simulator in PSPSimWebhookSecret, so
+// the simulator signs with what the function verifies.
+const (
+	WebhookSecret       = "ONCEPAY_WEBHOOK_SECRET"
+	PSPSimWebhookSecret = "PSPSIM_WEBHOOK_SECRET"
+)

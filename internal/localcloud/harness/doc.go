@@ -23,11 +23,17 @@
 //     discarded to the on-failure destination (a Go callback or an SQS
 //     queue) with Lambda's on-failure record; parent shards before children;
 //     one batch per shard at a time (ParallelizationFactor 1, the only
-//     value oncepay uses).
+//     value oncepay uses). A handler error wrapping ErrNotInvoked (a
+//     throttle, a runner that could not start the function) re-reads the
+//     same batch after PollInterval with no attempt counted and no bisect,
+//     as Lambda does. StreamConfig.Resume and Checkpoints carry a mapping's
+//     position across restarts of a long-running poller.
 //   - Queue: ReceiveMessage with BatchSize and every system attribute; a
 //     function error deletes nothing; a partial batch failure deletes all but
 //     the reported messages; an identifier not in the batch fails the whole
-//     batch. Redelivery after the visibility timeout, FIFO group locking and
+//     batch. A batch not invoked (ErrNotInvoked) is retried in place by
+//     Run's pollers within half the visibility timeout, then left to SQS's
+//     redelivery (a receive counted, as on AWS). Redelivery after the visibility timeout, FIFO group locking and
 //     the move to the dead-letter queue after maxReceiveCount receives are
 //     SQS's own: moto 5 implements the RedrivePolicy (it moves a message
 //     whose receive count has reached maxReceiveCount to the DLQ when a

@@ -65,6 +65,7 @@ type QueueStats struct {
 	Deleted        int // messages deleted after success
 	ItemFailures   int // messages reported failed
 	FunctionErrors int // invocations that returned an error (or panicked)
+	Throttles      int // invocation attempts that did not run (ErrNotInvoked)
 }
 
 // QueuePoller plays an SQS event-source mapping. It is safe for concurrent
@@ -212,7 +213,18 @@ func (p *QueuePoller) poll(ctx context.Context, wait time.Duration) (int, error)
 	if err != nil {
 		return 0, err
 	}
-	resp, herr := invokeQueue(ctx, p.handler, ev)
+	resp, herr := p.invoke(ctx, ev, wait > 0)
+	if errors.Is(herr, ErrNotInvoked) {
+		// Still not invoked after the retries: the messages stay in flight
+		// and SQS delivers them again after their visibility timeout.
+		p.mu.Lock()
+		for _, m := range out.Messages {
+			p.inflight[aws.ToString(m.MessageId)] = aws.ToString(m.ReceiptHandle)
+		}
+		p.mu.Unlock()
+		p.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "queue batch not invoked", slog.Int("messages", len(out.Messages)), slog.String("error", herr.Error()))
+		return len(out.Messages), nil
+	}
 	failed := map[string]bool{}
 	if herr == nil && p.cfg.Settings.ReportBatchItemFailures {
 		known := map[string]bool{}
@@ -252,9 +264,12 @@ func (p *QueuePoller) poll(ctx context.Context, wait time.Duration) (int, error)
 		outcome = slog.String("outcome", "partial failure")
 	}
 	p.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "queue batch", slog.Int("messages", len(out.Messages)), slog.Int("failed", len(failed)), outcome)
+	// A stop arriving during the invocation must not leave its processed
+	// messages to be delivered again: the deletes outlive ctx.
+	dctx := context.WithoutCancel(ctx)
 	for start := 0; start < len(del); start += 10 {
 		chunk := del[start:min(start+10, len(del))]
-		res, err := p.api.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(p.cfg.QueueURL), Entries: chunk})
+		res, err := p.api.DeleteMessageBatch(dctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(p.cfg.QueueURL), Entries: chunk})
 		if err != nil {
 			return len(out.Messages), fmt.Errorf("harness: delete processed messages: %w", err)
 		}
@@ -267,6 +282,33 @@ func (p *QueuePoller) poll(ctx context.Context, wait time.Duration) (int, error)
 		}
 	}
 	return len(out.Messages), nil
+}
+
+// invoke calls the handler. When the call did not run (ErrNotInvoked) and
+// retry is set (Run's pollers), it tries again with a back-off while the
+// batch is within half its visibility timeout, as Lambda retries a
+// throttled SQS batch before letting the messages go back to the queue.
+func (p *QueuePoller) invoke(ctx context.Context, ev events.SQSEvent, retry bool) (events.SQSEventResponse, error) {
+	began := time.Now()
+	pause := 100 * time.Millisecond
+	for {
+		resp, err := invokeQueue(ctx, p.handler, ev)
+		if !errors.Is(err, ErrNotInvoked) {
+			return resp, err
+		}
+		p.mu.Lock()
+		p.stats.Throttles++
+		p.mu.Unlock()
+		if !retry || time.Since(began)+pause > p.cfg.Settings.VisibilityTimeout/2 {
+			return resp, err
+		}
+		select {
+		case <-ctx.Done():
+			return resp, err
+		case <-time.After(pause):
+		}
+		pause = min(2*pause, 5*time.Second)
+	}
 }
 
 func invokeQueue(ctx context.Context, h QueueHandler, ev events.SQSEvent) (resp events.SQSEventResponse, err error) {

@@ -19,6 +19,14 @@ import (
 	"github.com/oncepay/oncepay/internal/eventsource"
 )
 
+// ErrNotInvoked is what a handler wraps when the invocation never ran: the
+// function was throttled (every execution environment busy) or the runner
+// could not start it. Lambda retries such a batch without counting a retry
+// attempt and without bisecting (a stream batch stays bound by its maximum
+// record age); an SQS batch is retried in place within its visibility
+// timeout, after which SQS redelivers it, a receive counted as on AWS.
+var ErrNotInvoked = errors.New("harness: the function was not invoked")
+
 // StreamHandler is a Lambda handler for DynamoDB stream batches.
 type StreamHandler func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error)
 
@@ -105,6 +113,11 @@ type StreamConfig struct {
 	QuietPause time.Duration
 	// Logger receives a line per invocation outcome (default slog.Default()).
 	Logger *slog.Logger
+	// Resume is where a restarted mapping picks up: the last acknowledged
+	// sequence number by shard id, as Checkpoints returned it. Lambda keeps a
+	// mapping's position across its own restarts; without it a restart
+	// would read the whole stream again from TrimHorizon.
+	Resume map[string]string
 }
 
 // StreamStats counts what a StreamPoller did.
@@ -115,6 +128,7 @@ type StreamStats struct {
 	PartialFailures int // invocations that reported batch item failures
 	Bisections      int // failed batches split in two
 	Retries         int // failed invocations whose records will be retried
+	Throttles       int // batches not invoked (ErrNotInvoked), retried without counting an attempt
 	Discarded       int // records sent to the on-failure destination
 	Failures        []StreamFailure
 }
@@ -192,6 +206,20 @@ func (p *StreamPoller) Stats() StreamStats {
 	s := p.stats
 	s.Failures = append([]StreamFailure(nil), p.stats.Failures...)
 	return s
+}
+
+// Checkpoints returns the last acknowledged sequence number of every shard
+// that has one, for StreamConfig.Resume.
+func (p *StreamPoller) Checkpoints() map[string]string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := map[string]string{}
+	for id, sh := range p.shards {
+		if sh.checkpoint != "" {
+			out[id] = sh.checkpoint
+		}
+	}
+	return out
 }
 
 // Step polls every readable shard once and makes at most one invocation per
@@ -279,10 +307,10 @@ func (p *StreamPoller) discover(ctx context.Context) error {
 			if _, known := p.shards[id]; known {
 				continue
 			}
-			sh := &shard{id: id, parent: aws.ToString(s.ParentShardId)}
+			sh := &shard{id: id, parent: aws.ToString(s.ParentShardId), checkpoint: p.cfg.Resume[id]}
 			// Shards open when the mapping starts honour the starting
 			// position; shards born later are read from their start.
-			if !p.started && p.cfg.Settings.StartingPosition == eventsource.Latest {
+			if !p.started && p.cfg.Settings.StartingPosition == eventsource.Latest && sh.checkpoint == "" {
 				it, err := p.api.GetShardIterator(ctx, &dynamodbstreams.GetShardIteratorInput{
 					StreamArn: aws.String(p.cfg.StreamArn), ShardId: s.ShardId, ShardIteratorType: types.ShardIteratorTypeLatest,
 				})
@@ -374,10 +402,18 @@ func (p *StreamPoller) stepShard(ctx context.Context, sh *shard) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	resp, herr := invokeStream(ctx, p.handler, ev)
+	if errors.Is(herr, ErrNotInvoked) {
+		// Nothing ran: the same batch is read again at the next step,
+		// with no attempt counted. 0 records makes Run pause first.
+		p.stats.Throttles++
+		p.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "stream batch not invoked", slog.String("shard", sh.id),
+			slog.Int("records", len(recs)), slog.String("error", herr.Error()))
+		return 0, nil
+	}
 	sh.invokes++
 	p.stats.Invocations++
 	p.stats.Records += len(recs)
-	resp, herr := invokeStream(ctx, p.handler, ev)
 	failedAt := -1
 	if herr == nil && p.cfg.Settings.ReportBatchItemFailures && len(resp.BatchItemFailures) > 0 {
 		failedAt, herr = lowestFailure(recs, resp.BatchItemFailures)

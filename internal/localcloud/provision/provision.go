@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -24,6 +25,13 @@ type Physical struct {
 	Arn       string
 	URL       string // queues
 	StreamArn string // tables with a stream
+	// Address and Port are a DB cluster's endpoint (the local PostgreSQL).
+	Address string `json:",omitempty"`
+	Port    string `json:",omitempty"`
+	// Database is a DB cluster's DatabaseName.
+	Database string `json:",omitempty"`
+	// Version is a Lambda version's number, as PublishVersion gave it.
+	Version string `json:",omitempty"`
 }
 
 // Provisioner creates the template's resources in the emulators.
@@ -31,7 +39,11 @@ type Provisioner struct {
 	DynamoDB *dynamodb.Client
 	SQS      *sqs.Client
 	SNS      *sns.Client
-	Log      io.Writer // progress lines; nil for none
+	Secrets  *secretsmanager.Client // ProvisionSecrets
+	// SecretPrefix goes before a secret's logical id in its local name
+	// (tests give their own, so they never touch the local cloud's).
+	SecretPrefix string
+	Log          io.Writer // progress lines; nil for none
 }
 
 func (p *Provisioner) logf(format string, args ...any) {
@@ -358,6 +370,36 @@ func attribute(ph Physical, attr string) string {
 			return ph.Arn
 		case "TopicName":
 			return ph.Name
+		}
+	case "AWS::SecretsManager::Secret", "AWS::SecretsManager::SecretTargetAttachment":
+		switch attr {
+		case "", "Id":
+			return ph.Arn
+		}
+	case "AWS::RDS::DBCluster":
+		switch attr {
+		case "":
+			return ph.Name
+		case "DBClusterArn":
+			return ph.Arn
+		case "Endpoint.Address", "ReadEndpoint.Address":
+			return ph.Address
+		case "Endpoint.Port":
+			return ph.Port
+		}
+	case "AWS::Lambda::Function":
+		switch attr {
+		case "":
+			return ph.Name
+		case "Arn":
+			return ph.Arn
+		}
+	case "AWS::Lambda::Version":
+		switch attr {
+		case "":
+			return ph.Arn
+		case "Version":
+			return ph.Version
 		}
 	}
 	return ""

@@ -16,8 +16,15 @@ import (
 
 // Template is the part of a CloudFormation template the provisioner reads.
 type Template struct {
-	Resources map[string]Resource `json:"Resources"`
-	Outputs   map[string]Output   `json:"Outputs"`
+	Parameters map[string]Parameter `json:"Parameters"`
+	Resources  map[string]Resource  `json:"Resources"`
+	Outputs    map[string]Output    `json:"Outputs"`
+}
+
+// Parameter is one template parameter.
+type Parameter struct {
+	Type    string `json:"Type"`
+	Default any    `json:"Default"`
 }
 
 // Resource is one template resource.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/jackc/pgx/v5"
@@ -41,6 +42,9 @@ type Config struct {
 	FrontDoor string        // the local front door
 	Timeout   time.Duration // readiness wait per service
 	Log       io.Writer
+	// SecretPrefix goes before each secret's logical id in its local name
+	// (empty for make up; tests give their own).
+	SecretPrefix string
 }
 
 // TemplateDB is the migrated, never-connected database tests clone from.
@@ -66,7 +70,14 @@ func (c Config) DSN(db string) string {
 }
 
 // Up waits for the emulators and PostgreSQL, provisions the template's
-// resources, migrates the ledger and writes .local/env and .local/outputs.json.
+// resources (tables, queues, topics, secrets; the DB cluster as the local
+// PostgreSQL with its master user and database), migrates the test template
+// database, resolves every function's environment, and writes .local/env,
+// .local/outputs.json, .local/resources.json and .local/functions.json.
+//
+// It does not migrate the ledger database: as on AWS, only the template's
+// migration custom resource does (localcloud/customresource, driven once
+// the function runner can invoke the migration function).
 func Up(ctx context.Context, c Config) (localenv.Env, error) {
 	env := c.BaseEnv()
 	if err := env.Export(); err != nil {
@@ -76,7 +87,8 @@ func Up(ctx context.Context, c Config) (localenv.Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &Provisioner{DynamoDB: dynamoclient.New(cfg), SQS: sqsclient.New(cfg), SNS: snsclient.New(cfg), Log: c.Log}
+	p := &Provisioner{DynamoDB: dynamoclient.New(cfg), SQS: sqsclient.New(cfg), SNS: snsclient.New(cfg),
+		Secrets: secretsmanager.NewFromConfig(cfg), SecretPrefix: c.SecretPrefix, Log: c.Log}
 	if err := c.waitReady(ctx, p); err != nil {
 		return nil, err
 	}
@@ -84,9 +96,24 @@ func Up(ctx context.Context, c Config) (localenv.Env, error) {
 	if err != nil {
 		return nil, err
 	}
+	prev, err := ReadResources(c.StateDir)
+	if err != nil && !errors.Is(err, localenv.ErrNotProvisioned) {
+		return nil, err
+	}
 	phys, err := p.Provision(ctx, t)
 	if err != nil {
 		return nil, err
+	}
+	maps.Copy(phys, LocalClusters(t, c.Region, AccountID, c.PGHost, c.PGPort))
+	maps.Copy(phys, Lambdas(t, c.Region, AccountID, prev))
+	if err := p.ProvisionSecrets(ctx, t, phys); err != nil {
+		return nil, err
+	}
+	ev := c.Evaluator(t, phys, p.Secrets)
+	for _, id := range t.OfType("AWS::RDS::DBCluster") {
+		if err := c.LocalCluster(ctx, ev, id); err != nil {
+			return nil, err
+		}
 	}
 	outputs := Outputs(t, phys)
 	outputs["LedgerEndpoint"] = fmt.Sprintf("%s:%d", c.PGHost, c.PGPort)
@@ -107,22 +134,86 @@ func Up(ctx context.Context, c Config) (localenv.Env, error) {
 	maps.Copy(env, ph.Env())
 	p.logf("phone: queue %s on the push topic (raw delivery off), devices under %s", phone.QueueName, ph.PlatformApplicationArn)
 	env[stackenv.LedgerDSN] = c.DSN(c.Database)
-	for _, db := range []string{c.Database, TemplateDB} {
-		if err := c.ensureDatabase(ctx, db); err != nil {
-			return nil, err
-		}
-		applied, err := migrations.Apply(ctx, c.DSN(db))
-		if err != nil {
-			return nil, fmt.Errorf("localcloud: migrate %s: %w", db, err)
-		}
-		if len(applied) > 0 {
-			p.logf("database %s: applied migrations %v", db, applied)
+	// The test kit clones TemplateDB and migrates each clone with the
+	// tree's migrations: that database, not the stack's, is the
+	// provisioner's to migrate.
+	if err := c.ensureDatabase(ctx, TemplateDB); err != nil {
+		return nil, err
+	}
+	applied, err := migrations.Apply(ctx, c.DSN(TemplateDB))
+	if err != nil {
+		return nil, fmt.Errorf("localcloud: migrate %s: %w", TemplateDB, err)
+	}
+	if len(applied) > 0 {
+		p.logf("database %s: applied migrations %v", TemplateDB, applied)
+	}
+	envs, err := Envs(ctx, t, phys, c.EnvConfig(p.Secrets))
+	if err != nil {
+		return nil, err
+	}
+	// The simulator signs its webhooks with the secret the webhook
+	// function verifies: the PSP secret's webhook_secret, as resolved.
+	for _, id := range t.OfType("AWS::Lambda::Function") {
+		if s := envs[id][stackenv.WebhookSecret]; s != "" {
+			env[stackenv.PSPSimWebhookSecret] = s
 		}
 	}
 	if err := c.write(env, outputs, phys); err != nil {
 		return nil, err
 	}
+	if err := WriteFunctionEnvs(c.StateDir, envs); err != nil {
+		return nil, err
+	}
 	return env, nil
+}
+
+// Evaluator returns the evaluator of t over phys with this local cloud's
+// region, account and stack.
+func (c Config) Evaluator(t *Template, phys map[string]Physical, secrets SecretGetter) *Evaluator {
+	return &Evaluator{Template: t, Physical: phys, Region: c.Region, AccountID: AccountID, StackName: c.StackName, Secrets: secrets}
+}
+
+// EnvConfig is what Envs needs of this local cloud.
+func (c Config) EnvConfig(secrets SecretGetter) EnvConfig {
+	return EnvConfig{Region: c.Region, AccountID: AccountID, StackName: c.StackName, Secrets: secrets,
+		Runtime: c.RuntimeEnv(), Defaults: map[string]string{stackenv.PSPURL: c.PSPURL}}
+}
+
+// FunctionEnvsFile holds each function's resolved environment by logical
+// id (secrets included: it is written 0600, under the git-ignored .local).
+const FunctionEnvsFile = "functions.json"
+
+// WriteFunctionEnvs writes envs to stateDir/functions.json.
+func WriteFunctionEnvs(stateDir string, envs map[string]map[string]string) error {
+	b, err := json.MarshalIndent(envs, "", "  ")
+	if err != nil {
+		return err
+	}
+	path := filepath.Join(stateDir, FunctionEnvsFile)
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("localcloud: write %s: %w", path, err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		return fmt.Errorf("localcloud: %w", err)
+	}
+	return nil
+}
+
+// ReadFunctionEnvs loads what the last Up resolved.
+func ReadFunctionEnvs(stateDir string) (map[string]map[string]string, error) {
+	b, err := os.ReadFile(filepath.Join(stateDir, FunctionEnvsFile))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, localenv.ErrNotProvisioned
+	}
+	if err != nil {
+		return nil, fmt.Errorf("localcloud: %w", err)
+	}
+	var envs map[string]map[string]string
+	if err := json.Unmarshal(b, &envs); err != nil {
+		return nil, fmt.Errorf("localcloud: %s: %w", FunctionEnvsFile, err)
+	}
+	return envs, nil
 }
 
 func (c Config) waitReady(ctx context.Context, p *Provisioner) error {
@@ -140,6 +231,10 @@ func (c Config) waitReady(ctx context.Context, p *Provisioner) error {
 		}},
 		{"moto (SNS) at " + c.AWSURL, func(ctx context.Context) error {
 			_, err := p.SNS.ListTopics(ctx, &sns.ListTopicsInput{})
+			return err
+		}},
+		{"moto (Secrets Manager) at " + c.AWSURL, func(ctx context.Context) error {
+			_, err := p.Secrets.ListSecrets(ctx, &secretsmanager.ListSecretsInput{})
 			return err
 		}},
 		{fmt.Sprintf("PostgreSQL at %s:%d", c.PGHost, c.PGPort), func(ctx context.Context) error {

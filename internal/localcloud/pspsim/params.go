@@ -2,6 +2,7 @@ package pspsim
 
 import (
 	"fmt"
+	"maps"
 	"net/url"
 	"slices"
 	"strconv"
@@ -17,8 +18,10 @@ type params struct {
 	prefixes []string
 }
 
+// check refuses the first unknown parameter in name order: the same request
+// is always refused the same way (a map's order is random).
 func (p params) check(form url.Values) (reply, bool) {
-	for name := range form {
+	for _, name := range slices.Sorted(maps.Keys(form)) {
 		if slices.Contains(p.names, name) {
 			continue
 		}
@@ -78,10 +81,12 @@ func isCurrency(c string) bool {
 }
 
 // metadata reads metadata[key]=value pairs, with Stripe's limits: 50 keys,
-// keys up to 40 characters, values up to 500.
+// keys up to 40 characters, values up to 500. The first bad key in name
+// order is the one refused.
 func metadata(form url.Values) (map[string]string, reply, bool) {
 	md := map[string]string{}
-	for name, vs := range form {
+	for _, name := range slices.Sorted(maps.Keys(form)) {
+		vs := form[name]
 		k, ok := strings.CutPrefix(name, "metadata[")
 		if !ok {
 			continue

@@ -352,34 +352,108 @@ func deliverOnceMore(t *testing.T, w *story.World, eventID string) {
 	}
 }
 
-// Branch R, ready means notified: the worker commits the credit and dies
-// before pushing. The redelivery finds the inbox row, and still pushes
-// because the notification record says PENDING.
+// Branch R, ready means notified (seed Part 7): the worker commits the
+// credit and dies before pushing. The redelivery finds the inbox row and
+// still pushes, because the notification record says PENDING: the row is
+// SENT after the redelivery, before any sweep ran. The counterfactual is the
+// seed's worker, for which the inbox row means done: the redelivery only
+// acknowledges and nothing else finishes the record, so m1 is credited and
+// the phone shows nothing ("after the redelivery at 44.50, the phone shows
+// no notification, although m1 was credited"); the seed's count check
+// fails. With only the duplicate's check removed the sweep pushes instead:
+// each finisher alone is enough, so the guarded row's SENT-after-the-
+// redelivery is what shows the redelivery's own check at work.
 func TestBranchR_WorkerDiesAfterCommitTheRedeliveryStillNotifies(t *testing.T) {
 	t.Parallel()
-	w := newWorld(t, story.Options{})
-	expectStatus(t, w.Pay(ctx, "u1", "K1", story.Body, w.Clock.Now()), http.StatusCreated)
-	var done atomic.Bool
-	w.SetWorkerHooks(inbox.Hooks{AfterCommit: func(context.Context, event.Event) error {
-		if done.CompareAndSwap(false, true) {
-			return api.ErrCrash
-		}
-		return nil
-	}})
-	if _, err := w.Stream.Drain(ctx); err != nil {
-		t.Fatal(err)
+	eventID := ids.EventID(pid7, "SUCCEEDED")
+	for _, tc := range []struct {
+		name            string
+		o               story.Options
+		afterRedelivery string // the notif row after the redelivery
+		afterSweep      string // and after one sweep
+		alerts          int
+	}{
+		{"ready means notified", story.Options{}, "SENT", "SENT", 1},
+		{"the duplicate only acknowledges, the sweep still finishes", story.Options{DuplicateOnlyAcks: true}, "PENDING", "SENT", 1},
+		{"without either (Branch R)", story.Options{DuplicateOnlyAcks: true, WithoutNotifSweep: true}, "PENDING", "PENDING", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			w := newWorld(t, tc.o)
+			notif := func(when, want string) {
+				t.Helper()
+				var state string
+				if err := w.Pool.QueryRow(ctx, `SELECT state FROM notif WHERE event_id = $1`, eventID).Scan(&state); err != nil {
+					t.Fatalf("%s: notif row: %v", when, err)
+				}
+				if state != want {
+					t.Fatalf("%s: notif %s, want %s", when, state, want)
+				}
+			}
+			expectStatus(t, w.Pay(ctx, "u1", "K1", story.Body, w.Clock.Now()), http.StatusCreated)
+			var done atomic.Bool
+			w.SetWorkerHooks(inbox.Hooks{AfterCommit: func(_ context.Context, e event.Event) error {
+				if e.EventID == eventID && done.CompareAndSwap(false, true) {
+					return api.ErrCrash
+				}
+				return nil
+			}})
+			if _, err := w.Stream.Drain(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := w.Queue.Drain(ctx); err != nil {
+				t.Fatal(err)
+			}
+			w.SetWorkerHooks(inbox.Hooks{})
+			if got, _ := w.CollectPushes(ctx); len(got) != 0 || !done.Load() {
+				t.Fatalf("%d pushes before the redelivery (crashed: %v)", len(got), done.Load())
+			}
+			if b, _ := w.Balance(ctx, "m1"); b != 15000 {
+				t.Fatalf("m1 = %d after the commit", b)
+			}
+			notif("after the crash", "PENDING")
+
+			// The redelivery, 30 s later on AWS: a duplicate for the inbox.
+			if n, err := w.Queue.Expire(ctx); err != nil || n != 1 {
+				t.Fatalf("released %d in-flight messages (%v), want the crashed one", n, err)
+			}
+			if _, err := w.Queue.Drain(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if d := w.EMF.Sum("EventsDuplicate"); d != 1 {
+				t.Fatalf("%v duplicates counted, want the redelivery", d)
+			}
+			notif("after the redelivery", tc.afterRedelivery)
+			if _, err := w.Notifs.FinishPending(ctx, inbox.SweepLimit); err != nil {
+				t.Fatal(err)
+			}
+			notif("after the sweep", tc.afterSweep)
+
+			want := story.Count{Charges: 1, Credits: 1, Balance: 15000, Shown: tc.alerts, Alerts: tc.alerts}
+			if tc.afterSweep == "SENT" {
+				expectCount(t, w, want)
+				return
+			}
+			// Nothing will finish the row, so Settle would never come quiet:
+			// wait out a push in flight to the phone, then count.
+			if _, err := w.AwaitPushes(ctx, time.Second); err != nil {
+				t.Fatal(err)
+			}
+			c, err := w.Count(ctx, "m1")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if c.Charges != want.Charges || c.Credits != want.Credits || c.Balance != want.Balance || c.Shown != want.Shown || c.Alerts != want.Alerts {
+				t.Fatalf("count = %+v, want %+v", c, want)
+			}
+			if m := c.Mismatch(); len(m) != 1 || !strings.Contains(m[0], "0 notifications") {
+				t.Fatalf("the seed's count check says %v, want only the missing notification", m)
+			}
+			if open, err := w.InTransit(ctx); err != nil || open != 1 {
+				t.Fatalf("%d events in transit (%v), want the one owed notification", open, err)
+			}
+		})
 	}
-	if _, err := w.Queue.Drain(ctx); err != nil {
-		t.Fatal(err)
-	}
-	if got, _ := w.CollectPushes(ctx); len(got) != 0 || !done.Load() {
-		t.Fatalf("%d pushes before the redelivery (crashed: %v)", len(got), done.Load())
-	}
-	if b, _ := w.Balance(ctx, "m1"); b != 15000 {
-		t.Fatalf("m1 = %d after the commit", b)
-	}
-	w.SetWorkerHooks(inbox.Hooks{})
-	expectCount(t, w, story.Count{Charges: 1, Credits: 1, Balance: 15000, Shown: 1, Alerts: 1})
 }
 
 // The late original (seed Part 4): the deadline refuses it, the void stops

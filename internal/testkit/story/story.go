@@ -33,8 +33,11 @@ type Count struct {
 	ReplaceID string // the notification's replace id
 }
 
-// Want is the seed's count (Part 13).
-var Want = Count{Charges: 1, Credits: 1, Balance: 15000, Shown: 1}
+// Want is the seed's count (Part 13). Two alerts: worker w1 pushed, then
+// died before recording SENT, so w2's redelivery pushes again under the same
+// replace id (one shown). A third alert would be a double push the replace
+// id hides, so it is counted, not collapsed.
+var Want = Count{Charges: 1, Credits: 1, Balance: 15000, Shown: 1, Alerts: 2}
 
 // Mismatch lists how c differs from the seed's count; empty when it agrees.
 func (c Count) Mismatch() []string {
@@ -50,6 +53,9 @@ func (c Count) Mismatch() []string {
 	}
 	if c.Shown != Want.Shown {
 		out = append(out, fmt.Sprintf("%d notifications on the phone, the seed has %d", c.Shown, Want.Shown))
+	}
+	if c.Alerts != Want.Alerts {
+		out = append(out, fmt.Sprintf("%d pushes reached the phone, the seed's story has %d (w1's, then w2's after the crash)", c.Alerts, Want.Alerts))
 	}
 	return out
 }

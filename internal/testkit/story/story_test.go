@@ -41,3 +41,16 @@ func TestTheSeedsStoryEndToEnd(t *testing.T) {
 		t.Fatal(m)
 	}
 }
+
+// TestTheSeedsCountFlagsADoublePush: a third push under the same replace id
+// shows one notification, so only the alert count can catch it.
+func TestTheSeedsCountFlagsADoublePush(t *testing.T) {
+	c := story.Want
+	if m := c.Mismatch(); len(m) != 0 {
+		t.Fatalf("the seed's own count mismatches: %v", m)
+	}
+	c.Alerts++
+	if m := c.Mismatch(); len(m) != 1 {
+		t.Fatalf("one extra push (%d alerts, 1 shown) gave mismatches %v, want one", c.Alerts, m)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -78,6 +79,17 @@ type Options struct {
 	// WithoutNotifRecord switches the worker to the seed's Branch N (tests
 	// only): no notif row, so every delivery pushes.
 	WithoutNotifRecord bool
+	// DuplicateOnlyAcks and WithoutNotifSweep together are Branch R's
+	// counterfactual (tests only): the seed's worker, for which an inbox row
+	// means done. With DuplicateOnlyAcks the worker never reads its
+	// notification record back (the read finds no row, as for an event
+	// processed before notifications were recorded), so a redelivery that
+	// finds the inbox row acknowledges without pushing. With
+	// WithoutNotifSweep the world's sweep watches a channel no row is on and
+	// finishes nothing; Settle then never comes quiet while a notification
+	// is PENDING.
+	DuplicateOnlyAcks bool
+	WithoutNotifSweep bool
 	// WrapLedger wraps the API's ledger (tests only: the Branch X
 	// counterfactual replaces the durable guard).
 	WrapLedger func(api.Ledger) api.Ledger
@@ -384,7 +396,11 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 	if o.Serial {
 		groups = 1
 	}
-	if w.Worker, err = inbox.New(w.LedgerPool, n, inbox.Config{
+	var workerDB inbox.DB = w.LedgerPool
+	if o.DuplicateOnlyAcks {
+		workerDB = unreadNotifs{w.LedgerPool}
+	}
+	if w.Worker, err = inbox.New(workerDB, n, inbox.Config{
 		MaxReceiveCount: settings.Worker.MaxReceiveCount, Logger: quiet, Metrics: m, Hooks: w.workerHooks(),
 		WithoutNotifRecord: o.WithoutNotifRecord, GroupConcurrency: groups, RetryAfter: 10 * time.Millisecond,
 	}); err != nil {
@@ -392,8 +408,12 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 	}
 	// Backoff in milliseconds: the fake clock does not move the database's,
 	// which the sweep's grace and backoff are measured on.
+	sweepChannel := "" // the worker's: push
+	if o.WithoutNotifSweep {
+		sweepChannel = "branch-r-no-sweep"
+	}
 	if w.Notifs, err = inbox.NewNotifSweeper(w.LedgerPool, n, inbox.SweepConfig{
-		Logger: quiet, Metrics: m, Grace: time.Millisecond, Base: 10 * time.Millisecond, Max: 200 * time.Millisecond, Lease: time.Second,
+		Channel: sweepChannel, Logger: quiet, Metrics: m, Grace: time.Millisecond, Base: 10 * time.Millisecond, Max: 200 * time.Millisecond, Lease: time.Second,
 	}); err != nil {
 		return nil, err
 	}
@@ -465,14 +485,29 @@ func (w *World) call(ctx context.Context, method, path, caller, key, body string
 // and returns it.
 func (w *World) CollectPushes(ctx context.Context) ([]notify.Data, error) {
 	got, err := w.Pushes.Collect(ctx)
+	w.deliver(got)
+	return got, err
+}
+
+// AwaitPushes waits up to wait (whole seconds) for a push to land, then
+// collects the rest as CollectPushes does. A test that expects no push uses
+// it, so a push still on its way is counted, not missed.
+func (w *World) AwaitPushes(ctx context.Context, wait time.Duration) ([]notify.Data, error) {
+	got, err := w.Pushes.Await(ctx, wait)
+	w.deliver(got)
 	if err != nil {
-		return nil, err
+		return got, err
 	}
+	rest, err := w.CollectPushes(ctx)
+	return append(got, rest...), err
+}
+
+// deliver puts pushes onto the phone and into the push log.
+func (w *World) deliver(got []notify.Data) {
 	w.Phone.Receive(got...)
 	w.pushMu.Lock()
 	w.pushLog = append(w.pushLog, got...)
 	w.pushMu.Unlock()
-	return got, nil
 }
 
 // PushLog returns every push collected so far, in arrival order.
@@ -857,3 +892,19 @@ func (w *World) newTopic(ctx context.Context, c *sns.Client) (topic, watchURL st
 	}
 	return topic, watch.url, nil
 }
+
+// unreadNotifs is the worker's DB under Options.DuplicateOnlyAcks: every
+// read of the notification record finds no row; everything else, and every
+// write, reaches the ledger.
+type unreadNotifs struct{ inbox.DB }
+
+func (d unreadNotifs) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if strings.Contains(sql, "FROM notif") {
+		return noRow{}
+	}
+	return d.DB.QueryRow(ctx, sql, args...)
+}
+
+type noRow struct{}
+
+func (noRow) Scan(...any) error { return pgx.ErrNoRows }

@@ -1,0 +1,228 @@
+package stack
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+
+	"github.com/oncepay/oncepay/internal/localcloud/invoke"
+	"github.com/oncepay/oncepay/internal/localcloud/trigger"
+	"github.com/oncepay/oncepay/internal/problem"
+)
+
+// Status is the answer of GET /_local/status: every function of the template
+// with its execution environments, every mapping and every schedule.
+type Status struct {
+	Functions []FunctionStatus         `json:"functions"`
+	Mappings  []trigger.MappingStatus  `json:"mappings"`
+	Schedules []trigger.ScheduleStatus `json:"schedules"`
+}
+
+// FunctionStatus is the runner's invoke.FunctionStatus with the function's
+// short name (what POST /_local/kill also accepts).
+type FunctionStatus struct {
+	Short string `json:"short"`
+	invoke.FunctionStatus
+}
+
+// KillRequest is the body of POST /_local/kill.
+type KillRequest struct {
+	// Function is a logical id ("RelayFunction3833AFCF") or a short name
+	// ("relay").
+	Function string `json:"function"`
+	// N is how many environments to kill (1 when absent).
+	N *int `json:"n"`
+}
+
+// KillResponse answers POST /_local/kill.
+type KillResponse struct {
+	Function string `json:"function"`
+	Killed   int    `json:"killed"`
+}
+
+// maxKill bounds a kill request: more environments than any function has.
+const maxKill = 1000
+
+// Admin serves the local cloud's admin API:
+//
+//	GET  /_local/status  Status as JSON
+//	POST /_local/kill    {"function":"relay","n":1} -> KillResponse
+//
+// Bad input gets an RFC 9457 problem+json answer and changes nothing.
+type Admin struct {
+	// Functions are the template's function logical ids.
+	Functions []string
+	Runner    invoke.Admin
+	Mappings  []*trigger.Mapping
+	Schedules []*trigger.Schedule
+}
+
+// Register adds the admin routes to mux.
+func (a *Admin) Register(mux *http.ServeMux) {
+	mux.HandleFunc("/_local/status", a.status)
+	mux.HandleFunc("/_local/kill", a.kill)
+}
+
+// Status gathers the status of every part.
+func (a *Admin) Status() Status {
+	st := Status{Functions: []FunctionStatus{}, Mappings: []trigger.MappingStatus{}, Schedules: []trigger.ScheduleStatus{}}
+	byID := map[string]invoke.FunctionStatus{}
+	if a.Runner != nil {
+		for _, f := range a.Runner.Status() {
+			byID[f.Function] = f
+		}
+	}
+	ids := slices.Clone(a.Functions)
+	for id := range byID {
+		if !slices.Contains(ids, id) {
+			ids = append(ids, id)
+		}
+	}
+	slices.Sort(ids)
+	for _, id := range ids {
+		f, ok := byID[id]
+		if !ok {
+			f = invoke.FunctionStatus{Function: id}
+		}
+		if f.Environments == nil {
+			f.Environments = []invoke.Environment{}
+		}
+		st.Functions = append(st.Functions, FunctionStatus{Short: ShortName(id), FunctionStatus: f})
+	}
+	for _, m := range a.Mappings {
+		st.Mappings = append(st.Mappings, m.Status())
+	}
+	for _, s := range a.Schedules {
+		st.Schedules = append(st.Schedules, s.Status())
+	}
+	return st
+}
+
+func (a *Admin) status(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodGet && r.Method != http.MethodHead {
+		w.Header().Set("Allow", "GET, HEAD")
+		writeProblem(w, problem.MethodNotAllowed())
+		return
+	}
+	writeJSON(w, http.StatusOK, a.Status())
+}
+
+func (a *Admin) kill(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		writeProblem(w, problem.MethodNotAllowed())
+		return
+	}
+	var req KillRequest
+	dec := json.NewDecoder(io.LimitReader(r.Body, 1<<16))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeProblem(w, problem.BadRequest("body", "The body must be a JSON object {\"function\": \"<logical id or short name>\", \"n\": <count>}."))
+		return
+	}
+	if dec.More() {
+		writeProblem(w, problem.BadRequest("body", "The body must hold one JSON object."))
+		return
+	}
+	n := 1
+	if req.N != nil {
+		n = *req.N
+	}
+	if n < 1 || n > maxKill {
+		writeProblem(w, problem.BadRequest("n", fmt.Sprintf("n must be an integer in 1..%d.", maxKill)))
+		return
+	}
+	if strings.TrimSpace(req.Function) == "" {
+		writeProblem(w, problem.BadRequest("function", "function must name a function of the template (its logical id or short name)."))
+		return
+	}
+	id, err := a.resolve(req.Function)
+	if err != nil {
+		p := problem.NotFound()
+		if errors.Is(err, errAmbiguous) {
+			p = problem.BadRequest("function", err.Error())
+		} else {
+			p.Detail = err.Error()
+		}
+		writeProblem(w, p)
+		return
+	}
+	if a.Runner == nil {
+		writeProblem(w, refused(fmt.Sprintf("no function runner: %s cannot be killed", id)))
+		return
+	}
+	killed, err := a.Runner.Kill(id, n)
+	switch {
+	case errors.Is(err, invoke.ErrUnknownFunction):
+		p := problem.NotFound()
+		p.Detail = err.Error()
+		writeProblem(w, p)
+		return
+	case err != nil:
+		writeProblem(w, refused(err.Error()))
+		return
+	}
+	writeJSON(w, http.StatusOK, KillResponse{Function: id, Killed: killed})
+}
+
+var errAmbiguous = errors.New("ambiguous function name")
+
+// resolve finds the logical id name stands for: itself, or the one
+// function whose short name it is (case-insensitive).
+func (a *Admin) resolve(name string) (string, error) {
+	var found []string
+	for _, id := range a.Functions {
+		if id == name {
+			return id, nil
+		}
+		if strings.EqualFold(ShortName(id), name) {
+			found = append(found, id)
+		}
+	}
+	switch len(found) {
+	case 1:
+		return found[0], nil
+	case 0:
+		return "", fmt.Errorf("no function %q in the template; functions: %s", name, strings.Join(a.Functions, ", "))
+	}
+	return "", fmt.Errorf("%w: %q names %s", errAmbiguous, name, strings.Join(found, ", "))
+}
+
+// ShortName is a function's name without the CDK's "Function<hash>" tail:
+// "RelayFunction3833AFCF" -> "relay".
+func ShortName(logicalID string) string {
+	if i := strings.Index(logicalID, "Function"); i > 0 {
+		return strings.ToLower(logicalID[:i])
+	}
+	return strings.ToLower(logicalID)
+}
+
+func refused(detail string) problem.Problem {
+	return problem.Problem{Type: problem.TypeBase + "local-kill-refused", Title: "Kill refused", Status: http.StatusConflict, Detail: detail}
+}
+
+func writeProblem(w http.ResponseWriter, p problem.Problem) {
+	b, err := json.Marshal(p)
+	if err != nil {
+		http.Error(w, "internal error", http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", problem.ContentType)
+	w.WriteHeader(p.Status)
+	_, _ = w.Write(b)
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		writeProblem(w, problem.Internal())
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = w.Write(append(b, '\n'))
+}

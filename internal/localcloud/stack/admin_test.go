@@ -1,0 +1,150 @@
+package stack_test
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/oncepay/oncepay/internal/localcloud/invoke"
+	"github.com/oncepay/oncepay/internal/localcloud/stack"
+	"github.com/oncepay/oncepay/internal/problem"
+)
+
+// fakeAdmin records kills and answers a fixed status.
+type fakeAdmin struct {
+	mu    sync.Mutex
+	kills []string
+	err   error
+}
+
+func (f *fakeAdmin) Status() []invoke.FunctionStatus {
+	return []invoke.FunctionStatus{{Function: "RelayFunction3833AFCF", MaxEnvironments: 0, Invocations: 7,
+		Environments: []invoke.Environment{{ID: "env-1", PID: 4242, Busy: true, Served: 7}}}}
+}
+
+func (f *fakeAdmin) Kill(function string, n int) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return 0, f.err
+	}
+	f.kills = append(f.kills, fmt.Sprintf("%s x%d", function, n))
+	return n, nil
+}
+
+var functions = []string{"ApiFunction52E267E3", "RelayFunction3833AFCF", "ResolverFunction8C958500", "WorkerFunction9E8CCBFD"}
+
+func adminServer(t *testing.T, f *fakeAdmin) *httptest.Server {
+	mux := http.NewServeMux()
+	(&stack.Admin{Functions: functions, Runner: f}).Register(mux)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func TestAdminStatusListsEveryTemplateFunctionWithTheRunnersEnvironments(t *testing.T) {
+	srv := adminServer(t, &fakeAdmin{})
+	resp, err := http.Get(srv.URL + "/_local/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var st stack.Status
+	if err := json.NewDecoder(resp.Body).Decode(&st); err != nil || resp.StatusCode != 200 {
+		t.Fatalf("%s: %v", resp.Status, err)
+	}
+	if len(st.Functions) != len(functions) || st.Mappings == nil || st.Schedules == nil {
+		t.Fatalf("status = %+v", st)
+	}
+	relay := st.Functions[1]
+	if relay.Short != "relay" || relay.Invocations != 7 || len(relay.Environments) != 1 || relay.Environments[0].PID != 4242 {
+		t.Fatalf("relay = %+v", relay)
+	}
+	if api := st.Functions[0]; api.Short != "api" || api.Environments == nil || len(api.Environments) != 0 {
+		t.Fatalf("api (not started) = %+v", api)
+	}
+}
+
+func post(t *testing.T, srv *httptest.Server, body string) (int, string, map[string]any) {
+	t.Helper()
+	resp, err := http.Post(srv.URL+"/_local/kill", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	var m map[string]any
+	_ = json.Unmarshal(b, &m)
+	return resp.StatusCode, resp.Header.Get("Content-Type"), m
+}
+
+func TestAdminKillTakesALogicalIDOrAShortName(t *testing.T) {
+	f := &fakeAdmin{}
+	srv := adminServer(t, f)
+	if code, _, m := post(t, srv, `{"function":"relay","n":2}`); code != 200 || m["function"] != "RelayFunction3833AFCF" || m["killed"] != 2.0 {
+		t.Fatalf("short name: %d %v", code, m)
+	}
+	if code, _, m := post(t, srv, `{"function":"WorkerFunction9E8CCBFD"}`); code != 200 || m["killed"] != 1.0 {
+		t.Fatalf("logical id, default n: %d %v", code, m)
+	}
+	if strings.Join(f.kills, ";") != "RelayFunction3833AFCF x2;WorkerFunction9E8CCBFD x1" {
+		t.Fatalf("kills = %v", f.kills)
+	}
+}
+
+func TestAdminKillBadInputIsAProblemAndKillsNothing(t *testing.T) {
+	f := &fakeAdmin{}
+	srv := adminServer(t, f)
+	for body, want := range map[string]int{
+		`not json`:                          400,
+		`{"function":"relay","n":0}`:        400,
+		`{"function":"relay","n":-1}`:       400,
+		`{"function":"relay","n":"2"}`:      400,
+		`{"function":"relay","n":100000}`:   400,
+		`{"function":""}`:                   400,
+		`{"function":"relay","extra":true}`: 400,
+		`{"function":"relay"} {"x":1}`:      400,
+		`{"function":"nosuch"}`:             404,
+	} {
+		code, ct, m := post(t, srv, body)
+		if code != want || ct != problem.ContentType || m["status"] != float64(want) || m["title"] == nil {
+			t.Errorf("%s: %d %s %v, want %d problem+json", body, code, ct, m, want)
+		}
+	}
+	if len(f.kills) != 0 {
+		t.Fatalf("killed %v", f.kills)
+	}
+	resp, err := http.Get(srv.URL + "/_local/kill")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 405 || resp.Header.Get("Allow") != "POST" || resp.Header.Get("Content-Type") != problem.ContentType {
+		t.Fatalf("GET kill: %s allow=%q", resp.Status, resp.Header.Get("Allow"))
+	}
+}
+
+func TestAdminKillTheRunnerRefusesIsAConflict(t *testing.T) {
+	srv := adminServer(t, &fakeAdmin{err: errors.New("the in-process runner cannot kill RelayFunction3833AFCF")})
+	if code, ct, m := post(t, srv, `{"function":"relay"}`); code != 409 || ct != problem.ContentType || !strings.Contains(fmt.Sprint(m["detail"]), "cannot kill") {
+		t.Fatalf("%d %s %v", code, ct, m)
+	}
+	srv = adminServer(t, &fakeAdmin{err: fmt.Errorf("%w: RelayFunction3833AFCF", invoke.ErrUnknownFunction)})
+	if code, _, _ := post(t, srv, `{"function":"relay"}`); code != 404 {
+		t.Fatalf("unknown to the runner: %d", code)
+	}
+}
+
+func TestShortNamesDropTheCDKsTail(t *testing.T) {
+	for id, want := range map[string]string{"RelayFunction3833AFCF": "relay", "ApiFunction52E267E3": "api", "MigrationFunctionC04042BC": "migration", "Odd": "odd"} {
+		if got := stack.ShortName(id); got != want {
+			t.Errorf("%s -> %s, want %s", id, got, want)
+		}
+	}
+}

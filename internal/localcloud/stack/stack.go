@@ -1,0 +1,280 @@
+// Package stack is the local cloud's long-running service: the synthesized
+// template running as a stack. It composes the function runner (behind
+// invoke.Invoker and invoke.Admin), the template's event-source mappings and
+// schedules (package trigger), the admin API (GET /_local/status, POST
+// /_local/kill) and a hook where the front door's routes and the phone are
+// mounted, and runs them until its context ends (SIGTERM in `localcloud
+// serve`), then stops each cleanly.
+//
+// The live pollers read only the stack's own resources (the outbox table's
+// stream and the events queue the provisioner recorded): the test worlds
+// that create their own tables and queues are never touched.
+package stack
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/localcloud/invoke"
+	"github.com/oncepay/oncepay/internal/localcloud/provision"
+	"github.com/oncepay/oncepay/internal/localcloud/trigger"
+)
+
+// Runner runs the template's functions: the function runner on the live
+// stack, InProcess until it lands, invoke.Func-based fakes in tests.
+type Runner interface {
+	invoke.Invoker
+	invoke.Admin
+	Close() error
+}
+
+// NewRunner builds the runner for a template and its physical resources.
+type NewRunner func(ctx context.Context, tpl *provision.Template, phys map[string]provision.Physical) (Runner, error)
+
+// Mount is where the lead wires the parts that serve HTTP over the same
+// runner: it may add routes to the admin mux (the phone's) and return
+// servers the service starts with the rest and shuts down at the stop (the
+// front door's routes). Each returned server must have its Addr set.
+type Mount func(ctx context.Context, inv invoke.Invoker, admin *http.ServeMux) ([]*http.Server, error)
+
+// AdminAddrVar names the admin API's listen address (default DefaultAdminAddr).
+const AdminAddrVar = "ONCEPAY_ADMIN_ADDR"
+
+// DefaultAdminAddr is the admin API's address.
+const DefaultAdminAddr = "127.0.0.1:8071"
+
+// Config is what the service runs.
+type Config struct {
+	Template  *provision.Template
+	Resources map[string]provision.Physical // provision.ReadResources
+	Region    string
+	// StateDir (.local) keeps the stream mappings' checkpoints across
+	// restarts, as Lambda keeps a mapping's position; "" keeps none.
+	StateDir  string
+	AdminAddr string // "" : DefaultAdminAddr; "127.0.0.1:0" picks a port
+	TimeScale float64
+	Clients   trigger.Clients
+	NewRunner NewRunner
+	Mount     Mount // nil: nothing more
+	Logger    *slog.Logger
+}
+
+// Service is the running stack.
+type Service struct {
+	cfg       Config
+	runner    Runner
+	mappings  []*trigger.Mapping
+	schedules []*trigger.Schedule
+	admin     *Admin
+	listener  net.Listener
+	servers   []*http.Server
+	saved     map[string]string // mapping id -> the checkpoints last written
+}
+
+// New builds every part from the template (nothing runs yet) and binds the
+// admin API's address, so a taken port fails here.
+func New(ctx context.Context, cfg Config) (*Service, error) {
+	if cfg.Template == nil || cfg.NewRunner == nil {
+		return nil, errors.New("stack: Config needs a Template and a NewRunner")
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.AdminAddr == "" {
+		cfg.AdminAddr = DefaultAdminAddr
+	}
+	if cfg.Region == "" {
+		cfg.Region = "us-east-1"
+	}
+	mspecs, err := trigger.Mappings(cfg.Template, cfg.Resources, cfg.Region)
+	if err != nil {
+		return nil, err
+	}
+	rspecs, err := trigger.Rules(cfg.Template, cfg.Resources, cfg.Region)
+	if err != nil {
+		return nil, err
+	}
+	runner, err := cfg.NewRunner(ctx, cfg.Template, cfg.Resources)
+	if err != nil {
+		return nil, fmt.Errorf("stack: function runner: %w", err)
+	}
+	s := &Service{cfg: cfg, runner: runner, saved: map[string]string{}}
+	fail := func(err error) (*Service, error) { _ = runner.Close(); return nil, err }
+	for _, spec := range mspecs {
+		resume, err := s.loadCheckpoints(spec)
+		if err != nil {
+			return fail(err)
+		}
+		m, err := trigger.NewMapping(spec, cfg.Clients, runner, trigger.MappingOptions{Region: cfg.Region, Resume: resume, Logger: cfg.Logger})
+		if err != nil {
+			return fail(err)
+		}
+		s.mappings = append(s.mappings, m)
+	}
+	for _, spec := range rspecs {
+		s.schedules = append(s.schedules, trigger.NewSchedule(spec, runner, cfg.Clients.Send, trigger.ScheduleOptions{TimeScale: cfg.TimeScale, Logger: cfg.Logger}))
+	}
+	s.admin = &Admin{Functions: cfg.Template.OfType("AWS::Lambda::Function"), Runner: runner, Mappings: s.mappings, Schedules: s.schedules}
+	mux := http.NewServeMux()
+	s.admin.Register(mux)
+	if cfg.Mount != nil {
+		if s.servers, err = cfg.Mount(ctx, runner, mux); err != nil {
+			return fail(fmt.Errorf("stack: mount: %w", err))
+		}
+	}
+	if s.listener, err = net.Listen("tcp", cfg.AdminAddr); err != nil {
+		return fail(fmt.Errorf("stack: admin API: %w", err))
+	}
+	s.servers = append([]*http.Server{{Handler: mux, ReadHeaderTimeout: 5 * time.Second}}, s.servers...)
+	return s, nil
+}
+
+// AdminAddr is the address the admin API listens on.
+func (s *Service) AdminAddr() string { return s.listener.Addr().String() }
+
+// Admin returns the admin API's parts (for a status printed in process).
+func (s *Service) Admin() *Admin { return s.admin }
+
+// Run serves and polls until ctx ends, then stops the schedules and the
+// pollers (an invocation under way finishes), saves the stream checkpoints,
+// shuts the servers down and closes the runner. It blocks; it returns nil
+// after a clean stop, or the first server error.
+func (s *Service) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(s.servers))
+	var serving sync.WaitGroup
+	for i, srv := range s.servers {
+		serving.Go(func() {
+			var err error
+			if i == 0 {
+				err = srv.Serve(s.listener)
+			} else {
+				err = srv.ListenAndServe()
+			}
+			if err != nil && !errors.Is(err, http.ErrServerClosed) {
+				errs <- fmt.Errorf("stack: serve %s: %w", srv.Addr, err)
+				cancel()
+			}
+		})
+	}
+	var polling sync.WaitGroup
+	for _, m := range s.mappings {
+		polling.Go(func() { _ = m.Run(ctx) })
+	}
+	for _, sc := range s.schedules {
+		polling.Go(func() { _ = sc.Run(ctx) })
+	}
+	polling.Go(func() { s.saveCheckpointsEvery(ctx, 2*time.Second) })
+	s.cfg.Logger.Info("local cloud stack running", "admin", s.AdminAddr(), "mappings", len(s.mappings), "schedules", len(s.schedules))
+	<-ctx.Done()
+	polling.Wait()
+	s.saveCheckpoints()
+	shut, done := context.WithTimeout(context.Background(), 5*time.Second)
+	defer done()
+	for _, srv := range s.servers {
+		_ = srv.Shutdown(shut)
+	}
+	serving.Wait()
+	err := s.runner.Close()
+	s.cfg.Logger.Info("local cloud stack stopped")
+	select {
+	case e := <-errs:
+		return e
+	default:
+	}
+	if err != nil {
+		return fmt.Errorf("stack: close runner: %w", err)
+	}
+	return nil
+}
+
+// checkpointFile is a stream mapping's saved position: valid only for the
+// stream it was read from (a recreated table has a new stream).
+type checkpointFile struct {
+	StreamArn   string            `json:"stream_arn"`
+	Checkpoints map[string]string `json:"checkpoints"`
+}
+
+func (s *Service) checkpointPath(id string) string {
+	return filepath.Join(s.cfg.StateDir, "mappings", id+".json")
+}
+
+func (s *Service) loadCheckpoints(spec trigger.MappingSpec) (map[string]string, error) {
+	if s.cfg.StateDir == "" || spec.Kind != trigger.KindStream {
+		return nil, nil
+	}
+	b, err := os.ReadFile(s.checkpointPath(spec.ID))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("stack: checkpoints of %s: %w", spec.ID, err)
+	}
+	var f checkpointFile
+	if err := json.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("stack: checkpoints of %s: %w", spec.ID, err)
+	}
+	if f.StreamArn != spec.SourceArn {
+		return nil, nil
+	}
+	return f.Checkpoints, nil
+}
+
+func (s *Service) saveCheckpointsEvery(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			s.saveCheckpoints()
+		}
+	}
+}
+
+func (s *Service) saveCheckpoints() {
+	if s.cfg.StateDir == "" {
+		return
+	}
+	for _, m := range s.mappings {
+		cps := m.Checkpoints()
+		if cps == nil {
+			continue
+		}
+		b, err := json.Marshal(checkpointFile{StreamArn: m.Spec.SourceArn, Checkpoints: cps})
+		if err == nil && s.saved[m.Spec.ID] == string(b) {
+			continue
+		}
+		if err == nil {
+			err = writeAtomic(s.checkpointPath(m.Spec.ID), b)
+		}
+		if err == nil {
+			s.saved[m.Spec.ID] = string(b)
+		}
+		if err != nil {
+			s.cfg.Logger.Warn("stream checkpoints not saved", "mapping", m.Spec.ID, "error", err.Error())
+		}
+	}
+}
+
+func writeAtomic(path string, b []byte) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(tmp, path)
+}

@@ -1,0 +1,315 @@
+package stack_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/oncepay/oncepay/internal/event"
+	"github.com/oncepay/oncepay/internal/ids"
+	"github.com/oncepay/oncepay/internal/localcloud/harness"
+	"github.com/oncepay/oncepay/internal/localcloud/invoke"
+	"github.com/oncepay/oncepay/internal/localcloud/localenv"
+	"github.com/oncepay/oncepay/internal/localcloud/provision"
+	"github.com/oncepay/oncepay/internal/localcloud/stack"
+	"github.com/oncepay/oncepay/internal/localcloud/trigger"
+	"github.com/oncepay/oncepay/internal/notify"
+	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/stackenv"
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func stackTemplate(t *testing.T) *provision.Template {
+	t.Helper()
+	root, err := localenv.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(root, "cdk.out", "Oncepay.template.json")
+	if _, err := os.Stat(path); err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatalf("CI: the synthesized template is missing (make synth): %v", err)
+		}
+		t.Skipf("the synthesized template is missing (make synth): %v", err)
+	}
+	tpl, err := provision.ReadTemplate(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tpl
+}
+
+func byPrefix(t *testing.T, tpl *provision.Template, typ, prefix string) string {
+	t.Helper()
+	for _, id := range tpl.OfType(typ) {
+		if strings.HasPrefix(id, prefix) {
+			return id
+		}
+	}
+	t.Fatalf("no %s %s*", typ, prefix)
+	return ""
+}
+
+// fakeRunner runs recording handlers in process and remembers being closed.
+type fakeRunner struct {
+	mu     sync.Mutex
+	calls  map[string][][]byte
+	closed atomic.Bool
+}
+
+func (r *fakeRunner) Invoke(_ context.Context, fn string, payload []byte) ([]byte, error) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.calls[fn] = append(r.calls[fn], payload)
+	return nil, nil
+}
+
+func (r *fakeRunner) count(fn string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.calls[fn])
+}
+
+func (r *fakeRunner) records(fn string) []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	var ids []string
+	for _, p := range r.calls[fn] {
+		var ev events.DynamoDBEvent
+		_ = json.Unmarshal(p, &ev)
+		for _, rec := range ev.Records {
+			ids = append(ids, rec.Change.Keys["event_id"].String())
+		}
+	}
+	return ids
+}
+
+func (r *fakeRunner) Status() []invoke.FunctionStatus { return nil }
+func (r *fakeRunner) Kill(string, int) (int, error)   { return 0, nil }
+func (r *fakeRunner) Close() error                    { r.closed.Store(true); return nil }
+
+// world is the template over resources of the test's own: its outbox
+// table, events queue and failure queues stand for the stack's.
+type world struct {
+	tpl    *provision.Template
+	phys   map[string]provision.Physical
+	db     *dynamodb.Client
+	table  string
+	events testenv.Queue
+	dir    string
+}
+
+func newWorld(t *testing.T) world {
+	tpl := stackTemplate(t)
+	db := testenv.DynamoDB(t)
+	q := testenv.SQS(t)
+	table, stream := testenv.NewOutboxTable(t, db)
+	eventsQ := testenv.NewFIFOQueue(t, q, 30*time.Second, 5)
+	phys := map[string]provision.Physical{}
+	for _, id := range tpl.OfType("AWS::SQS::Queue") {
+		std := testenv.NewStandardQueue(t, q)
+		phys[id] = provision.Physical{Type: "AWS::SQS::Queue", Arn: std.Arn, URL: std.URL}
+	}
+	phys[byPrefix(t, tpl, "AWS::SQS::Queue", "DataEventsQueue")] = provision.Physical{Type: "AWS::SQS::Queue", Arn: eventsQ.Arn, URL: eventsQ.URL}
+	phys[byPrefix(t, tpl, "AWS::DynamoDB::Table", "DataOutboxTable")] = provision.Physical{Type: "AWS::DynamoDB::Table", Name: table, StreamArn: stream}
+	return world{tpl: tpl, phys: phys, db: db, table: table, events: eventsQ, dir: t.TempDir()}
+}
+
+func (w world) put(t *testing.T, id string) {
+	t.Helper()
+	if _, err := w.db.PutItem(context.Background(), &dynamodb.PutItemInput{TableName: aws.String(w.table),
+		Item: map[string]ddbtypes.AttributeValue{"event_id": &ddbtypes.AttributeValueMemberS{Value: id}}}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (w world) service(t *testing.T, r stack.Runner, scale float64) *stack.Service {
+	t.Helper()
+	q := testenv.SQS(t)
+	svc, err := stack.New(context.Background(), stack.Config{
+		Template: w.tpl, Resources: w.phys, Region: "us-east-1", StateDir: w.dir, AdminAddr: "127.0.0.1:0", TimeScale: scale,
+		Clients: trigger.Clients{Streams: testenv.DynamoDBStreams(t), Queues: q, Send: q},
+		NewRunner: func(context.Context, *provision.Template, map[string]provision.Physical) (stack.Runner, error) {
+			return r, nil
+		},
+		Logger: quiet,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
+func waitFor(t *testing.T, within time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(within)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", within, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// The service plays the template's triggers until SIGTERM, then stops
+// every part, closes the runner and keeps the stream's position: a
+// restart relays only what is new, as a Lambda mapping resumes.
+func TestServiceRunsTheTriggersStopsOnSIGTERMAndResumesTheStreamWhereItStopped(t *testing.T) {
+	w := newWorld(t)
+	relay := byPrefix(t, w.tpl, "AWS::Lambda::Function", "RelayFunction")
+	resolver := byPrefix(t, w.tpl, "AWS::Lambda::Function", "ResolverFunction")
+	w.put(t, "pay_a:SUCCEEDED")
+
+	r1 := &fakeRunner{calls: map[string][][]byte{}}
+	svc := w.service(t, r1, 600)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM)
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	waitFor(t, 20*time.Second, "the relay gets the put and the resolver its ticks", func() bool {
+		return len(r1.records(relay)) == 1 && r1.count(resolver) >= 2
+	})
+	resp, err := http.Get("http://" + svc.AdminAddr() + "/_local/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var st stack.Status
+	_ = json.NewDecoder(resp.Body).Decode(&st)
+	resp.Body.Close()
+	if len(st.Mappings) != 2 || len(st.Schedules) != 2 || st.Mappings[0].State != trigger.StateEnabled {
+		t.Fatalf("status = %+v", st)
+	}
+	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("Run after SIGTERM: %v", err)
+		}
+	case <-time.After(15 * time.Second):
+		t.Fatal("the service did not stop within 15 s of SIGTERM")
+	}
+	if !r1.closed.Load() {
+		t.Fatal("runner not closed")
+	}
+	if c, err := net.DialTimeout("tcp", svc.AdminAddr(), time.Second); err == nil {
+		c.Close()
+		t.Fatal("admin API still listening after the stop")
+	}
+
+	w.put(t, "pay_b:SUCCEEDED")
+	r2 := &fakeRunner{calls: map[string][][]byte{}}
+	svc2 := w.service(t, r2, 600)
+	ctx2, cancel2 := context.WithCancel(context.Background())
+	done2 := make(chan error, 1)
+	go func() { done2 <- svc2.Run(ctx2) }()
+	waitFor(t, 20*time.Second, "the restarted relay gets the new put", func() bool { return len(r2.records(relay)) >= 1 })
+	time.Sleep(500 * time.Millisecond) // a replay of pay_a would come in the same or the next poll
+	cancel2()
+	if err := <-done2; err != nil {
+		t.Fatal(err)
+	}
+	if got := r2.records(relay); len(got) != 1 || got[0] != "pay_b:SUCCEEDED" {
+		t.Fatalf("after the restart the relay got %v, want only pay_b", got)
+	}
+}
+
+// The stack with the in-process runner plays the real relay and worker: an
+// outbox event put on the stack's table is credited once, its push intent
+// SENT, and one push reaches the phone with the payment id as replace id.
+func TestInProcessStackCreditsAndNotifiesAnOutboxEventOnce(t *testing.T) {
+	w := newWorld(t)
+	pool, dsn := testenv.Ledger(t)
+	ctx := context.Background()
+	if _, err := pool.Exec(ctx, `INSERT INTO merchant_balances (merchant_id, currency, balance) VALUES ('m1', 'USD', 12000)`); err != nil {
+		t.Fatal(err)
+	}
+	snsc, q := testenv.SNS(t), testenv.SQS(t)
+	topic := testenv.NewTopic(t, snsc)
+	phone := testenv.NewStandardQueue(t, q)
+	testenv.SubscribeQueue(t, snsc, topic, phone.Arn, true)
+	// The in-process handlers read the process environment, as the
+	// functions read theirs: point it at this test's resources.
+	t.Setenv(stackenv.EventsQueueURL, w.events.URL)
+	t.Setenv(stackenv.LedgerDSN, dsn)
+	t.Setenv(stackenv.PushTopicArn, topic)
+	t.Setenv(notify.EnvTopicFallback, "true")
+
+	r := stack.NewInProcess(w.tpl, quiet)
+	svc := w.service(t, r, 1)
+	runCtx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(runCtx) }()
+	defer func() { cancel(); <-done }()
+
+	pub, err := outbox.NewPublisher(w.db, outbox.Config{Table: w.table, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := event.Event{EventID: ids.EventID("pay_live1", event.Succeeded), PaymentID: "pay_live1", State: event.Succeeded, MerchantID: "m1",
+		CallerID: "u1", Amount: 3000, Currency: "USD", OccurredAt: time.Now().UTC().Truncate(time.Second)}
+	if err := pub.Publish(ctx, e); err != nil {
+		t.Fatal(err)
+	}
+	pushes := harness.NewPushQueue(q, phone.URL)
+	var got []notify.Data
+	waitFor(t, 30*time.Second, "the push on the phone", func() bool {
+		p, err := pushes.Collect(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, p...)
+		return len(got) > 0
+	})
+	var balance int64
+	var credits int
+	var notif string
+	if err := pool.QueryRow(ctx, `SELECT balance FROM merchant_balances WHERE merchant_id = 'm1' AND currency = 'USD'`).Scan(&balance); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM credits WHERE event_id = $1`, e.EventID).Scan(&credits); err != nil {
+		t.Fatal(err)
+	}
+	if err := pool.QueryRow(ctx, `SELECT state FROM notif WHERE event_id = $1 AND channel = 'push'`, e.EventID).Scan(&notif); err != nil {
+		t.Fatal(err)
+	}
+	if balance != 15000 || credits != 1 || notif != "SENT" {
+		t.Fatalf("balance %d (want 15000), %d credits, push intent %s", balance, credits, notif)
+	}
+	if len(got) != 1 || got[0].ReplaceID != "pay_live1" || got[0].EventID != e.EventID {
+		t.Fatalf("pushes = %+v", got)
+	}
+	st := svc.Admin().Status()
+	var relayed, worked int64
+	for _, f := range st.Functions {
+		switch f.Short {
+		case "relay":
+			relayed = f.Invocations
+		case "worker":
+			worked = f.Invocations
+		}
+	}
+	if relayed < 1 || worked < 1 {
+		t.Fatalf("in-process invocations: relay %d, worker %d", relayed, worked)
+	}
+}
