@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/oncepay/oncepay/internal/localcloud/phone"
 	"github.com/oncepay/oncepay/internal/localcloud/provision"
 	"github.com/oncepay/oncepay/internal/stackenv"
 	"github.com/oncepay/oncepay/internal/testkit/testenv"
@@ -106,5 +107,19 @@ func TestUpLeavesTheLedgerToTheMigrationCustomResource(t *testing.T) {
 	b2, _ := json.Marshal(envs2)
 	if string(b1) != string(b2) {
 		t.Error("a second Up changed the functions' environments")
+	}
+	// The phone (local-only): its queue and application in .local/env and
+	// beside the stack's outputs.
+	out, err := os.ReadFile(filepath.Join(c.StateDir, "outputs.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var outputs map[string]map[string]string
+	if err := json.Unmarshal(out, &outputs); err != nil {
+		t.Fatal(err)
+	}
+	stackOut := outputs[c.StackName]
+	if u := env[phone.EnvQueueURL]; u == "" || stackOut[phone.OutputQueueURL] != u || stackOut[phone.OutputPlatformApplicationArn] != env[phone.EnvPlatformApplicationArn] || stackOut[phone.OutputQueueArn] == "" {
+		t.Errorf("the phone: env %s=%q, outputs %v", phone.EnvQueueURL, u, stackOut)
 	}
 }
