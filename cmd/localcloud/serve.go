@@ -27,8 +27,9 @@ var newRunner stack.NewRunner = func(_ context.Context, tpl *provision.Template,
 	return stack.NewInProcess(tpl, slog.Default()), nil
 }
 
-// mount wires the front door's routes and the phone onto the stack (nil:
-// none yet; the front door still runs as its own process).
+// mount wires the front door's routes onto the stack (nil: none yet; the
+// front door still runs as its own process). The phone's reader needs no
+// route: serve runs it beside the stack (startPhone).
 var mount stack.Mount
 
 // serve runs the stack from the template and what the last `up`
@@ -69,7 +70,12 @@ func serve(ctx context.Context, c provision.Config, admin string) error {
 	if err != nil {
 		return err
 	}
-	return svc.Run(ctx)
+	phoneCtx, stopPhone := context.WithCancel(ctx)
+	waitPhone := startPhone(phoneCtx, env, c.StateDir, log)
+	err = svc.Run(ctx)
+	stopPhone()
+	waitPhone()
+	return err
 }
 
 // status prints the running stack's GET /_local/status, one line a part.
