@@ -122,7 +122,12 @@ start_app() { # name addr binary args...
 start_apps() {
   GOFLAGS=-buildvcs=false go build -o "$LOCAL/bin/pspsim" ./cmd/pspsim
   GOFLAGS=-buildvcs=false go build -o "$LOCAL/bin/frontdoor" ./cmd/frontdoor
-  start_app pspsim "$PSPSIM_ADDR" "$LOCAL/bin/pspsim" -addr "$PSPSIM_ADDR"
+  # The simulator signs its webhooks with PSPSIM_WEBHOOK_SECRET (.local/env,
+  # written by the provisioner) and delivers them to the front door's
+  # /webhooks/psp route; its keys, charges and undelivered events survive
+  # this restart in .local/pspsim.state.
+  start_app pspsim "$PSPSIM_ADDR" "$LOCAL/bin/pspsim" -addr "$PSPSIM_ADDR" \
+    -webhook-url "http://$FRONTDOOR_ADDR/webhooks/psp" -state "$LOCAL/pspsim.state"
   start_app frontdoor "$FRONTDOOR_ADDR" "$LOCAL/bin/frontdoor" serve -addr "$FRONTDOOR_ADDR"
 }
 
