@@ -159,3 +159,21 @@ func paymentIntent(t *testing.T, sim *pspsim.Sim, id string) string {
 	}
 	return rec.Body.String()
 }
+
+// The fixture the other tests use is the real template's HTTP API: the same
+// routes, functions, authorizers, timeouts and throttling.
+func TestTheFixtureHasTheRealTemplatesRoutes(t *testing.T) {
+	real, err := frontdoor.LoadRoutes(realTemplate(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	fix, err := frontdoor.LoadRoutes(fixture)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a, _ := json.Marshal(real)
+	b, _ := json.Marshal(fix)
+	if string(a) != string(b) {
+		t.Fatalf("testdata/httpapi.template.json has drifted from the template:\n real    %s\n fixture %s", a, b)
+	}
+}
