@@ -26,3 +26,11 @@ func (s *Sim) Crash() {
 		}
 	})
 }
+
+// SetCompactEvery changes how many journal lines a running simulator
+// appends before it compacts its state file, and returns the old value.
+func SetCompactEvery(n uint64) uint64 {
+	old := compactEvery
+	compactEvery = n
+	return old
+}

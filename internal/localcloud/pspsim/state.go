@@ -32,7 +32,8 @@ import (
 //
 // At every start the journal is read back, keys past their window are
 // pruned, and the state is compacted into a fresh file (written to a temp
-// file, fsynced, renamed over the old one, the directory fsynced). A line
+// file, fsynced, renamed over the old one, the directory fsynced); a
+// running simulator compacts the same way every compactEvery lines. A line
 // that does not parse is an error at start, except a torn last line with
 // no newline: the append a crash interrupted, which no reply acknowledged.
 // Fault rules and the search lag are run-time controls, not state: a
@@ -183,6 +184,8 @@ type journal struct {
 	buf    [][]byte // Sim.mu
 	lines  uint64   // Sim.mu
 	synced uint64   // wmu
+	// compacted is lines at the last compaction (wmu).
+	compacted uint64
 	// wmu serialises writes. Lock order: wmu before Sim.mu, never taken
 	// while Sim.mu is held.
 	wmu sync.Mutex
@@ -297,8 +300,20 @@ func (s *Sim) sync() error {
 		return j.err
 	}
 	j.synced = upto
+	if upto-j.compacted >= compactEvery {
+		// The journal only grows while the simulator runs: rewrite it from
+		// memory now and then, so a long run's file stays near its state's
+		// size (one O(state) write every compactEvery changes).
+		if err := s.compact(j); err != nil {
+			s.log.Error("state not compacted; the journal keeps growing", "error", err.Error())
+		}
+	}
 	return nil
 }
+
+// compactEvery is how many journal lines a running simulator appends
+// before it rewrites the file from memory.
+var compactEvery uint64 = 100_000
 
 func writeAll(f *os.File, lines [][]byte) error {
 	w := bufio.NewWriter(f)
@@ -548,6 +563,7 @@ func (s *Sim) compact(j *journal) error {
 	s.dirty = dirty{} // the snapshot holds every change so far
 	j.buf = nil
 	j.synced = j.lines
+	j.compacted = j.lines
 	s.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("pspsim: marshal state: %w", err)

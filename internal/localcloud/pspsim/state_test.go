@@ -308,3 +308,27 @@ func TestResetIsDurable(t *testing.T) {
 		t.Fatalf("a key replayed after Reset and a restart: %+v", res)
 	}
 }
+
+// A running simulator rewrites its journal now and then instead of letting
+// it grow for the whole run, and what it rewrote loads as it was.
+func TestARunningSimulatorCompactsItsJournal(t *testing.T) {
+	defer pspsim.SetCompactEvery(pspsim.SetCompactEvery(5))
+	d := newDurable(t)
+	for i := range 12 {
+		mustCharge(t, d.env, chargeReq(payID(i)))
+	}
+	b, err := os.ReadFile(d.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if lines := strings.Count(string(b), "\n"); lines > 2+5 {
+		t.Fatalf("the journal holds %d lines after 12 charges with compaction every 5", lines)
+	}
+	d.restart()
+	for i := range 12 {
+		if res := mustCharge(t, d.env, chargeReq(payID(i))); !res.Replayed {
+			t.Fatalf("key %d lost across a compaction and a restart: %+v", i, res)
+		}
+	}
+	wantCharges(t, d.env, 12)
+}
