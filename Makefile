@@ -66,7 +66,7 @@ lint: setup ## gofmt, go vet, staticcheck
 # The packages that hold concurrency (claims racing, the api's side-by-side
 # writes, pollers, the resolver's workers, the client's taps); cdk/ stays out
 # of race runs (jsii adds minutes and has no Go concurrency of ours).
-RACE_PKGS := ./internal/api/ ./internal/idem/ ./internal/outbox/ ./internal/relay/ ./internal/inbox/ ./internal/localcloud/harness/ ./internal/resolver/ ./internal/client/ ./internal/localcloud/pspsim/
+RACE_PKGS := ./internal/api/ ./internal/idem/ ./internal/outbox/ ./internal/relay/ ./internal/inbox/ ./internal/localcloud/harness/ ./internal/localcloud/lambdarun/ ./internal/resolver/ ./internal/client/ ./internal/localcloud/pspsim/
 
 test-unit: ## go test ./... (unit, integration against the running local cloud, CDK stack tests); prints the skip count
 	@rc=0; $(BIN)/gotestsum --format pkgname-and-test-fails --jsonfile $(LOCAL)/test.json -- -count=1 ./... || rc=$$?; \
