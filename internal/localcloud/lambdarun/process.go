@@ -33,6 +33,10 @@ type Process struct {
 	url      string
 	cmd      *exec.Cmd
 	done     chan struct{}
+	// Its own connections: a port freed by a dead environment may be given
+	// to a new one, and a kept-alive connection to the old must never carry
+	// an invocation (a POST is not retried on a stale connection).
+	transport *http.Transport
 }
 
 // ProcessConfig says what a Process runs.
@@ -89,10 +93,11 @@ func StartProcess(c ProcessConfig) (*Process, error) {
 	// A bootstrap that outlives its emulator could hold the output pipe open.
 	cmd.WaitDelay = time.Second
 	p := &Process{
-		function: c.Function,
-		url:      "http://" + addr + "/2015-03-31/functions/function/invocations",
-		cmd:      cmd,
-		done:     make(chan struct{}),
+		function:  c.Function,
+		url:       "http://" + addr + "/2015-03-31/functions/function/invocations",
+		cmd:       cmd,
+		done:      make(chan struct{}),
+		transport: &http.Transport{MaxIdleConnsPerHost: 1, IdleConnTimeout: time.Minute},
 	}
 	p.Started = time.Now()
 	if err := cmd.Start(); err != nil {
@@ -101,6 +106,7 @@ func StartProcess(c ProcessConfig) (*Process, error) {
 	p.PID = cmd.Process.Pid
 	go func() {
 		_ = cmd.Wait()
+		p.transport.CloseIdleConnections()
 		close(p.done)
 	}()
 	deadline := time.Now().Add(startPatience)
@@ -195,9 +201,6 @@ func (p *Process) Stop() {
 	<-p.done
 }
 
-// client has no timeout of its own: each invocation's context bounds it.
-var client = &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 1, IdleConnTimeout: time.Minute}}
-
 // timedOutPrefix is how aws-lambda-rie answers an invocation that ran past
 // AWS_LAMBDA_FUNCTION_TIMEOUT: status 200 and this text (not JSON), after it
 // has killed the runtime.
@@ -226,7 +229,8 @@ func (p *Process) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 		return nil, fmt.Errorf("lambdarun: invoke %s: %w", p.function, err)
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
+	// No client timeout: the invocation's context bounds it.
+	resp, err := p.transport.RoundTrip(req)
 	var body []byte
 	if err == nil {
 		body, err = io.ReadAll(resp.Body)

@@ -233,6 +233,7 @@ func TestAnEnvironmentThatDiedIdleIsReplacedOnDemand(t *testing.T) {
 func TestTimeoutAnswersSandboxTimedoutAndReplacesTheEnvironment(t *testing.T) {
 	r := newRunner(t, probeFunction(t, 1, time.Second))
 	pid := mustProbe(t, r, probeEvent{}).PID
+	env := status(t, r, "ProbeFunction").Environments[0].PID
 	start := time.Now()
 	_, err := callProbe(r, probeEvent{SleepMS: 4000})
 	functionError(t, err, "Sandbox.Timedout")
@@ -241,6 +242,10 @@ func TestTimeoutAnswersSandboxTimedoutAndReplacesTheEnvironment(t *testing.T) {
 	}
 	if again := mustProbe(t, r, probeEvent{}).PID; again == pid {
 		t.Errorf("after the timeout the same bootstrap %d served", pid)
+	}
+	// A new environment, not the emulator re-initialising its runtime.
+	if s := status(t, r, "ProbeFunction"); len(s.Environments) != 1 || s.Environments[0].PID == env {
+		t.Errorf("after the timeout: %+v (was environment %d)", s, env)
 	}
 }
 

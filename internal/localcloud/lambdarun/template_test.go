@@ -3,12 +3,14 @@ package lambdarun_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/localcloud/invoke"
 	"github.com/oncepay/oncepay/internal/localcloud/lambdarun"
 )
 
@@ -215,6 +217,57 @@ func TestRealBootstrapFromTheTemplateAnswersItsHandlerError(t *testing.T) {
 		t.Errorf("an empty batch: %s, %v", out, err)
 	}
 	if s := r.Status()[0]; len(s.Environments) != 1 || s.Environments[0].Served != 2 {
+		t.Errorf("status %+v", s)
+	}
+}
+
+// A template's own numbers: FunctionName names the function, numbers may be
+// strings, and a reserved concurrency of 0 throttles every invocation (as
+// on Lambda) without starting anything.
+func TestReservedConcurrencyZeroThrottlesEveryInvocation(t *testing.T) {
+	tpl := synthesized(t)
+	fns, err := lambdarun.FromTemplate(tpl, nil, lambdarun.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The relay's asset: a bootstrap built from lambdas/relay (for Lambda's
+	// arm64; it is never started here).
+	var raw struct {
+		Resources map[string]struct {
+			Metadata map[string]any
+		}
+	}
+	b, _ := os.ReadFile(tpl)
+	if err := json.Unmarshal(b, &raw); err != nil {
+		t.Fatal(err)
+	}
+	asset := raw.Resources[byPrefix(t, fns, "Relay").LogicalID].Metadata["aws:asset:path"].(string)
+	p := writeTemplate(t, filepath.Join(filepath.Dir(tpl), asset, "bootstrap"),
+		map[string]any{"FunctionName": "relay-local", "Timeout": "7", "MemorySize": 1024, "ReservedConcurrentExecutions": 0})
+	cfg := lambdarun.Config{Bootstraps: filepath.Join(filepath.Dir(p), "bootstraps"), Logs: t.TempDir()}
+	got, err := lambdarun.FromTemplate(p, nil, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 1 {
+		t.Fatalf("%d functions", len(got))
+	}
+	f := got[0]
+	if f.Package != "lambdas/relay" || f.Name != "relay-local" || f.Env["AWS_LAMBDA_FUNCTION_NAME"] != "relay-local" ||
+		f.Timeout != 7*time.Second || f.MemoryMB != 1024 || f.Reserved != 0 || f.MaxEnvironments != 0 {
+		t.Fatalf("function %+v", f)
+	}
+	if err := os.MkdirAll(filepath.Dir(f.Bootstrap), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(f.Bootstrap, []byte("never run"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := newRunner(t, f)
+	if _, err := r.Invoke(context.Background(), f.LogicalID, []byte(`{}`)); !errors.Is(err, invoke.ErrThrottled) {
+		t.Errorf("an invocation of a function reserved at 0: %v", err)
+	}
+	if s := r.Status()[0]; len(s.Environments) != 0 || s.Invocations != 0 || s.MaxEnvironments != 0 {
 		t.Errorf("status %+v", s)
 	}
 }
