@@ -16,7 +16,7 @@ import (
 
 // apiUnderTheRunner builds the template's api function and runs it under
 // the runner with the local cloud's environment, one environment at most.
-func apiUnderTheRunner(b *testing.B) (*lambdarun.Runner, string, []byte) {
+func apiUnderTheRunner(b *testing.B) (*lambdarun.Runner, lambdarun.Function, []byte) {
 	b.Helper()
 	tpl := synthesized(b)
 	env := testenv.AWS(b)
@@ -56,7 +56,7 @@ func apiUnderTheRunner(b *testing.B) (*lambdarun.Runner, string, []byte) {
 	// plus one trip through the handler, nothing stored.
 	ev, _ := json.Marshal(events.APIGatewayV2HTTPRequest{Version: "2.0", RouteKey: "GET /warm", RawPath: "/warm",
 		RequestContext: events.APIGatewayV2HTTPRequestContext{HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "GET", Path: "/warm"}}})
-	return r, api.LogicalID, ev
+	return r, api, ev
 }
 
 func invokeAPI(b *testing.B, r *lambdarun.Runner, fn string, ev []byte) time.Duration {
@@ -82,24 +82,46 @@ func reportP50(b *testing.B, ds []time.Duration, name string) {
 
 // BenchmarkRunnerWarmInvoke is one invocation of the api bootstrap in a warm
 // environment of the runner, as a trigger sees it (the runner's and the
-// emulator's hops included).
+// emulator's hops included), interleaved with the same invocation sent
+// straight to an emulator of the same bootstrap (warm-direct): the
+// difference is what the runner's bookkeeping costs.
 func BenchmarkRunnerWarmInvoke(b *testing.B) {
-	r, fn, ev := apiUnderTheRunner(b)
-	for range 3 {
-		invokeAPI(b, r, fn, ev)
+	r, api, ev := apiUnderTheRunner(b)
+	env := make([]string, 0, len(api.Env))
+	for k, v := range api.Env {
+		env = append(env, k+"="+v)
 	}
-	var ds []time.Duration
+	direct, err := lambdarun.StartProcess(lambdarun.ProcessConfig{Function: api.LogicalID, RIE: testenv.RIE(b), Bootstrap: api.Bootstrap, Env: env})
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(direct.Stop)
+	send := func() time.Duration {
+		start := time.Now()
+		if _, err := direct.Invoke(context.Background(), ev); err != nil {
+			b.Fatal(err)
+		}
+		return time.Since(start)
+	}
+	for range 3 {
+		invokeAPI(b, r, api.LogicalID, ev)
+		send()
+	}
+	var ds, dd []time.Duration
 	for b.Loop() {
-		ds = append(ds, invokeAPI(b, r, fn, ev))
+		ds = append(ds, invokeAPI(b, r, api.LogicalID, ev))
+		dd = append(dd, send())
 	}
 	reportP50(b, ds, "warm")
+	reportP50(b, dd, "warm-direct")
 }
 
 // BenchmarkRunnerColdStart is an invocation of the api that finds no
 // environment: each iteration kills the warm one first, so the call pays
 // the emulator's start, the bootstrap's init and the first invocation.
 func BenchmarkRunnerColdStart(b *testing.B) {
-	r, fn, ev := apiUnderTheRunner(b)
+	r, api, ev := apiUnderTheRunner(b)
+	fn := api.LogicalID
 	invokeAPI(b, r, fn, ev)
 	var ds []time.Duration
 	for b.Loop() {

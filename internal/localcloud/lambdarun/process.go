@@ -57,15 +57,31 @@ type ProcessConfig struct {
 // startPatience bounds how long a new emulator may take to listen.
 const startPatience = 10 * time.Second
 
+// startAttempts is how many times a start is tried with fresh ports.
+const startAttempts = 3
+
 // StartProcess starts an execution environment and returns once its
-// emulator accepts connections (about 50 ms; it blocks until then). A free
-// port is picked twice (the invoke API and the runtime API, whose default
-// 9001 another environment holds); another process may take it in between,
-// which the emulator's exit reports as an error here.
+// emulator listens on both of its ports (about 50 ms; it blocks until then).
+// The ports are picked free (the invoke API and the runtime API, whose
+// default 9001 another environment holds), so another process may take one
+// before the emulator binds it: the emulator then exits and the start is
+// tried again on fresh ports, and the listener is only trusted once it is
+// the emulator's own socket, never another process's that took the port.
 func StartProcess(c ProcessConfig) (*Process, error) {
 	if _, err := os.Stat(c.RIE); err != nil {
 		return nil, fmt.Errorf("lambdarun: aws-lambda-rie missing (make setup): %w", err)
 	}
+	var err error
+	for range startAttempts {
+		var p *Process
+		if p, err = startOnce(c); err == nil {
+			return p, nil
+		}
+	}
+	return nil, err
+}
+
+func startOnce(c ProcessConfig) (*Process, error) {
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -111,22 +127,58 @@ func StartProcess(c ProcessConfig) (*Process, error) {
 	}()
 	deadline := time.Now().Add(startPatience)
 	for {
-		conn, err := net.DialTimeout("tcp", addr, time.Second)
-		if err == nil {
-			conn.Close()
+		if listensOn(p.PID, port, runtimePort) {
 			return p, nil
 		}
 		select {
 		case <-p.done:
-			return nil, fmt.Errorf("lambdarun: aws-lambda-rie for %s exited before listening on %s (%s)", c.Function, addr, cmd.ProcessState)
+			return nil, fmt.Errorf("lambdarun: aws-lambda-rie for %s exited before listening on %s and %d (%s)", c.Function, addr, runtimePort, cmd.ProcessState)
 		default:
 		}
 		if time.Now().After(deadline) {
-			p.Kill()
-			return nil, fmt.Errorf("lambdarun: aws-lambda-rie for %s not listening on %s after %s", c.Function, addr, startPatience)
+			p.Stop()
+			return nil, fmt.Errorf("lambdarun: aws-lambda-rie for %s not listening on %s and %d after %s", c.Function, addr, runtimePort, startPatience)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}
+}
+
+// listensOn reports whether process pid owns a listening TCP socket on each
+// of ports (read from /proc: the socket's inode among the process's file
+// descriptors).
+func listensOn(pid int, ports ...int) bool {
+	b, err := os.ReadFile("/proc/net/tcp")
+	if err != nil {
+		return false
+	}
+	inodes := map[string]string{} // local address -> socket inode
+	for l := range strings.Lines(string(b)) {
+		// sl local_address rem_address st ... uid timeout inode
+		f := strings.Fields(l)
+		if len(f) < 10 || f[3] != "0A" { // 0A: LISTEN
+			continue
+		}
+		inodes[f[1]] = f[9]
+	}
+	want := map[string]bool{}
+	for _, port := range ports {
+		// 127.0.0.1 as the kernel prints it (little-endian), then the port.
+		inode, ok := inodes[fmt.Sprintf("0100007F:%04X", port)]
+		if !ok {
+			return false
+		}
+		want["socket:["+inode+"]"] = true
+	}
+	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	if err != nil {
+		return false
+	}
+	for _, fd := range fds {
+		if link, err := os.Readlink(fmt.Sprintf("/proc/%d/fd/%s", pid, fd.Name())); err == nil {
+			delete(want, link)
+		}
+	}
+	return len(want) == 0
 }
 
 func dirOf(p string) string {
