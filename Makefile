@@ -68,13 +68,16 @@ lint: setup ## gofmt, go vet, staticcheck
 	@$(BIN)/staticcheck ./...
 
 # The packages that hold concurrency (claims racing, the api's side-by-side
-# writes, pollers, the resolver's workers, the client's taps, the fingerprint
+# writes, pollers, the resolver's workers, the client's taps, the function
+# runner's environments, the triggers' pollers, the fingerprint
 # table's concurrent deploys, the metrics emitter, faultnet's proxy, the
-# call counters, the phone's two channels appending to one file); cdk/ stays
-# out of race runs (jsii adds minutes and has no Go concurrency of ours), and so do the story and chaos worlds, for time
+# call counters and the phone's two channels appending to one file); cdk/
+# stays out of race runs (jsii adds minutes and has no Go concurrency of
+# ours), and so do the story and chaos worlds, for time
 # (minutes a run without -race; their own locking is the hooks and the push log).
 RACE_PKGS := ./internal/api/ ./internal/idem/ ./internal/outbox/ ./internal/relay/ ./internal/inbox/ ./internal/localcloud/harness/ ./internal/resolver/ ./internal/client/ ./internal/localcloud/pspsim/ \
-	./internal/payment/ ./internal/metrics/ ./internal/testkit/faultnet/ ./internal/testkit/callcount/ ./internal/localcloud/phone/
+	./internal/payment/ ./internal/metrics/ ./internal/testkit/faultnet/ ./internal/testkit/callcount/ \
+	./internal/localcloud/lambdarun/ ./internal/localcloud/trigger/ ./internal/localcloud/phone/
 
 test-unit: ## go test ./... (unit, integration against the running local cloud, CDK stack tests); prints the skip count
 	@rc=0; $(BIN)/gotestsum --format pkgname-and-test-fails --jsonfile $(LOCAL)/test.json -- -count=1 ./... || rc=$$?; \

@@ -11,6 +11,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/oncepay/oncepay/internal/localcloud/lambdarun"
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 	"github.com/oncepay/oncepay/internal/stackenv"
 	"github.com/oncepay/oncepay/internal/testkit/testenv"
@@ -43,7 +44,7 @@ func BenchmarkLambdaBootstrap(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	mk, err := testenv.MakefileLambdaBuild(root)
+	mk, err := lambdarun.MakefileLambdaBuild(root)
 	if err != nil {
 		b.Fatal(err)
 	}

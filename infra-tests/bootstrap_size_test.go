@@ -13,8 +13,8 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/oncepay/oncepay/internal/localcloud/lambdarun"
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
-	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
 
 // BootstrapLimit is the target from DEVELOPERS.md: each Lambda bootstrap,
@@ -32,7 +32,7 @@ func TestLambdaBootstrapsFitTheSizeBudget(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mk, err := testenv.MakefileLambdaBuild(root)
+	mk, err := lambdarun.MakefileLambdaBuild(root)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/oncepay/oncepay/internal/localcloud/lambdarun"
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
 	"github.com/oncepay/oncepay/internal/stackenv"
@@ -95,7 +96,7 @@ func BenchmarkLambdaWarmInvoke(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	mk, err := testenv.MakefileLambdaBuild(root)
+	mk, err := lambdarun.MakefileLambdaBuild(root)
 	if err != nil {
 		b.Fatal(err)
 	}

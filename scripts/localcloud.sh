@@ -170,9 +170,12 @@ start_apps() {
   # The simulator signs webhooks with the PSP secret's webhook_secret, the
   # value the webhook function verifies with: the provisioner resolved it
   # into .local/env. It goes in the environment, not on the command line.
+  # It delivers them to the front door's /webhooks/psp route; its keys,
+  # charges and undelivered events survive this restart in .local/pspsim.state.
   local whsec=""
   [ -f "$LOCAL/env" ] && whsec=$(sed -n 's/^PSPSIM_WEBHOOK_SECRET=//p' "$LOCAL/env")
-  PSPSIM_WEBHOOK_SECRET=$whsec start_app pspsim "$PSPSIM_ADDR" "$LOCAL/bin/pspsim" -addr "$PSPSIM_ADDR"
+  PSPSIM_WEBHOOK_SECRET=$whsec start_app pspsim "$PSPSIM_ADDR" "$LOCAL/bin/pspsim" -addr "$PSPSIM_ADDR" \
+    -webhook-url "http://$FRONTDOOR_ADDR/webhooks/psp" -state "$LOCAL/pspsim.state"
   start_app frontdoor "$FRONTDOOR_ADDR" "$LOCAL/bin/frontdoor" serve -addr "$FRONTDOOR_ADDR"
   start_stack
 }

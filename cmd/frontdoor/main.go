@@ -1,22 +1,36 @@
 // Command frontdoor is the local front door of the payment API.
 //
 //	frontdoor serve [--addr 127.0.0.1:8080]   serve the API with the real handler
+//	frontdoor serve --template cdk.out/Oncepay.template.json
+//	                                          serve every route of the template
 //	frontdoor token --caller u1               print a bearer token for caller u1
+//
+// With --template the door plays the template's HTTP API (frontdoor.Gateway):
+// every route, the gateway's own answers, the webhook route without a JWT.
+// This command runs the routes' functions in process (the api handler for
+// the /payments routes, the webhook handler for /webhooks/psp when
+// ONCEPAY_WEBHOOK_SECRET is set); the live stack composes the same Gateway
+// with the function runner instead.
 package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/oncepay/oncepay/internal/api"
 	"github.com/oncepay/oncepay/internal/boot"
 	"github.com/oncepay/oncepay/internal/localcloud/frontdoor"
+	"github.com/oncepay/oncepay/internal/localcloud/invoke"
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
+	"github.com/oncepay/oncepay/internal/webhook"
 )
 
 func main() {
@@ -39,6 +53,7 @@ func run(args []string) error {
 	caller := fs.String("caller", "", "the caller a token names")
 	ttl := fs.Duration("ttl", 24*time.Hour, "token lifetime")
 	keyPath := fs.String("key", filepath.Join(root, ".local", "frontdoor.key"), "HMAC key of local tokens")
+	template := fs.String("template", "", "serve the routes of this synthesized template (empty: every request to the api handler)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
 	}
@@ -67,9 +82,56 @@ func run(args []string) error {
 		if err != nil {
 			return err
 		}
-		srv := &http.Server{Addr: *addr, Handler: &frontdoor.Server{Invoke: h.HandleAPIGatewayV2, Secret: secret}, ReadHeaderTimeout: 5 * time.Second}
-		log.Info("front door listening", "addr", *addr)
+		var door http.Handler = &frontdoor.Server{Invoke: h.HandleAPIGatewayV2, Secret: secret}
+		if *template != "" {
+			if door, err = templateDoor(*template, h, secret, log); err != nil {
+				return err
+			}
+		}
+		srv := &http.Server{Addr: *addr, Handler: door, ReadHeaderTimeout: 5 * time.Second}
+		log.Info("front door listening", "addr", *addr, "template", *template)
 		return srv.ListenAndServe()
 	}
 	return fmt.Errorf("unknown command %q", args[0])
+}
+
+// templateDoor serves the template's routes with the handlers this process
+// holds: the api's for the /payments routes and, when its secret is set,
+// the webhook's for /webhooks/psp. A route whose function is not held here
+// answers 500, as a function that cannot start would.
+func templateDoor(path string, h *api.Handler, secret []byte, log *slog.Logger) (http.Handler, error) {
+	routes, err := frontdoor.LoadRoutes(path)
+	if err != nil {
+		return nil, err
+	}
+	fns := invoke.Func{}
+	for _, r := range routes {
+		switch {
+		case strings.HasPrefix(r.Key, "POST /payments"):
+			fns[r.Function] = inProcess(h.Invoke)
+		case r.Key == "POST /webhooks/psp":
+			if os.Getenv(webhook.EnvSecret) == "" {
+				log.Warn("no webhook secret: the webhook route answers 500", "env", webhook.EnvSecret)
+				continue
+			}
+			wh, err := webhook.FromEnv(context.Background(), boot.Logger("webhook"))
+			if err != nil {
+				return nil, err
+			}
+			fns[r.Function] = inProcess(wh.Invoke)
+		}
+	}
+	return frontdoor.NewGateway(routes, fns, secret, frontdoor.WithLogger(log))
+}
+
+// inProcess runs a Lambda entry point as the runtime would: the payload in,
+// the answer marshalled out.
+func inProcess(h func(context.Context, json.RawMessage) (any, error)) func(context.Context, []byte) ([]byte, error) {
+	return func(ctx context.Context, payload []byte) ([]byte, error) {
+		out, err := h(ctx, payload)
+		if err != nil {
+			return nil, err
+		}
+		return json.Marshal(out)
+	}
 }

@@ -5,12 +5,22 @@
 //	pspsim -addr 127.0.0.1:8090 -webhook-url http://127.0.0.1:8080/webhooks/psp
 //
 // The webhook signing secret comes from -webhook-secret or, to keep it out of
-// the process list, from PSPSIM_WEBHOOK_SECRET.
+// the process list, from PSPSIM_WEBHOOK_SECRET: in the process environment,
+// else in the local cloud's .local/env, where the provisioner writes the PSP
+// secret's webhook_secret (the value the webhook function verifies). With
+// no secret anywhere the simulator runs without webhooks and says so: a
+// guessed secret would only have every delivery refused.
+//
+// The endpoint is subscribed to the event types the webhook function
+// handles (webhook.Subscribed) unless -webhook-events says otherwise.
+//
+// State (keys and saved results, PaymentIntents, charges, refunds, pending
+// deliveries) is kept in -state, .local/pspsim.state by default, across
+// restarts; -state "" keeps it in memory only.
 package main
 
 import (
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -18,11 +28,14 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
+	"github.com/oncepay/oncepay/internal/webhook"
 )
 
 func main() {
@@ -35,16 +48,22 @@ func main() {
 func run() error {
 	addr := flag.String("addr", "127.0.0.1:8090", "listen address")
 	webhookURL := flag.String("webhook-url", "", "where to POST webhook events (empty: no webhooks)")
-	webhookSecret := flag.String("webhook-secret", os.Getenv("PSPSIM_WEBHOOK_SECRET"), "webhook signing secret (default $PSPSIM_WEBHOOK_SECRET)")
+	webhookSecret := flag.String("webhook-secret", "", "webhook signing secret (default $PSPSIM_WEBHOOK_SECRET, from the environment or .local/env)")
 	keyWindow := flag.Duration("key-window", 24*time.Hour, "how long idempotency keys and their results are kept at least (24h or more, as Stripe)")
 	searchLag := flag.Duration("search-lag", 0, "how long a new PaymentIntent stays invisible to search (Stripe's search is eventually consistent); POST /_sim/search_lag changes it")
-	events := flag.String("webhook-events", "", "comma-separated event types the endpoint is subscribed to, * for all (default payment_intent.succeeded,payment_intent.payment_failed)")
+	events := flag.String("webhook-events", strings.Join(webhook.Subscribed, ","), "comma-separated event types the endpoint is subscribed to, * for all (default: those the webhook function handles)")
+	state := flag.String("state", defaultStatePath(), `state file kept across restarts ("" for memory only)`)
 	flag.Parse()
 
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
 	slog.SetDefault(log)
+	if *webhookSecret == "" {
+		*webhookSecret = lookupSecret()
+	}
 	if *webhookURL != "" && *webhookSecret == "" {
-		return errors.New("-webhook-url needs -webhook-secret (or PSPSIM_WEBHOOK_SECRET)")
+		log.Warn("no webhook signing secret: webhooks are off", "webhook_url", *webhookURL,
+			"want", secretEnv+" in the environment or .local/env (make up writes it)")
+		*webhookURL = ""
 	}
 
 	cfg := pspsim.Config{
@@ -52,6 +71,7 @@ func run() error {
 		SearchLag:     *searchLag,
 		WebhookURL:    *webhookURL,
 		WebhookSecret: *webhookSecret,
+		StateFile:     *state,
 		Logger:        log,
 	}
 	if *events != "" {
@@ -60,7 +80,10 @@ func run() error {
 	if err := cfg.Validate(); err != nil {
 		return err
 	}
-	sim := pspsim.New(cfg)
+	sim, err := pspsim.Open(cfg)
+	if err != nil {
+		return err
+	}
 	defer sim.Close()
 
 	ln, err := net.Listen("tcp", *addr)
@@ -73,7 +96,8 @@ func run() error {
 	defer stop()
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
-	log.Info("pspsim listening", "addr", ln.Addr().String(), "webhook_url", *webhookURL, "key_window", keyWindow.String(), "search_lag", searchLag.String())
+	log.Info("pspsim listening", "addr", ln.Addr().String(), "webhook_url", *webhookURL, "webhook_events", cfg.WebhookEvents,
+		"state", *state, "key_window", keyWindow.String(), "search_lag", searchLag.String())
 
 	select {
 	case err := <-errc:
@@ -87,4 +111,31 @@ func run() error {
 	}
 	log.Info("pspsim stopped")
 	return nil
+}
+
+// secretEnv names the signing secret (stackenv.PSPSimWebhookSecret once the
+// provisioner's names land there).
+const secretEnv = "PSPSIM_WEBHOOK_SECRET"
+
+// lookupSecret reads the signing secret from the process environment, else
+// from the local cloud's env file.
+func lookupSecret() string {
+	if v := os.Getenv(secretEnv); v != "" {
+		return v
+	}
+	env, err := localenv.Load()
+	if err != nil {
+		return ""
+	}
+	return env.Get(secretEnv)
+}
+
+// defaultStatePath is .local/pspsim.state of the checkout, or memory only
+// outside one.
+func defaultStatePath() string {
+	root, err := localenv.Root()
+	if err != nil {
+		return ""
+	}
+	return filepath.Join(root, ".local", "pspsim.state")
 }

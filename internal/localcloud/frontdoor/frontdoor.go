@@ -1,8 +1,27 @@
 // Package frontdoor plays API Gateway's HTTP API locally: it authenticates
 // the caller from a bearer token (the JWT authorizer's job), stamps the
 // arrival time (requestContext.timeEpoch), builds the same payload-2.0 event
-// API Gateway sends, and hands it to the real handler. No header lets a
-// client name its caller: the caller is the verified token's subject.
+// API Gateway sends, and hands it to the function. No header lets a client
+// name its caller: the caller is the verified token's subject.
+//
+// Two modes:
+//
+//   - Gateway (FromTemplate) serves every AWS::ApiGatewayV2::Route of the
+//     synthesized template and invokes each route's integration through an
+//     invoke.Invoker, by the function's logical id: the live stack's front
+//     door. It answers what the gateway itself answers as HTTP API does (404
+//     {"message":"Not Found"} for no route, 401 on a JWT route without a
+//     valid token, 413 over 10 MB, 429 past the stage's route throttling, 500
+//     {"message":"Internal Server Error"} for a failed, throttled or
+//     malformed invocation, 503 past the integration timeout).
+//   - Server hands every request to one in-process handler (the api's),
+//     for the tests that drive the handler through a door.
+//
+// The path is the gateway's: HTTP API decodes the request path once before
+// it matches routes and sends rawPath decoded (a %2F becomes a "/" that no
+// {key} route matches; a decoded "?" ends the path). AWS does not document
+// it; it is what deployed HTTP APIs are seen to send (captured events in,
+// for example, fastify/aws-lambda-fastify#169).
 package frontdoor
 
 import (
@@ -58,16 +77,25 @@ func Mint(secret []byte, caller string, ttl time.Duration, now time.Time) (strin
 // Verify returns the caller a bearer token names, if its signature, issuer
 // and expiry check out.
 func Verify(secret []byte, token string) (string, error) {
+	claims, err := verifyClaims(secret, token)
+	if err != nil {
+		return "", err
+	}
+	return claims.Subject, nil
+}
+
+// verifyClaims checks a token as Verify does and returns its claims.
+func verifyClaims(secret []byte, token string) (jwt.RegisteredClaims, error) {
 	var claims jwt.RegisteredClaims
 	_, err := jwt.ParseWithClaims(token, &claims, func(*jwt.Token) (any, error) { return secret, nil },
 		jwt.WithValidMethods([]string{"HS256"}), jwt.WithIssuer(Issuer), jwt.WithExpirationRequired())
 	if err != nil {
-		return "", fmt.Errorf("frontdoor: token: %w", err)
+		return claims, fmt.Errorf("frontdoor: token: %w", err)
 	}
 	if claims.Subject == "" {
-		return "", errors.New("frontdoor: token has no subject")
+		return claims, errors.New("frontdoor: token has no subject")
 	}
-	return claims.Subject, nil
+	return claims, nil
 }
 
 // LoadOrCreateSecret reads the HMAC key at path, creating it if absent.

@@ -91,6 +91,7 @@ func (s *Sim) serveAdmin(w http.ResponseWriter, r *http.Request) {
 	default:
 		writeProblem(w, http.StatusNotFound, fmt.Sprintf("no admin endpoint %s %s", r.Method, r.URL.Path))
 	}
+	s.syncOrLog()
 }
 
 // decodeJSON reads one JSON object, refusing unknown fields so a typo in a

@@ -57,6 +57,9 @@ func (s *Sim) serveAPI(w http.ResponseWriter, r *http.Request) {
 	}
 
 	rep := s.handle(r, key, fault, faulted)
+	// What the reply says is made durable before anyone hears it (state.go);
+	// a write error is logged and the simulator answers from memory.
+	_ = s.sync()
 
 	if faulted && fault.Kind == FaultLoseReply {
 		s.log.Info("fault: reply lost after processing", "fault", fault.Kind, "path", r.URL.Path,

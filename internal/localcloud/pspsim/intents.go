@@ -142,6 +142,7 @@ func (s *Sim) createPaymentIntent(form url.Values, key string) (reply, bool) {
 	pi.LatestCharge = &chargeID
 	s.intents[pi.ID] = pi
 	s.order = append(s.order, pi)
+	s.touchIntent(pi.ID)
 	log := s.log.With("payment_id", md["payment_id"], "payment_intent", pi.ID, "charge", chargeID, "idempotency_key", key)
 
 	if m.does == authenticate && errorOnAction {
@@ -197,6 +198,7 @@ func (s *Sim) createPaymentIntent(form url.Values, key string) (reply, bool) {
 		Metadata:       maps.Clone(md),
 		Created:        now.Unix(),
 	})
+	s.touchCharge(chargeID)
 	rep = jsonReply(http.StatusOK, pi)
 	s.emitLocked("payment_intent.succeeded", pi, key, "/v1/payment_intents")
 	log.Info("charge made", "amount", amount, "currency", currency)
@@ -222,6 +224,8 @@ func (s *Sim) settleLocked(pi *paymentIntent) {
 		Metadata:       maps.Clone(pi.Metadata),
 		Created:        s.nowLocked().Unix(),
 	})
+	s.touchIntent(pi.ID)
+	s.touchCharge(*pi.LatestCharge)
 	s.emitLocked("payment_intent.succeeded", pi, pi.key, "/v1/payment_intents")
 	s.log.Info("bank debit settled", "payment_id", pi.Metadata["payment_id"], "payment_intent", pi.ID, "charge", *pi.LatestCharge)
 }

@@ -74,6 +74,7 @@ func (s *Sim) finishKey(key string, e *keyEntry, r reply, save bool) {
 	}
 	e.done = true
 	e.saved = r
+	s.touchKey(key)
 }
 
 func (s *Sim) expired(e *keyEntry, now time.Time) bool {

@@ -53,6 +53,7 @@ func (s *Sim) notePaymentMethodLocked(path string, form url.Values, rep reply) {
 	}
 	if json.Unmarshal(rep.body, &pi) == nil && pi.Status == "succeeded" {
 		s.pmUsed[pm] = pi.ID
+		s.touchPM(pm)
 	}
 }
 
@@ -63,9 +64,10 @@ func (s *Sim) AttachPaymentMethod(pm string) error {
 		return fmt.Errorf("pspsim: %q is not a payment method id (pm_...)", pm)
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.pmAttached[pm] = true
-	return nil
+	s.touchPM(pm)
+	s.mu.Unlock()
+	return s.sync()
 }
 
 // AddPaymentMethod makes pm a PaymentMethod the simulator holds, as
@@ -76,7 +78,8 @@ func (s *Sim) AddPaymentMethod(pm string) error {
 		return fmt.Errorf("pspsim: %q is not a created payment method id (pm_..., not a pm_card_ token)", pm)
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.pmCreated[pm] = true
-	return nil
+	s.touchPM(pm)
+	s.mu.Unlock()
+	return s.sync()
 }

@@ -103,6 +103,8 @@ func (s *Sim) createRefund(form url.Values, key string) (reply, bool) {
 		Metadata:       maps.Clone(md),
 		Created:        rf.Created,
 	})
+	s.touchCharge(charge.ID)
+	s.touchRefund(rf.ID)
 	s.log.Info("refund made", "payment_id", charge.Metadata["payment_id"], "payment_intent", rf.PaymentIntent,
 		"charge", rf.Charge, "refund", rf.ID, "amount", amount, "idempotency_key", key)
 	paymentID := charge.Metadata["payment_id"]
@@ -140,6 +142,8 @@ func (s *Sim) settleRefundsLocked(now time.Time) {
 			continue
 		}
 		st.settling = false
+		s.touchRefund(r.ID)
+		s.touchCharge(st.charge.ID)
 		paymentID := st.charge.Metadata["payment_id"]
 		log := s.log.With("payment_id", paymentID, "refund", r.ID, "charge", st.charge.ID)
 		if st.fails {

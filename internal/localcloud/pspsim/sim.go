@@ -129,6 +129,12 @@ type Config struct {
 	// FlushWebhooks (or POST /_sim/webhooks/flush). For deterministic tests.
 	ManualWebhooks bool
 
+	// StateFile keeps the simulator's state across its restarts (state.go):
+	// keys and saved results, PaymentIntents, charges, refunds and pending
+	// webhook deliveries. Empty: memory only, forgotten on exit. A Sim with
+	// a state file is made with Open.
+	StateFile string
+
 	// InstanceID goes into every id (pi_<instance>_<n>), so a restarted
 	// simulator never reuses an event id that a persistent webhook inbox
 	// has already seen. Default: derived from the start time.
@@ -209,7 +215,11 @@ type Sim struct {
 	faults  []*Fault
 	pending []*delivery
 	gaveUp  int
-	baseLag time.Duration // the configured search lag, which Reset restores (SetSearchLag changes cfg.SearchLag)
+
+	journal     *journal      // nil: no state file
+	dirty       dirty         // changes not yet in the journal
+	deliverySeq uint64        // numbers each delivery copy, for the journal
+	baseLag     time.Duration // the configured search lag, which Reset restores (SetSearchLag changes cfg.SearchLag)
 
 	refundsByID map[string]*refundState // refunds.go: status and settlement
 	pmUsed      map[string]string       // paymentmethods.go: pm -> the PaymentIntent that used it
@@ -227,10 +237,23 @@ type Sim struct {
 // New builds a simulator and, when a webhook URL is configured and
 // ManualWebhooks is false, starts its background webhook delivery. It
 // panics on a configuration Validate refuses (a programming error in a
-// test; cmd/pspsim validates first and reports it).
+// test; cmd/pspsim validates first and reports it) and on a state file Open
+// cannot load.
 func New(cfg Config) *Sim {
-	if err := cfg.Validate(); err != nil {
+	s, err := Open(cfg)
+	if err != nil {
 		panic(err.Error())
+	}
+	return s
+}
+
+// Open is New that reports a configuration or state file it cannot use:
+// with Config.StateFile set it loads the state the file holds (a missing
+// file is a fresh start; a corrupt one is an error, never amnesia), and
+// keeps the file up to date from then on.
+func Open(cfg Config) (*Sim, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
 	}
 	cfg.fill()
 	ctx, cancel := context.WithCancel(context.Background())
@@ -245,20 +268,31 @@ func New(cfg Config) *Sim {
 	}
 	s.baseLag = cfg.SearchLag
 	s.resetLocked()
+	if cfg.StateFile != "" {
+		if err := s.openState(cfg.StateFile); err != nil {
+			cancel()
+			return nil, err
+		}
+		s.log.Info("state loaded", "path", cfg.StateFile, "keys", len(s.keys), "payment_intents", len(s.intents),
+			"charges", len(s.charges), "refunds", len(s.refunds), "pending_webhooks", len(s.pending))
+	}
 	if cfg.WebhookURL != "" && !cfg.ManualWebhooks {
 		go s.runDeliveries()
 	} else {
 		close(s.done)
 	}
-	return s
+	return s, nil
 }
 
-// Close stops webhook delivery (pending events are dropped) and waits for
-// the delivery goroutine to end. Requests already running finish.
+// Close stops webhook delivery and waits for the delivery goroutine to
+// end; pending events are dropped, or kept in the state file for the next
+// start when there is one (which Close writes and releases). Requests
+// already running finish.
 func (s *Sim) Close() {
 	s.closeOnce.Do(func() {
 		s.cancel()
 		<-s.done
+		s.closeState()
 	})
 }
 
@@ -290,9 +324,11 @@ func (s *Sim) nowLocked() time.Time { return s.cfg.Clock().Add(s.offset) }
 // key window. It never sleeps.
 func (s *Sim) Advance(d time.Duration) {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.offset += d
+	s.touchClock()
 	s.settleRefundsLocked(s.nowLocked())
+	s.mu.Unlock()
+	s.syncOrLog()
 }
 
 // SetSearchLag changes the search lag (Config.SearchLag) from now on; Reset
@@ -319,8 +355,11 @@ func (s *Sim) SearchLag() time.Duration {
 // is ever reused.
 func (s *Sim) Reset() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.resetLocked()
+	s.mu.Unlock()
+	if err := s.compactNow(); err != nil {
+		s.log.Error("state not reset", "error", err.Error())
+	}
 }
 
 func (s *Sim) resetLocked() {

@@ -21,6 +21,7 @@ const apiVersion = "2025-08-27.basil"
 
 // delivery is one copy of an event on its way to the webhook URL.
 type delivery struct {
+	n         uint64 // this copy's number (the journal's key; copies share the event id)
 	eventID   string
 	eventType string
 	paymentID string
@@ -99,7 +100,10 @@ func (s *Sim) emitObjectLocked(eventType string, obj any, paymentID, key, path s
 	}
 	for range copies {
 		cp := d
+		s.deliverySeq++
+		cp.n = s.deliverySeq
 		s.pending = append(s.pending, &cp)
+		s.touchDelivery(&cp)
 	}
 	select {
 	case s.kick <- struct{}{}:
@@ -160,6 +164,7 @@ func (s *Sim) runDeliveries() {
 			s.mu.Lock()
 			s.settleRefundsLocked(s.nowLocked())
 			s.mu.Unlock()
+			s.syncOrLog()
 		case <-timer.C:
 			_, _ = s.deliverRound(s.ctx, false)
 		}
@@ -216,6 +221,9 @@ func (s *Sim) deliverRound(ctx context.Context, all bool) (int, error) {
 		if err == nil {
 			delivered++
 			log.Info("webhook delivered")
+			s.mu.Lock()
+			s.dropDelivery(d)
+			s.mu.Unlock()
 			continue
 		}
 		errs = append(errs, fmt.Errorf("deliver %s (attempt %d): %w", d.eventID, d.attempts, err))
@@ -225,14 +233,17 @@ func (s *Sim) deliverRound(ctx context.Context, all bool) (int, error) {
 		case s.cfg.WebhookAttempts > 0 && d.attempts >= s.cfg.WebhookAttempts,
 			time.Since(d.first) >= s.cfg.WebhookRetryFor:
 			s.gaveUp++
+			s.dropDelivery(d)
 			log.Error("webhook given up", "error", err.Error())
 		default:
 			d.due = time.Now().Add(s.backoff(d.attempts))
 			s.pending = append(s.pending, d)
+			s.touchDelivery(d)
 			log.Warn("webhook delivery failed, will retry", "error", err.Error(), "retry_at", d.due)
 		}
 		s.mu.Unlock()
 	}
+	s.syncOrLog() // a delivery the journal forgets is delivered again: allowed
 	return delivered, errors.Join(errs...)
 }
 

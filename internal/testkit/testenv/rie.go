@@ -1,31 +1,19 @@
 package testenv
 
 import (
-	"bytes"
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/localcloud/lambdarun"
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 )
-
-func freePort(t testing.TB) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // Lambda builds ./lambdas/<fn> exactly as `make lambdas` does (same tags
 // and flags; the host's architecture instead of arm64), starts it under
@@ -43,9 +31,9 @@ func Lambda(t testing.TB, fn string, env []string) func(event any) []byte {
 	}
 }
 
-// rieBinary is aws-lambda-rie from make setup; missing, the test skips
-// outside CI and fails in it.
-func rieBinary(t testing.TB) string {
+// RIE is aws-lambda-rie from make setup; missing, the test skips outside CI
+// and fails in it.
+func RIE(t testing.TB) string {
 	t.Helper()
 	root, err := localenv.Root()
 	if err != nil {
@@ -70,7 +58,7 @@ func BuildLambda(t testing.TB, fn string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	mk, err := MakefileLambdaBuild(root)
+	mk, err := lambdarun.MakefileLambdaBuild(root)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,76 +67,85 @@ func BuildLambda(t testing.TB, fn string) string {
 
 // BuildLambdaWith is BuildLambda with the given build instead of the
 // Makefile's (a variant of it: a benchmark comparing flags).
-func BuildLambdaWith(t testing.TB, fn string, mk LambdaBuild) string {
+func BuildLambdaWith(t testing.TB, fn string, mk lambdarun.LambdaBuild) string {
 	t.Helper()
 	root, err := localenv.Root()
 	if err != nil {
 		t.Fatal(err)
 	}
 	out := filepath.Join(t.TempDir(), "bootstrap")
-	if err := mk.Build(root, fn, out, "GOARCH="+runtime.GOARCH); err != nil {
+	if err := mk.Build(root, fn, out, lambdarun.HostArch()); err != nil {
 		t.Fatal(err)
 	}
 	return out
 }
 
-// RunningLambda is a bootstrap under aws-lambda-rie.
+// RunningLambda is a bootstrap under aws-lambda-rie: one execution
+// environment of the function runner (lambdarun.Process), stopped when the
+// test ends.
 type RunningLambda struct {
 	Started time.Time // when the emulator process was started
-	url     string
-	logs    *bytes.Buffer
-	cmd     *exec.Cmd
+	proc    *lambdarun.Process
+	logs    *syncBuffer
 }
 
-// StartLambda starts bootstrap under aws-lambda-rie with env. The emulator
-// starts the bootstrap on the first invocation, as Lambda does on a cold
-// start; it is stopped when the test ends (or by Stop).
+// StartLambda starts bootstrap under aws-lambda-rie with env (after test
+// credentials and the host's PATH). The emulator starts the bootstrap on the
+// first invocation, as Lambda does on a cold start; it is stopped when the
+// test ends (or by Stop).
 func StartLambda(t testing.TB, bootstrap string, env []string) *RunningLambda {
 	t.Helper()
-	rie := rieBinary(t)
-	// Both of the emulator's ports are picked free: its runtime API defaults
-	// to 9001, which another emulator (another test) may hold.
-	port, runtimePort := freePort(t), freePort(t)
-	cmd := exec.Command(rie, "--runtime-interface-emulator-address", fmt.Sprintf("127.0.0.1:%d", port),
-		"--runtime-api-address", fmt.Sprintf("127.0.0.1:%d", runtimePort), bootstrap)
-	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH"), "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test"}, env...)
-	logs := &bytes.Buffer{}
-	cmd.Stdout, cmd.Stderr = logs, logs
-	fl := &RunningLambda{url: fmt.Sprintf("http://127.0.0.1:%d/2015-03-31/functions/function/invocations", port), logs: logs, cmd: cmd}
-	fl.Started = time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+	logs := &syncBuffer{}
+	proc, err := lambdarun.StartProcess(lambdarun.ProcessConfig{
+		Function:  bootstrap,
+		RIE:       RIE(t),
+		Bootstrap: bootstrap,
+		Env:       append([]string{"PATH=" + os.Getenv("PATH"), "AWS_ACCESS_KEY_ID=test", "AWS_SECRET_ACCESS_KEY=test"}, env...),
+		Output:    logs,
+	})
+	if err != nil {
+		t.Fatalf("%v\nlogs:\n%s", err, logs.String())
 	}
+	fl := &RunningLambda{Started: proc.Started, proc: proc, logs: logs}
 	t.Cleanup(fl.Stop)
 	return fl
 }
 
 // Stop kills the emulator and its bootstrap.
-func (fl *RunningLambda) Stop() {
-	if fl.cmd.Process != nil && fl.cmd.ProcessState == nil {
-		_ = fl.cmd.Process.Kill()
-		_ = fl.cmd.Wait()
-	}
-}
+func (fl *RunningLambda) Stop() { fl.proc.Stop() }
 
-// Invoke sends event, retrying while the emulator is not listening yet, and
-// returns the function's response payload.
+// Invoke sends event and returns the function's response payload; a
+// handler's error is a *invoke.FunctionError.
 func (fl *RunningLambda) Invoke(event any, patience time.Duration) ([]byte, error) {
 	payload, err := json.Marshal(event)
 	if err != nil {
 		return nil, err
 	}
-	deadline := time.Now().Add(patience)
-	for {
-		r, err := http.Post(fl.url, "application/json", bytes.NewReader(payload))
-		if err == nil {
-			b, _ := io.ReadAll(r.Body)
-			r.Body.Close()
-			return b, nil
-		}
-		if time.Now().After(deadline) {
-			return nil, fmt.Errorf("emulator never answered: %v\nlogs:\n%s", err, fl.logs.String())
-		}
-		time.Sleep(2 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), patience)
+	defer cancel()
+	b, err := fl.proc.Invoke(ctx, payload)
+	if err != nil && !errors.Is(err, context.Canceled) {
+		return nil, fmt.Errorf("%w\nlogs:\n%s", err, fl.logs.String())
 	}
+	return b, err
+}
+
+// syncBuffer is the emulator's output, written by exec's copying goroutine
+// and read by a failing test.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf []byte
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.buf = append(b.buf, p...)
+	return len(p), nil
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return string(b.buf)
 }
