@@ -23,6 +23,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -310,12 +311,14 @@ func (r *Runner) Run(ctx context.Context, seed uint64) (Result, error) {
 	}
 	steps := 10 + s.rng.IntN(30)
 	for range steps {
+		before, from := maps.Clone(s.states), len(s.answers)
 		if err := r.step(ctx, s); err != nil {
 			return s.result(), fmt.Errorf("seed %d step %d: %w", seed, s.step, err)
 		}
 		if err := r.observe(ctx, s); err != nil {
 			return s.result(), err
 		}
+		s.checkNothingRan(before, from)
 	}
 	s.endClock = r.w.Clock.Now()
 	// Quiescence: the paused owners wake, the crash points are cleared,

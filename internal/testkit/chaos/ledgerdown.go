@@ -10,7 +10,12 @@ package chaos
 // world settles. Kept in a file of its own: the draw, the tolerance and
 // the recovery are one line each in chaos.go.
 
-import "fmt"
+import (
+	"fmt"
+	"net/http"
+
+	"github.com/oncepay/oncepay/internal/problem"
+)
 
 // LedgerDown counts the ledger calls an outage failed.
 const LedgerDown = "ledger.down"
@@ -56,5 +61,25 @@ func (r *Runner) inLedgerOutage(s *schedule, f func() error) func() error {
 func (r *Runner) recoverLedger() {
 	if r.w.Net != nil {
 		r.coverN(LedgerDown, r.w.Net.Up())
+	}
+}
+
+// checkNothingRan holds the step's "nothing was run" answers (503
+// ledger-unavailable) against the ledger: a payment with no row before the
+// step and one after it was written by the step's own request — a step
+// plays one request at a time, and a paused owner stays frozen — so that
+// request's insert committed, and a client that believed it and paid again
+// under a new key would pay twice. before is the states seen before the
+// step, from the index of its first answer. Refunds keep rows of their
+// own and are not judged here.
+func (s *schedule) checkNothingRan(before map[string]string, from int) {
+	for _, a := range s.answers[from:] {
+		if a.kind == "refund" || a.status != http.StatusServiceUnavailable || a.ptype != problem.TypeLedgerUnavailable {
+			continue
+		}
+		if before[a.p.pid] == "" && s.states[a.p.pid] != "" {
+			s.violate("step %d %s %s/%s answered 503 ledger-unavailable (nothing was run), yet its payment's row was written in that step (%s)",
+				a.step, a.kind, a.p.caller, a.p.key, s.states[a.p.pid])
+		}
 	}
 }
