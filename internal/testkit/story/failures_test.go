@@ -22,6 +22,7 @@ import (
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/testkit/faultnet"
 	"github.com/oncepay/oncepay/internal/testkit/story"
 )
 
@@ -322,6 +323,41 @@ func TestLedgerOutageWithTheEventInFlight_AfterRecoveryItIsCreditedAndNotifiedOn
 	}
 	expectNotified(t, w, ids.EventID(pid7, "SUCCEEDED"), 3000)
 	expectStatus(t, w.Pay(ctx, "u1", "K1", story.Body, w.Clock.Now()), http.StatusCreated)
+	expectCount(t, w, theSeedsCount)
+}
+
+// The PENDING insert committed and its reply was lost, and the API's
+// re-ask (the same insert-if-absent) was lost too: the tap must not hear
+// "nothing was run" (a client that believes it pays again under a new
+// key), only "not confirmed, retry with the same key". The row is there;
+// the resolver settles it once, and the retry hears SUCCEEDED.
+func TestPendingInsertCommittedButUnconfirmed_TheTapIsNeverToldNothingRan(t *testing.T) {
+	t.Parallel()
+	w := newWorld(t, story.Options{FaultNet: true})
+	for range 2 {
+		if err := w.Net.Arm(faultnet.Rule{Statement: "INSERT INTO payments"}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tap := w.Pay(ctx, "u1", "K1", story.Body, w.Clock.Now())
+	expectStatus(t, tap, http.StatusServiceUnavailable)
+	if pt := problemType(t, tap); pt != problem.TypeLedgerUnconfirmed {
+		t.Fatalf("the tap whose PENDING insert committed answered %s: it may say nothing ran only when nothing did", tap.Body)
+	}
+	if f := w.Net.Fired()["INSERT INTO payments"]; f != 2 {
+		t.Fatalf("lost replies %v, want the insert's and the re-ask's", w.Net.Fired())
+	}
+	if n, err := w.Int(ctx, `SELECT count(*) FROM payments WHERE payment_id = $1 AND state = 'PENDING'`, pid7); err != nil || n != 1 {
+		t.Fatalf("%d PENDING rows (%v), want the one that committed", n, err)
+	}
+	w.Clock.Advance(w.Timing.Deadline + w.Timing.Margin + time.Second)
+	c := expectCount(t, w, theSeedsCount)
+	retry := w.Pay(ctx, "u1", "K1", story.Body, w.Clock.Now())
+	expectStatus(t, retry, http.StatusCreated)
+	if got := chargeOf(t, retry); got != c.ChargeID {
+		t.Fatalf("the retry answered charge %q, the PSP holds %q", got, c.ChargeID)
+	}
+	expectNotified(t, w, ids.EventID(pid7, "SUCCEEDED"), 3000)
 	expectCount(t, w, theSeedsCount)
 }
 
