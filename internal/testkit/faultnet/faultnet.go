@@ -144,15 +144,16 @@ func (p *Proxy) Fired() map[string]int {
 }
 
 // Down starts an outage: the next n calls on the ledger fail before they
-// reach the server. A call is a new connection (accepted and closed at
-// once, before its startup message is read: the client's connect fails) or
+// reach the server. A call is a new connection (closed once its first
+// message is read, before anything reaches the server: the client's
+// connect fails) or
 // a round trip on an open connection (the session is closed at the round
 // trip's first message, which is never forwarded: the server sees the
 // connection end, and rolls back any transaction it had open). A
 // CancelRequest (pgx's cleanup after a session died) is dropped and not
 // counted: it is no call on the ledger. Round trips
-// already forwarded finish normally. Each call that fails counts, a pgx
-// connection check ("-- ping") included, as it does against a real outage.
+// already forwarded finish normally. Each call that fails counts. pgx's
+// connection check ("-- ping") passes, uncounted, as it does for a Rule.
 // A later Down replaces the count left. It fails on n < 1.
 func (p *Proxy) Down(n int) error {
 	if n < 1 {
@@ -391,7 +392,7 @@ func (s *session) clientToServer(first []byte) {
 		if err != nil {
 			return
 		}
-		if between && typ != 'X' && s.p.down() {
+		if between && typ != 'X' && !isPing(typ, msg[5:]) && s.p.down() {
 			// Nothing of the round trip reaches the server; the deferred
 			// close ends the session on both sides.
 			s.p.log.Info("faultnet: session closed in an outage before its round trip reached the server")
@@ -447,6 +448,18 @@ func (s *session) note(typ byte, body []byte) {
 			}
 		}
 	}
+}
+
+// isPing reports whether a message is pgx's connection check, which the
+// pool sends only before handing out a connection idle for a second of
+// real time: an outage lets it through uncounted, so what an outage of n
+// calls fails is a function of the calls made, not of the wall clock.
+func isPing(typ byte, body []byte) bool {
+	if typ != 'Q' {
+		return false
+	}
+	q, _ := cstring(body)
+	return !countable(q)
 }
 
 // countable leaves out empty statements and pgx's connection check.

@@ -188,7 +188,8 @@ func TestALedgerOutageFailsEveryCallBeforeTheServerAndThePoolRecovers(t *testing
 
 // An outage of n calls fails exactly n: a statement on an open connection
 // (the session closes; pgx's CancelRequest after it is no call), then a new
-// connection (refused); the next connection works with no Up.
+// connection (refused); a connection check is no call; the next connection
+// works with no Up.
 func TestALedgerOutageOfNCallsFailsExactlyN(t *testing.T) {
 	// One connection of the test's own, no pool: every call is the test's.
 	direct, dsn := testenv.Ledger(t)
@@ -212,6 +213,11 @@ func TestALedgerOutageOfNCallsFailsExactlyN(t *testing.T) {
 	defer conn.Close(ctx)
 	if err := p.Down(2); err != nil {
 		t.Fatal(err)
+	}
+	// pgx's connection check is no call: it passes, uncounted (the pool
+	// sends it only after a second of idle real time).
+	if err := conn.Ping(ctx); err != nil || p.DownFired() != 0 {
+		t.Fatalf("a connection check in the outage: %v, fired %d", err, p.DownFired())
 	}
 	if _, err := conn.Exec(ctx, `INSERT INTO fn VALUES (1)`); err == nil {
 		t.Fatal("the outage's first call succeeded")
