@@ -16,7 +16,8 @@
 // Secure, payment methods that do not exist or were single-use and already
 // paid, and its API key refused for a while (401/403); downstream outages that
 // outlast every retry and then recover (the relay's SQS sends, the
-// worker's SNS publishes, the key-record store); ambiguous ledger commits
+// worker's SNS publishes, the key-record store, the ledger for every
+// function at once: ledgerdown.go); ambiguous ledger commits
 // (internal/faultnet: the statement committed, its reply lost); queue
 // redeliveries; refunds; and every request through one of the two front
 // doors' event shapes. Coverage counts what FIRED, never what was armed.
@@ -35,6 +36,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -412,12 +414,14 @@ func (r *Runner) Run(ctx context.Context, seed uint64) (Result, error) {
 	}
 	steps := 10 + s.rng.IntN(30)
 	for range steps {
+		before, from := maps.Clone(s.states), len(s.answers)
 		if err := r.step(ctx, s); err != nil {
 			return s.result(), fmt.Errorf("seed %d step %d: %w", seed, s.step, err)
 		}
 		if err := r.observe(ctx, s); err != nil {
 			return s.result(), err
 		}
+		s.checkNothingRan(before, from)
 	}
 	s.endClock = r.w.Clock.Now()
 	// Quiescence: the paused owners wake, the crash points are cleared,
@@ -659,7 +663,10 @@ func (r *Runner) step(ctx context.Context, s *schedule) error {
 		return r.sqsOutage(ctx, s)
 	case k < 94:
 		return r.snsOutage(ctx, s)
-	case k < 96: // the key store goes down for its next few calls
+	case k < 96: // the key store, or the ledger, goes down for its next few calls
+		if s.rng.IntN(2) == 0 {
+			return r.ledgerOutage(s)
+		}
 		n := 1 + s.rng.IntN(12)
 		if r.out != nil {
 			r.out.claims.arm(n)
@@ -741,6 +748,7 @@ func (r *Runner) snsOutage(ctx context.Context, s *schedule) error {
 
 // recoverOutages ends every outage still running and counts what fired.
 func (r *Runner) recoverOutages(s *schedule) {
+	r.recoverLedger()
 	if r.out == nil {
 		return
 	}
@@ -754,6 +762,7 @@ func (r *Runner) recoverOutages(s *schedule) {
 // duration of f: a statement kind, and how many of its round trips pass
 // first. What did not fire is disarmed after f.
 func (r *Runner) withNet(s *schedule, f func() error) error {
+	f = r.inLedgerOutage(s, f)
 	if s.rng.IntN(6) != 0 {
 		return f()
 	}

@@ -15,6 +15,9 @@
 // byte in either direction. TLS is not proxied: a client that negotiates
 // SSL is passed through and never faulted (the local cluster runs with
 // sslmode=disable).
+//
+// Down starts an outage instead: the ledger unreachable for the next n
+// calls, each failing before it reaches the server (see Down), until Up.
 package faultnet
 
 import (
@@ -26,6 +29,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"time"
 )
 
 // Rule arms one dropped reply.
@@ -78,6 +82,10 @@ type Proxy struct {
 	conns  map[*session]struct{}
 	closed bool
 	wg     sync.WaitGroup
+
+	// The outage (Down): calls still to fail, and calls failed since the
+	// last Up.
+	downLeft, downFired int
 }
 
 // Listen starts a proxy on 127.0.0.1 (a free port) in front of target
@@ -135,6 +143,60 @@ func (p *Proxy) Fired() map[string]int {
 	return out
 }
 
+// Down starts an outage: the next n calls on the ledger fail before they
+// reach the server. A call is a new connection (closed once its first
+// message is read, before anything reaches the server: the client's
+// connect fails) or
+// a round trip on an open connection (the session is closed at the round
+// trip's first message, which is never forwarded: the server sees the
+// connection end, and rolls back any transaction it had open). A
+// CancelRequest (pgx's cleanup after a session died) is dropped and not
+// counted: it is no call on the ledger. Round trips
+// already forwarded finish normally. Each call that fails counts. pgx's
+// connection check ("-- ping") passes, uncounted, as it does for a Rule.
+// A later Down replaces the count left. It fails on n < 1.
+func (p *Proxy) Down(n int) error {
+	if n < 1 {
+		return fmt.Errorf("faultnet: an outage of %d calls", n)
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return errors.New("faultnet: proxy closed")
+	}
+	p.downLeft = n
+	return nil
+}
+
+// Up ends the outage (whatever of it is left) and returns how many calls
+// it failed since the last Up: what fired, not what was armed.
+func (p *Proxy) Up() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := p.downFired
+	p.downLeft, p.downFired = 0, 0
+	return n
+}
+
+// DownFired is how many calls the outage failed since the last Up.
+func (p *Proxy) DownFired() int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.downFired
+}
+
+// down reports whether the next call fails in the outage, and uses it up.
+func (p *Proxy) down() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.downLeft <= 0 {
+		return false
+	}
+	p.downLeft--
+	p.downFired++
+	return true
+}
+
 // Close stops listening and closes every connection; it blocks until the
 // proxy's goroutines are gone.
 func (p *Proxy) Close() error {
@@ -183,15 +245,51 @@ func (p *Proxy) accept() {
 		if err != nil {
 			return
 		}
-		s, err := p.open(c)
-		if err != nil {
-			p.log.Warn("faultnet: dial the server", "err", err)
-			_ = c.Close()
-			continue
-		}
 		p.wg.Add(1)
-		go s.clientToServer()
+		go p.serve(c)
 	}
+}
+
+// serve runs one accepted connection: refused in an outage, else proxied.
+func (p *Proxy) serve(c net.Conn) {
+	defer p.wg.Done()
+	var first []byte
+	if p.isDown() {
+		// Read the connection's first message: a CancelRequest is pgx's
+		// cleanup after a session that died (sent on a connection of its
+		// own), not a call on the ledger, and is dropped uncounted.
+		_ = c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		msg, err := readUntyped(c)
+		if err != nil {
+			_ = c.Close()
+			return
+		}
+		_ = c.SetReadDeadline(time.Time{})
+		if binary.BigEndian.Uint32(msg[4:8]) == cancelRequest {
+			_ = c.Close()
+			return
+		}
+		if p.down() {
+			p.log.Info("faultnet: connection refused in an outage")
+			_ = c.Close()
+			return
+		}
+		first = msg // the outage ended meanwhile
+	}
+	s, err := p.open(c)
+	if err != nil {
+		p.log.Warn("faultnet: dial the server", "err", err)
+		_ = c.Close()
+		return
+	}
+	s.clientToServer(first)
+}
+
+// isDown reports whether an outage is on, without using a call of it.
+func (p *Proxy) isDown() bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.downLeft > 0
 }
 
 func (p *Proxy) open(c net.Conn) (*session, error) {
@@ -245,15 +343,19 @@ const (
 
 // clientToServer forwards the client's messages, noting what each round
 // trip executes and arming a drop before forwarding the message that ends a
-// round trip a rule picked.
-func (s *session) clientToServer() {
-	defer s.p.wg.Done()
+// round trip a rule picked. first, if not nil, is the client's first
+// startup-phase message, already read.
+func (s *session) clientToServer(first []byte) {
 	defer s.close()
 	// Startup: untyped messages until the StartupMessage itself. An SSL or
 	// GSS request gets a one-byte answer before anything else is sent; the
 	// server's side is read here until the startup message is through.
 	for {
-		msg, err := readUntyped(s.client)
+		msg, err := first, error(nil)
+		if first == nil {
+			msg, err = readUntyped(s.client)
+		}
+		first = nil
 		if err != nil {
 			return
 		}
@@ -284,11 +386,19 @@ func (s *session) clientToServer() {
 	s.sent = 1 // the startup's ReadyForQuery ends round trip 1
 	s.p.wg.Add(1)
 	go s.serverToClient()
+	between := true // the next message starts a round trip
 	for {
 		typ, msg, err := readTyped(s.client)
 		if err != nil {
 			return
 		}
+		if between && typ != 'X' && !isPing(typ, msg[5:]) && s.p.down() {
+			// Nothing of the round trip reaches the server; the deferred
+			// close ends the session on both sides.
+			s.p.log.Info("faultnet: session closed in an outage before its round trip reached the server")
+			return
+		}
+		between = typ == 'Q' || typ == 'S'
 		s.note(typ, msg[5:])
 		if typ == 'Q' || typ == 'S' {
 			s.sent++
@@ -338,6 +448,18 @@ func (s *session) note(typ byte, body []byte) {
 			}
 		}
 	}
+}
+
+// isPing reports whether a message is pgx's connection check, which the
+// pool sends only before handing out a connection idle for a second of
+// real time: an outage lets it through uncounted, so what an outage of n
+// calls fails is a function of the calls made, not of the wall clock.
+func isPing(typ byte, body []byte) bool {
+	if typ != 'Q' {
+		return false
+	}
+	q, _ := cstring(body)
+	return !countable(q)
 }
 
 // countable leaves out empty statements and pgx's connection check.

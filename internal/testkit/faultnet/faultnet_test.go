@@ -127,3 +127,120 @@ func TestDisarmedRulesNeverFire(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A ledger outage: while it lasts, statements on open connections fail
+// before they reach the server (nothing of them commits, an open
+// transaction rolls back) and new connections are refused; after Up the
+// pool reconnects and works, and Up counts what the outage failed.
+func TestALedgerOutageFailsEveryCallBeforeTheServerAndThePoolRecovers(t *testing.T) {
+	p, pool, direct := proxied(t)
+	if err := p.Down(0); err == nil {
+		t.Fatal("an outage of 0 calls was accepted")
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO fn VALUES (1)`); err != nil {
+		t.Fatal(err)
+	}
+	// A transaction open when the ledger goes down: its INSERT was
+	// forwarded, its COMMIT never is.
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO fn VALUES (2)`); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Down(1 << 20); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err == nil {
+		t.Fatal("a COMMIT in the outage succeeded")
+	}
+	if _, err := pool.Exec(ctx, `INSERT INTO fn VALUES (3)`); err == nil {
+		t.Fatal("a statement in the outage succeeded")
+	}
+	if err := pgx.BeginFunc(ctx, pool, func(tx pgx.Tx) error {
+		_, err := tx.Exec(ctx, `INSERT INTO fn VALUES (4)`)
+		return err
+	}); err == nil {
+		t.Fatal("a transaction in the outage succeeded")
+	}
+	if n := count(t, direct); n != 1 {
+		t.Fatalf("%d rows after the outage's calls; want 1: nothing of them reached the server", n)
+	}
+	if p.DownFired() < 3 {
+		t.Fatalf("the outage counted %d failed calls, want at least the 3 that failed", p.DownFired())
+	}
+	fired := p.Up()
+	if fired < 3 || p.DownFired() != 0 || p.Up() != 0 {
+		t.Fatalf("Up counted %d failed calls, want at least 3, then 0", fired)
+	}
+	// Recovery: the pool dials again and works.
+	if _, err := pool.Exec(ctx, `INSERT INTO fn VALUES (5)`); err != nil {
+		t.Fatalf("after Up: %v", err)
+	}
+	if n := count(t, direct); n != 2 {
+		t.Fatalf("%d rows after recovery; want 2", n)
+	}
+	if len(p.Fired()) != 0 {
+		t.Fatalf("the outage counted as lost replies: %v", p.Fired())
+	}
+}
+
+// An outage of n calls fails exactly n: a statement on an open connection
+// (the session closes; pgx's CancelRequest after it is no call), then a new
+// connection (refused); a connection check is no call; the next connection
+// works with no Up.
+func TestALedgerOutageOfNCallsFailsExactlyN(t *testing.T) {
+	// One connection of the test's own, no pool: every call is the test's.
+	direct, dsn := testenv.Ledger(t)
+	if _, err := direct.Exec(ctx, `CREATE TABLE fn (id int PRIMARY KEY)`); err != nil {
+		t.Fatal(err)
+	}
+	u, err := url.Parse(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := faultnet.Listen(u.Host, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = p.Close() })
+	u.Host = p.Addr()
+	conn, err := pgx.Connect(ctx, u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	if err := p.Down(2); err != nil {
+		t.Fatal(err)
+	}
+	// pgx's connection check is no call: it passes, uncounted (the pool
+	// sends it only after a second of idle real time).
+	if err := conn.Ping(ctx); err != nil || p.DownFired() != 0 {
+		t.Fatalf("a connection check in the outage: %v, fired %d", err, p.DownFired())
+	}
+	if _, err := conn.Exec(ctx, `INSERT INTO fn VALUES (1)`); err == nil {
+		t.Fatal("the outage's first call succeeded")
+	}
+	if c, err := pgx.Connect(ctx, u.String()); err == nil {
+		_ = c.Close(ctx)
+		t.Fatalf("a connection in the outage was accepted (fired %d)", p.DownFired())
+	}
+	if p.DownFired() != 2 {
+		t.Fatalf("fired %d, want 2", p.DownFired())
+	}
+	c, err := pgx.Connect(ctx, u.String())
+	if err != nil {
+		t.Fatalf("the outage's n calls are spent, yet: %v", err)
+	}
+	defer c.Close(ctx)
+	if _, err := c.Exec(ctx, `INSERT INTO fn VALUES (2)`); err != nil {
+		t.Fatal(err)
+	}
+	if n := count(t, direct); n != 1 {
+		t.Fatalf("%d rows; want 1 (the outage's insert never reached the server)", n)
+	}
+	if f := p.Up(); f != 2 {
+		t.Fatalf("Up counted %d, want 2", f)
+	}
+}
