@@ -253,7 +253,9 @@ func LedgerUnavailable() Problem {
 		Type:   TypeLedgerUnavailable,
 		Title:  "Service temporarily unavailable",
 		Status: http.StatusServiceUnavailable,
-		Detail: "The payment could not be recorded, so nothing was run.",
+		// Said of this request only: the same 503 answers a repeat whose
+		// ledger read failed, and the key's first request may have paid.
+		Detail: "The ledger is unavailable, so this request ran nothing. Retry with the same Idempotency-Key: an earlier request with it may already have run, and a new key could pay twice.",
 	}
 }
 

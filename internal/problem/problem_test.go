@@ -203,3 +203,18 @@ func TestRetryAfterSeconds(t *testing.T) {
 		}
 	}
 }
+
+// TestLedgerUnavailableNeverSaysThePaymentDidNotRun: the 503 also answers a
+// repeat whose ledger read failed (the key's first request may have paid),
+// so its detail speaks of this request and tells the client to keep the key.
+func TestLedgerUnavailableNeverSaysThePaymentDidNotRun(t *testing.T) {
+	d := LedgerUnavailable().Detail
+	for _, bad := range []string{"could not be recorded", "nothing was run"} {
+		if strings.Contains(d, bad) {
+			t.Errorf("detail %q says %q: false for a repeat of a payment that ran", d, bad)
+		}
+	}
+	if !strings.Contains(d, "same Idempotency-Key") {
+		t.Errorf("detail %q does not tell the client to keep its key", d)
+	}
+}
