@@ -144,7 +144,7 @@ const settleLimit = 100 * time.Second
 // live resolver on its schedule with no client help; a retry of the key then
 // answers 201 SUCCEEDED, and the PSP still holds one charge.
 func settled(ctx context.Context, root, door, sim, dsn, token string, o opening) error {
-	fmt.Printf("\n== the opening's lost reply, %s later: the resolver (every minute) replays the charge with the same key\n", time.Since(o.answered).Round(time.Second))
+	fmt.Printf("\n== the opening's lost reply (its 202 was %s ago): waiting for the resolver (every minute), which replays the charge with the same key\n", time.Since(o.answered).Round(time.Second))
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
 		return fmt.Errorf("connect to the ledger: %w", err)
