@@ -37,7 +37,8 @@ const (
 
 // exchange is one request the CLI sent through the demo's tap on the wire.
 type exchange struct {
-	at       time.Time
+	at       time.Time // the request's arrival at the wire
+	took     time.Duration
 	method   string
 	path     string
 	status   int
@@ -75,7 +76,7 @@ func startWire(door string) (*wire, error) {
 		resp.Body = io.NopCloser(bytes.NewReader(b))
 		at, _ := resp.Request.Context().Value(arrivalKey{}).(time.Time)
 		w.mu.Lock()
-		w.log = append(w.log, exchange{at: at, method: resp.Request.Method, path: resp.Request.URL.Path,
+		w.log = append(w.log, exchange{at: at, took: time.Since(at), method: resp.Request.Method, path: resp.Request.URL.Path,
 			status: resp.StatusCode, replayed: resp.Header.Get("Idempotent-Replayed"), body: string(bytes.TrimSpace(b))})
 		w.mu.Unlock()
 		return nil
@@ -218,7 +219,7 @@ func liveBeat(ctx context.Context, root, door, dsn, token string) error {
 	}
 	tap := o.Answers[0].at
 	for _, x := range o.Answers {
-		fmt.Printf("   wire: %s %s -> %d (+%.2fs after the tap) Idempotent-Replayed: %q  %s\n", x.method, x.path, x.status, x.at.Sub(tap).Seconds(), x.replayed, x.body)
+		fmt.Printf("   wire: %s %s at +%.2fs -> %d in %.2fs, Idempotent-Replayed: %q  %s\n", x.method, x.path, x.at.Sub(tap).Seconds(), x.status, x.took.Seconds(), x.replayed, x.body)
 	}
 	if last := o.Answers[len(o.Answers)-1]; len(o.Answers) == 1 && last.replayed == "true" {
 		// The simulator sends its webhook as it charges: the webhook
