@@ -25,7 +25,7 @@ help: ## list the targets
 setup: ## install what is missing (PostgreSQL, Java 17, DynamoDB Local, the CDK CLI, Go tools)
 	@bash scripts/setup.sh
 
-up: setup $(TEMPLATE) ## start the local cloud, provision it from the template, migrate the ledger
+up: setup $(TEMPLATE) ## start the local cloud, provision it from the template, run the template as a stack (localcloud serve)
 	@bash scripts/localcloud.sh up
 	@go run ./cmd/localcloud up --template $(TEMPLATE)
 	@bash scripts/localcloud.sh apps
@@ -101,7 +101,7 @@ test-cfn: $(TEMPLATE) ## cfn-lint over the synthesized template
 test: setup up lint test-unit test-race fuzz test-cfn ## the README's test command: installs, starts, lints and runs everything
 	@echo "test: all green"
 
-demo: up ## bring the local cloud up and run the story on it
+demo: up ## bring the local cloud up; the lost reply, a live payment tap -> push, the seed's story (~1 min)
 	@go run ./cmd/demo
 
 BENCHTIME ?= 300x
