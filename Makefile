@@ -99,6 +99,8 @@ test-cfn: $(TEMPLATE) ## cfn-lint over the synthesized template
 	@cfn-lint $(TEMPLATE)
 
 test: setup up lint test-unit test-race fuzz test-cfn ## the README's test command: installs, starts, lints and runs everything
+	@echo "== summary of the test run (skips fail CI; the chaos line counts faults that fired)"
+	@bash scripts/testsummary.sh $(LOCAL)/test.json
 	@echo "test: all green"
 
 demo: up ## bring the local cloud up; the lost reply, a live payment tap -> push, the seed's story (~1 min)
