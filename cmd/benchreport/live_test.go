@@ -24,7 +24,7 @@ func TestLiveSectionComparesWithTheInProcessFigures(t *testing.T) {
 	md := out.String()
 	want := []string{
 		"## Live stack: tap -> push",
-		"| rate /s | taps | p50 ms | p99 ms | p50 live / in-process | p99 live / in-process | p99 ms, all taps | answer p50 / p99 ms | 429 | 5xx | lost | no answer |",
+		"| rate /s | taps | push p50 ms | push p99 ms | p50 live / in-process | p99 live / in-process | push p99 ms, all taps | answer p50 / p99 ms | 429 | 5xx | lost | no answer |",
 		"| 1 | 20 | 600 | 1500 | 2.00x | 3.00x | 1500 | 40 / 90 | 0 | 0 | 0 | 0 |",
 		"| 50 | 500 | 900 | 2500 | 3.00x | 5.00x | 30000 | — / — | 0 | 40 | 3 | 0 |",
 		"| 5 (ramp) | 100 | 400 | 800 | 1.33x | 1.60x | 800 | — / — | 0 | 0 | 0 | 0 |",
