@@ -126,6 +126,8 @@ bench: ## benchmarks on a freshly started local cloud; writes BENCHMARKS.md (rat
 	@go test -count=1 -run '^$$' -bench TapToPush -benchtime 300x ./infra-tests/messaging/ | tee -a bench-out/bench.txt
 	@go test -count=1 -run '^$$' -bench LambdaBootstrap -benchtime 5x ./infra-tests/ | tee -a bench-out/bench.txt
 	@go test -count=1 -run '^$$' -bench LambdaWarmInvoke -benchtime 100x ./infra-tests/ | tee -a bench-out/bench.txt
+	@# the live stack (make up started it), open loop, after the in-process runs: it loads the stack hard
+	@go test -count=1 -timeout 30m -run '^$$' -bench LiveTapToPush -benchtime 1x ./infra-tests/live/ | tee -a bench-out/bench.txt
 	@go run ./cmd/benchreport -cmd "make bench" -plots docs/benchmarks < bench-out/bench.txt > BENCHMARKS.md
 	@echo "bench: wrote BENCHMARKS.md"
 

@@ -44,6 +44,7 @@ const iterUnit = "iterations "
 var benchmarks = []string{
 	"FirstCall", "Replay", "Steps", "RequestCounts", "FirstCallPSP300", "WorkerTransaction", "RelayToWorker",
 	"Concurrency", "OutboxToPush", "TapToPush", "LambdaBootstrap", "LambdaWarmInvoke",
+	liveBench,
 }
 
 // targets are the DEVELOPERS.md targets a ratio is held against.

@@ -47,6 +47,7 @@ func writeSections(out io.Writer, f figures, plots string) error {
 	if err := writeTapToPush(out, f, plots); err != nil {
 		return err
 	}
+	writeLive(out, f)
 	writeCost(out, f)
 	return nil
 }

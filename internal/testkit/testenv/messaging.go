@@ -149,16 +149,25 @@ func NewTopic(t testing.TB, client *sns.Client) string {
 }
 
 // SubscribeQueue subscribes a queue to a topic, with raw message delivery
-// when raw is set.
+// when raw is set, and unsubscribes it when the test ends (before the
+// queue, made earlier, is deleted): moto fails every Publish to a topic
+// that still has a subscription to a deleted queue, so a test's queue left
+// on a shared topic (the live stack's push topic) would break its pushes.
 func SubscribeQueue(t testing.TB, client *sns.Client, topicArn, queueArn string, raw bool) {
 	t.Helper()
-	in := &sns.SubscribeInput{TopicArn: &topicArn, Protocol: aws.String("sqs"), Endpoint: &queueArn}
+	in := &sns.SubscribeInput{TopicArn: &topicArn, Protocol: aws.String("sqs"), Endpoint: &queueArn, ReturnSubscriptionArn: true}
 	if raw {
 		in.Attributes = map[string]string{"RawMessageDelivery": "true"}
 	}
-	if _, err := client.Subscribe(context.Background(), in); err != nil {
+	out, err := client.Subscribe(context.Background(), in)
+	if err != nil {
 		t.Fatalf("subscribe %s to %s: %v", queueArn, topicArn, err)
 	}
+	t.Cleanup(func() {
+		if _, err := client.Unsubscribe(context.Background(), &sns.UnsubscribeInput{SubscriptionArn: out.SubscriptionArn}); err != nil {
+			t.Errorf("unsubscribe %s from %s: %v", queueArn, topicArn, err)
+		}
+	})
 }
 
 // Messages receives and deletes every message now in the queue.
