@@ -609,9 +609,12 @@ func contradicts(a answer, reused bool, final, charge, refund string, failedLate
 		}
 		return ""
 	}
+	// A 502 psp-rejected FAILED is as final as a 402 to the client
+	// (internal/client: nothing charged, a new key may pay again).
+	rejected := a.status == http.StatusBadGateway && a.ptype == problem.TypePSPRejected && a.state == "FAILED"
 	switch {
 	case reused && a.kind != "late":
-		if a.status == http.StatusCreated || a.status == http.StatusAccepted || a.status == http.StatusPaymentRequired {
+		if a.status == http.StatusCreated || a.status == http.StatusAccepted || a.status == http.StatusPaymentRequired || rejected {
 			return "a reused key with another amount was answered as a payment"
 		}
 		return ""
@@ -627,6 +630,8 @@ func contradicts(a answer, reused bool, final, charge, refund string, failedLate
 		return "told SUCCEEDED"
 	case a.status == http.StatusPaymentRequired && final != "FAILED":
 		return "told FAILED"
+	case rejected && final != "FAILED":
+		return "told FAILED (the PSP rejected the request: nothing charged)"
 	case a.kind == "resolve" && a.status == http.StatusOK && a.state == "VOID" && final != "VOID":
 		return "told VOID"
 	case a.status == http.StatusConflict && a.ptype == problem.TypeKeyVoided && final != "VOID" && final != "":
