@@ -4,6 +4,8 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/oncepay/oncepay/internal/ids"
+	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
 	"github.com/oncepay/oncepay/internal/problem"
 )
 
@@ -40,5 +42,62 @@ func TestAReusedKeyAnsweredPSPRejectedIsFlagged(t *testing.T) {
 	a := answer{kind: "reuse", status: http.StatusBadGateway, state: "FAILED", ptype: problem.TypePSPRejected}
 	if msg := contradicts(a, true, "SUCCEEDED", "ch_1", "", false); msg == "" {
 		t.Error("a reused key answered 502 psp-rejected FAILED: not flagged")
+	}
+}
+
+// A payment or refund left open after quiescence (a 3-D Secure
+// PaymentIntent parked in requires_action, no charge, no notification) is
+// a violation unless the PSP saved a plain 5xx under its key during the
+// schedule: the one open case nothing can settle inside the key window.
+func TestAnOpenRowAfterQuiescenceWithoutASaved5xxIsFlagged(t *testing.T) {
+	pid := "pay_1"
+	for _, c := range []struct{ state, key, what string }{
+		{"UNKNOWN", ids.ChargeKey(pid), ""}, {"PENDING", ids.ChargeKey(pid), ""},
+		{"UNKNOWN", ids.RefundKey(pid), "refund "}, {"PENDING", ids.RefundKey(pid), "refund "},
+	} {
+		s := &schedule{}
+		s.noteFiredByKey(nil)
+		s.checkOpen(pid, c.state, c.key, c.what)
+		if len(s.viol) != 1 {
+			t.Errorf("%s%s open with nothing saved at the PSP: violations %v", c.what, c.state, s.viol)
+		}
+		// Armed but never fired excuses nothing.
+		s = &schedule{}
+		s.armOn(pspsim.Fault{Match: pspsim.Match{IdempotencyKey: c.key}, Kind: pspsim.FaultError5xx})
+		s.noteFiredByKey([]pspsim.Fault{{Match: pspsim.Match{IdempotencyKey: c.key}, Kind: pspsim.FaultError5xx, Times: 1}})
+		s.checkOpen(pid, c.state, c.key, c.what)
+		if len(s.viol) != 1 {
+			t.Errorf("%s%s open with a 5xx armed that never fired: violations %v", c.what, c.state, s.viol)
+		}
+		// Fired: the saved 500 keeps it open, legitimately.
+		s = &schedule{}
+		s.armOn(pspsim.Fault{Match: pspsim.Match{IdempotencyKey: c.key}, Kind: pspsim.FaultError5xx})
+		s.noteFiredByKey(nil)
+		s.checkOpen(pid, c.state, c.key, c.what)
+		if len(s.viol) != 0 {
+			t.Errorf("%s%s open behind a saved 5xx flagged: %v", c.what, c.state, s.viol)
+		}
+	}
+}
+
+// A refund FAILED after its REFUNDED event is the failed-later history
+// only when the PSP was made to fail it later (refund_fail_later armed on
+// its key and fired); from the system's own outbox alone it is a
+// violation: the buyer was told REFUNDED for money that never moved.
+func TestARefundFailedLaterWithoutThePSPFailingItIsFlagged(t *testing.T) {
+	pid := "pay_1"
+	s := &schedule{}
+	s.noteFiredByKey(nil)
+	if later, why := refundFailedLater(s, pid, "FAILED", true); later || why == "" {
+		t.Errorf("no refund_fail_later fired: failedLater %v, violation %q", later, why)
+	}
+	s = &schedule{}
+	s.armOn(pspsim.Fault{Match: pspsim.Match{IdempotencyKey: ids.RefundKey(pid)}, Kind: pspsim.FaultRefundFailLater})
+	s.noteFiredByKey(nil)
+	if later, why := refundFailedLater(s, pid, "FAILED", true); !later || why != "" {
+		t.Errorf("refund_fail_later fired: failedLater %v, violation %q", later, why)
+	}
+	if later, why := refundFailedLater(s, pid, "FAILED", false); later || why != "" {
+		t.Errorf("a refund refused before any money moved: failedLater %v, violation %q", later, why)
 	}
 }
