@@ -787,10 +787,10 @@ func (r *Runner) withNet(s *schedule, f func() error) error {
 		}
 		r.coverN(LedgerReplyLost+"("+kind+")", fired)
 		s.log("ledger reply lost after %q (skip %d)", rule.Statement, rule.Skip)
-		if err != nil {
+		if isLedgerError(err) {
 			// A function invocation that failed on a lost ledger reply (the
 			// resolver's run, say) is what Lambda retries: an outcome, not a
-			// broken schedule.
+			// broken schedule. Any other error is the schedule's.
 			s.log("  the invocation failed: %v", err)
 			return nil
 		}
