@@ -902,6 +902,9 @@ func (r *Runner) countPSPFired(s *schedule) {
 	}
 	s.noteFiredByKey(rules)
 	for kind, armed := range s.pspArmed {
+		if refundKind(kind) {
+			continue // counted once the refund settled (check.go, coverRefundSettled)
+		}
 		if fired := armed - left[kind]; fired > 0 {
 			s.covered[pspPoint[kind]] += fired
 		}

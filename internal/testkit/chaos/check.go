@@ -373,6 +373,7 @@ func (r *Runner) check(ctx context.Context, s *schedule) error {
 		if len(prf) > 0 {
 			pspStatus, _ = w.Sim.RefundStatus(prf[0].ID)
 		}
+		s.coverRefundSettled(p.pid, pspStatus)
 		switch {
 		case rf.state == "SUCCEEDED":
 			wantBalance[p.merchant] -= rf.amount
@@ -463,6 +464,21 @@ func refundFailedLater(s *schedule, pid, state string, refunded bool) (later boo
 		return false, fmt.Sprintf("%s refund FAILED after its REFUNDED event was written, but the PSP never failed a refund it had succeeded (no refund_fail_later fired)", pid)
 	}
 	return true, ""
+}
+
+// coverRefundSettled counts a refund fault as fired only once what it
+// stands for happened at the PSP: refund_pending once the refund settled
+// succeeded, refund_fail and refund_fail_later once it turned failed. A
+// rule that shaped the refund it made but whose settlement never came is
+// not coverage of the later settlement.
+func (s *schedule) coverRefundSettled(pid, pspStatus string) {
+	key := ids.RefundKey(pid)
+	for kind, want := range map[pspsim.FaultKind]string{pspsim.FaultRefundPending: "succeeded",
+		pspsim.FaultRefundFail: "failed", pspsim.FaultRefundFailLater: "failed"} {
+		if s.fired(key, kind) && pspStatus == want {
+			s.covered[pspPoint[kind]]++
+		}
+	}
 }
 
 // keyFault is a simulator fault kind on one idempotency key.

@@ -101,3 +101,30 @@ func TestARefundFailedLaterWithoutThePSPFailingItIsFlagged(t *testing.T) {
 		t.Errorf("a refund refused before any money moved: failedLater %v, violation %q", later, why)
 	}
 }
+
+// A refund fault is coverage only once its settlement happened at the
+// PSP: a refund_fail_later whose refund is still succeeded, or a
+// refund_pending still pending, reached nothing the checker judged.
+func TestARefundFaultCountsOnlyOnceItsSettlementHappened(t *testing.T) {
+	pid := "pay_1"
+	for _, c := range []struct {
+		kind          pspsim.FaultKind
+		open, settled string
+	}{
+		{pspsim.FaultRefundPending, "pending", "succeeded"},
+		{pspsim.FaultRefundFail, "pending", "failed"},
+		{pspsim.FaultRefundFailLater, "succeeded", "failed"},
+	} {
+		s := &schedule{covered: map[string]int{}}
+		s.armOn(pspsim.Fault{Match: pspsim.Match{IdempotencyKey: ids.RefundKey(pid)}, Kind: c.kind})
+		s.noteFiredByKey(nil)
+		s.coverRefundSettled(pid, c.open)
+		if n := s.covered[pspPoint[c.kind]]; n != 0 {
+			t.Errorf("%s counted %d times while the refund is %s", c.kind, n, c.open)
+		}
+		s.coverRefundSettled(pid, c.settled)
+		if n := s.covered[pspPoint[c.kind]]; n != 1 {
+			t.Errorf("%s counted %d times once the refund is %s", c.kind, n, c.settled)
+		}
+	}
+}
