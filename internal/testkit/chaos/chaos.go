@@ -264,9 +264,12 @@ type schedule struct {
 	// last moved for them.
 	delayedRefunds map[string]int
 	// cards are the payment methods the schedule's payments carry.
-	cards     map[string]string
-	endClock  time.Time // the clock when the last step ended
-	discarded int       // the stream's discarded records before the schedule
+	cards map[string]string
+	// armedOn and firedOn count the simulator's fault rules per key and
+	// kind: what the checker may excuse (check.go, noteFiredByKey).
+	armedOn, firedOn map[keyFault]int
+	endClock         time.Time // the clock when the last step ended
+	discarded        int       // the stream's discarded records before the schedule
 }
 
 // plan keys a request's crash point into its context.
@@ -786,10 +789,10 @@ func (r *Runner) withNet(s *schedule, f func() error) error {
 		}
 		r.coverN(LedgerReplyLost+"("+kind+")", fired)
 		s.log("ledger reply lost after %q (skip %d)", rule.Statement, rule.Skip)
-		if err != nil {
+		if isLedgerError(err) {
 			// A function invocation that failed on a lost ledger reply (the
 			// resolver's run, say) is what Lambda retries: an outcome, not a
-			// broken schedule.
+			// broken schedule. Any other error is the schedule's.
 			s.log("  the invocation failed") // not err: it names the world's database and port
 			return nil
 		}
@@ -887,6 +890,7 @@ func (r *Runner) addPSPFault(s *schedule, f pspsim.Fault) {
 		return
 	}
 	s.pspArmed[f.Kind] += max(f.Times, 1)
+	s.armOn(f)
 }
 
 // countPSPFired counts the simulator faults that fired: armed minus what
@@ -894,10 +898,15 @@ func (r *Runner) addPSPFault(s *schedule, f pspsim.Fault) {
 // previous schedule cleared its own).
 func (r *Runner) countPSPFired(s *schedule) {
 	left := map[pspsim.FaultKind]int{}
-	for _, f := range r.w.Sim.Faults() {
+	rules := r.w.Sim.Faults()
+	for _, f := range rules {
 		left[f.Kind] += f.Times
 	}
+	s.noteFiredByKey(rules)
 	for kind, armed := range s.pspArmed {
+		if refundKind(kind) {
+			continue // counted once the refund settled (check.go, coverRefundSettled)
+		}
 		if fired := armed - left[kind]; fired > 0 {
 			s.covered[pspPoint[kind]] += fired
 		}

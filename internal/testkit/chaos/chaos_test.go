@@ -148,6 +148,10 @@ func TestAViolationSeenOnlyUnderLoadFailsTheRun(t *testing.T) {
 func TestSeedsThatFoundBugsStayFixed(t *testing.T) {
 	for _, seed := range []uint64{6, 36, 42, 51, 474, 658, 806} {
 		sum := runMany(t, chaos.Config{First: seed, Runs: 1})
+		if sum.Runs != 1 {
+			// A seed that did not run checked nothing: never a pass.
+			t.Errorf("seed %d: %d schedules ran, not 1", seed, sum.Runs)
+		}
 		for _, f := range sum.Failed {
 			t.Errorf("seed %d (go run ./cmd/chaos -runs 1 -seed %d -trace):\n  %s", f.Seed, f.Seed, strings.Join(f.Violations, "\n  "))
 		}

@@ -301,7 +301,13 @@ func (r *Runner) check(ctx context.Context, s *schedule) error {
 		if err != nil {
 			return err
 		}
-		failedLater := rf.state == "FAILED" && refundedOnce > 0
+		// Believed only where the PSP was made to do it: refund_fail_later
+		// armed on the refund's key and fired (not the system's own outbox,
+		// which a bug could write).
+		failedLater, whyNot := refundFailedLater(s, p.pid, rf.state, refundedOnce > 0)
+		if whyNot != "" {
+			s.violate("%s", whyNot)
+		}
 		if !cardCanPay(s.cards[p.pid]) && (state == "SUCCEEDED" || state == "REFUNDED") {
 			s.violate("%s %s, paid with %s, which the PSP never charges", p.pid, state, s.cards[p.pid])
 		}
@@ -325,14 +331,13 @@ func (r *Runner) check(ctx context.Context, s *schedule) error {
 				r.notified(s, p, evID, "SUCCEEDED", amount, mine, notifs)
 			}
 		case "UNKNOWN", "PENDING":
-			// Open after quiescence is allowed only where the PSP holds
-			// nothing (a saved 5xx keeps the replay open inside the window).
 			if len(ch) > 0 {
 				s.violate("%s still %s after quiescence, with a charge at the PSP", p.pid, state)
 			}
 			if credits != 0 {
 				s.violate("%s %s but credited", p.pid, state)
 			}
+			s.checkOpen(p.pid, state, ids.ChargeKey(p.pid), "")
 		case "FAILED":
 			if len(ch) > 0 {
 				s.violate("%s is FAILED but the PSP charged it", p.pid)
@@ -368,6 +373,7 @@ func (r *Runner) check(ctx context.Context, s *schedule) error {
 		if len(prf) > 0 {
 			pspStatus, _ = w.Sim.RefundStatus(prf[0].ID)
 		}
+		s.coverRefundSettled(p.pid, pspStatus)
 		switch {
 		case rf.state == "SUCCEEDED":
 			wantBalance[p.merchant] -= rf.amount
@@ -410,6 +416,8 @@ func (r *Runner) check(ctx context.Context, s *schedule) error {
 			}
 		case len(prf) > 0:
 			s.violate("%s: the PSP refunded %d (%s), the ledger's refund is %q", p.pid, prf[0].Amount, pspStatus, rf.state)
+		case rf.state != "":
+			s.checkOpen(p.pid, rf.state, ids.RefundKey(p.pid), "refund ")
 		}
 		for _, a := range s.answers {
 			if a.p != p {
@@ -441,6 +449,83 @@ func (r *Runner) check(ctx context.Context, s *schedule) error {
 	}
 	slices.Sort(s.viol)
 	return nil
+}
+
+// refundFailedLater says whether a refund's FAILED after a REFUNDED event
+// (refunded: its outbox holds one) is the history Stripe makes, a refund
+// that succeeded and failed later: only when refund_fail_later was armed
+// on its key and fired. Otherwise the system told REFUNDED for a refund
+// the PSP never succeeded, and whyNot says so.
+func refundFailedLater(s *schedule, pid, state string, refunded bool) (later bool, whyNot string) {
+	if state != "FAILED" || !refunded {
+		return false, ""
+	}
+	if !s.fired(ids.RefundKey(pid), pspsim.FaultRefundFailLater) {
+		return false, fmt.Sprintf("%s refund FAILED after its REFUNDED event was written, but the PSP never failed a refund it had succeeded (no refund_fail_later fired)", pid)
+	}
+	return true, ""
+}
+
+// coverRefundSettled counts a refund fault as fired only once what it
+// stands for happened at the PSP: refund_pending once the refund settled
+// succeeded, refund_fail and refund_fail_later once it turned failed. A
+// rule that shaped the refund it made but whose settlement never came is
+// not coverage of the later settlement.
+func (s *schedule) coverRefundSettled(pid, pspStatus string) {
+	key := ids.RefundKey(pid)
+	for kind, want := range map[pspsim.FaultKind]string{pspsim.FaultRefundPending: "succeeded",
+		pspsim.FaultRefundFail: "failed", pspsim.FaultRefundFailLater: "failed"} {
+		if s.fired(key, kind) && pspStatus == want {
+			s.covered[pspPoint[kind]]++
+		}
+	}
+}
+
+// keyFault is a simulator fault kind on one idempotency key.
+type keyFault struct {
+	key  string
+	kind pspsim.FaultKind
+}
+
+// armOn counts a rule the runner armed, by its key.
+func (s *schedule) armOn(f pspsim.Fault) {
+	if s.armedOn == nil {
+		s.armedOn = map[keyFault]int{}
+	}
+	s.armedOn[keyFault{f.Match.IdempotencyKey, f.Kind}] += max(f.Times, 1)
+}
+
+// noteFiredByKey counts, per key and kind, the rules that fired: armed
+// less what the simulator still holds (left, read before it is cleared).
+func (s *schedule) noteFiredByKey(left []pspsim.Fault) {
+	rest := map[keyFault]int{}
+	for _, f := range left {
+		rest[keyFault{f.Match.IdempotencyKey, f.Kind}] += f.Times
+	}
+	s.firedOn = map[keyFault]int{}
+	for k, armed := range s.armedOn {
+		if n := armed - rest[k]; n > 0 {
+			s.firedOn[k] = n
+		}
+	}
+}
+
+// fired reports that a fault of kind fired on key during the schedule.
+func (s *schedule) fired(key string, kind pspsim.FaultKind) bool {
+	return s.firedOn[keyFault{key, kind}] > 0
+}
+
+// checkOpen judges a payment or refund still open (PENDING, UNKNOWN)
+// after quiescence: every resolver pass, sweep and settlement has run, so
+// the one documented open case left is a plain 5xx the PSP saved under
+// its key (error_5xx: nothing ran, and every replay inside the key window
+// answers the same 500, so the resolver can neither settle nor fail it).
+// Anything else open is a row nothing will ever resolve or notify.
+func (s *schedule) checkOpen(pid, state, key, what string) {
+	if s.notQuiet || s.fired(key, pspsim.FaultError5xx) {
+		return // never quiet is its own violation
+	}
+	s.violate("%s %sstill %s after quiescence with no saved 5xx at the PSP under %s: nothing will ever settle or notify it", pid, what, state, key)
 }
 
 // consumedOnce checks that the payment's event of state reached the
@@ -609,9 +694,12 @@ func contradicts(a answer, reused bool, final, charge, refund string, failedLate
 		}
 		return ""
 	}
+	// A 502 psp-rejected FAILED is as final as a 402 to the client
+	// (internal/client: nothing charged, a new key may pay again).
+	rejected := a.status == http.StatusBadGateway && a.ptype == problem.TypePSPRejected && a.state == "FAILED"
 	switch {
 	case reused && a.kind != "late":
-		if a.status == http.StatusCreated || a.status == http.StatusAccepted || a.status == http.StatusPaymentRequired {
+		if a.status == http.StatusCreated || a.status == http.StatusAccepted || a.status == http.StatusPaymentRequired || rejected {
 			return "a reused key with another amount was answered as a payment"
 		}
 		return ""
@@ -627,6 +715,8 @@ func contradicts(a answer, reused bool, final, charge, refund string, failedLate
 		return "told SUCCEEDED"
 	case a.status == http.StatusPaymentRequired && final != "FAILED":
 		return "told FAILED"
+	case rejected && final != "FAILED":
+		return "told FAILED (the PSP rejected the request: nothing charged)"
 	case a.kind == "resolve" && a.status == http.StatusOK && a.state == "VOID" && final != "VOID":
 		return "told VOID"
 	case a.status == http.StatusConflict && a.ptype == problem.TypeKeyVoided && final != "VOID" && final != "":

@@ -41,7 +41,8 @@ func (r *Runner) ledgerOutage(s *schedule) error {
 
 // inLedgerOutage runs a hop; an invocation that failed on the ledger
 // outage (the resolver's run, a worker step) is what Lambda retries: an
-// outcome, not a broken schedule.
+// outcome, not a broken schedule. Only a ledger error is excused
+// (isLedgerError): any other error in the hop fails the schedule.
 func (r *Runner) inLedgerOutage(s *schedule, f func() error) func() error {
 	return func() error {
 		if r.w.Net == nil {
@@ -49,7 +50,7 @@ func (r *Runner) inLedgerOutage(s *schedule, f func() error) func() error {
 		}
 		before := r.w.Net.DownFired()
 		err := f()
-		if fired := r.w.Net.DownFired() - before; err != nil && fired > 0 {
+		if fired := r.w.Net.DownFired() - before; fired > 0 && isLedgerError(err) {
 			// Not the error itself: it names this world's database and
 			// port, and the trace must replay byte for byte from the seed.
 			s.log("  the invocation failed in the ledger outage (%d calls failed)", fired)
