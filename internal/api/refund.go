@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
@@ -98,12 +99,22 @@ func (h *Handler) refund(ctx context.Context, r Request, paymentKey string) Resp
 	}
 
 	// 3. The intent, before any PSP call.
-	row, inserted, err := led.InsertRefund(ctx, ledger.Refund{
+	intent := ledger.Refund{
 		PaymentID: p.ID, CallerID: r.Caller, RefundKey: refundKey, Fingerprint: fp, Amount: p.Amount,
 		Currency: p.Currency, MerchantID: p.MerchantID, PSPCharge: p.PSPCharge, DeadlineAt: deadline,
-	})
+	}
+	row, inserted, err := led.InsertRefund(ctx, intent)
+	if errors.Is(err, ledger.ErrOutcomeUnknown) {
+		var resp Response
+		var done bool
+		if row, inserted, resp, done = h.refundAfterUnknownInsert(ctx, led, intent, paymentKey, err, log); done {
+			return resp
+		}
+		err = nil
+	}
 	switch {
 	case err != nil:
+		// Definitely not written: no PSP call without a durable intent.
 		log.Error("refund: could not record the intent; nothing was sent", "err", err)
 		return problemResponse(problem.LedgerUnavailable())
 	case !inserted && row.CallerID == r.Caller && row.RefundKey == refundKey:
@@ -126,6 +137,46 @@ func (h *Handler) refund(ctx context.Context, r Request, paymentKey string) Resp
 	resp := renderRefund(row, paymentKey, now)
 	log.Info("refund: answer", "state", row.State, "status", resp.Status)
 	return resp
+}
+
+// refundAfterUnknownInsert is the pay path's rule (attempt.afterUnknownInsert)
+// for the refund intent: the insert's reply was lost, so the PENDING refund
+// row may exist, and the resolver would refund it a minute after an answer
+// that said nothing was sent. Ask again with a fresh context: the same
+// insert-if-absent writes the row now or returns the one that exists. A row
+// with this request's key, fingerprint and deadline is the one its first try
+// wrote: carry on from it (inserted comes back true). If the ledger still
+// cannot say, answer 503 ledger-unconfirmed, never "nothing ran": the row, if
+// it exists, holds the refund key until the deadline + margin (a retry hears
+// 409 until then), and after it the resolver takes the row and a retry
+// answers from it. done means resp is the answer.
+func (h *Handler) refundAfterUnknownInsert(ctx context.Context, led RefundLedger, intent ledger.Refund, paymentKey string,
+	first error, log *slog.Logger) (row ledger.Refund, inserted bool, resp Response, done bool) {
+	log.Warn("refund: PENDING refund insert outcome unknown; asking the ledger again", "err", first)
+	h.d.Metrics.Count("LedgerInsertUnknown", 1)
+	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.d.Timing.Margin)
+	defer cancel()
+	row, inserted, err := led.InsertRefund(rctx, intent)
+	if err != nil {
+		log.Error("refund: PENDING refund insert unconfirmed; answering 503 without saying nothing ran",
+			"err", err, "first_err", first)
+		h.d.Metrics.Count("LedgerInsertUnconfirmed", 1)
+		retry := intent.DeadlineAt.Add(h.d.Timing.Margin).Sub(h.d.Clock.Now())
+		return ledger.Refund{}, false, problemResponse(problem.LedgerUnconfirmed(retry)), true
+	}
+	ours := inserted || (row.State == ledger.RefundPending && row.CallerID == intent.CallerID &&
+		row.RefundKey == intent.RefundKey && row.Fingerprint == intent.Fingerprint &&
+		row.DeadlineAt.Equal(intent.DeadlineAt.Truncate(time.Microsecond)))
+	if !ours {
+		return row, false, Response{}, false // answered as a repeat's would be
+	}
+	log.Info("refund: PENDING refund row confirmed after an unknown insert", "inserted_now", inserted)
+	if ctx.Err() != nil || h.d.Clock.Now().After(intent.DeadlineAt) {
+		// No PSP call starts past the deadline: PROCESSING, and the
+		// resolver makes the call with the derived key.
+		return row, true, renderRefund(row, paymentKey, h.d.Clock.Now()), true
+	}
+	return row, true, Response{}, false
 }
 
 // refundRepeat answers a repeat of a refund request from the refund row.

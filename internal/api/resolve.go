@@ -137,8 +137,29 @@ func (h *Handler) resolve(ctx context.Context, r Request, key string) Response {
 
 	// 2. Absent: the ledger's insert-if-absent decides.
 	row, inserted, err := led.InsertVoid(ctx, pid, r.Caller, key)
+	if errors.Is(err, ledger.ErrOutcomeUnknown) {
+		// The pay path's rule (attempt.afterUnknownInsert): the reply was
+		// lost and the VOID row may exist, so "nothing ran" could be false.
+		// Ask again with a fresh context: the same insert-if-absent.
+		log.Warn("resolve: VOID insert outcome unknown; asking the ledger again", "err", err)
+		h.d.Metrics.Count("LedgerInsertUnknown", 1)
+		rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.d.Timing.Margin)
+		first := err
+		row, inserted, err = led.InsertVoid(rctx, pid, r.Caller, key)
+		cancel()
+		if err != nil {
+			log.Error("resolve: VOID insert unconfirmed; answering 503 without saying nothing ran",
+				"err", err, "first_err", first)
+			h.d.Metrics.Count("LedgerInsertUnconfirmed", 1)
+			return problemResponse(problem.LedgerUnconfirmed(h.d.Timing.Margin))
+		}
+		// A VOID row is the one the first try wrote (or a concurrent
+		// resolve's, the same outcome): finish the void.
+		inserted = inserted || row.State == ledger.Void
+	}
 	if err != nil {
-		log.Error("resolve: could not record the void", "err", err)
+		// Definitely not written.
+		log.Error("resolve: could not record the void; nothing ran", "err", err)
 		return problemResponse(problem.LedgerUnavailable())
 	}
 	if !inserted {

@@ -91,12 +91,12 @@ func unavailable(op string, err error) error {
 	return fmt.Errorf("ledger: %s: %w: %w", op, ErrUnavailable, err)
 }
 
-// ErrOutcomeUnknown marks an InsertPending error after which it is not known
-// whether a row for (caller, key) exists: the statement may have committed
-// with its reply lost (a deadline, a reset connection), or it met a row it
-// could not read. It always comes with ErrUnavailable. Without it, an
-// InsertPending error means the statement was definitely not executed:
-// nothing was written.
+// ErrOutcomeUnknown marks an InsertPending, InsertRefund or InsertVoid error
+// after which it is not known whether the row exists: the statement may have
+// committed with its reply lost (a deadline, a reset connection), or it met a
+// row it could not read. It always comes with ErrUnavailable. Without it, an
+// insert's error means the statement was definitely not executed: nothing
+// was written.
 var ErrOutcomeUnknown = errors.New("ledger: outcome unknown")
 
 // InsertPending writes the PENDING row before any external call. If a row for
@@ -170,9 +170,18 @@ func (s *Store) InsertVoid(ctx context.Context, paymentID, caller, key string) (
 		return row, true, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
+		if mayHaveCommitted(err) {
+			// Its reply was lost: the VOID row may exist (InsertPending's rule).
+			return Payment{}, false, fmt.Errorf("ledger: insert void: %w: %w: %w", ErrUnavailable, ErrOutcomeUnknown, err)
+		}
 		return Payment{}, false, unavailable("insert void", err)
 	}
 	row, err = s.GetByKey(ctx, caller, key)
+	if err != nil && !errors.Is(err, ErrNotFound) {
+		// A row holds the key and could not be read: it may be the VOID a
+		// try whose reply was lost wrote, or a late original's.
+		return Payment{}, false, fmt.Errorf("ledger: insert void: a row exists: %w: %w", ErrOutcomeUnknown, err)
+	}
 	return row, false, err
 }
 

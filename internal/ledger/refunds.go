@@ -104,11 +104,20 @@ func (s *Store) InsertRefund(ctx context.Context, r Refund) (row Refund, inserte
 		return row, true, nil
 	}
 	if !errors.Is(err, pgx.ErrNoRows) {
+		if mayHaveCommitted(err) {
+			// Its reply was lost: the row may exist (InsertPending's rule).
+			return Refund{}, false, fmt.Errorf("ledger: insert refund: %w: %w: %w", ErrUnavailable, ErrOutcomeUnknown, err)
+		}
 		return Refund{}, false, unavailable("insert refund", err)
 	}
 	row, err = s.GetRefundByKey(ctx, r.CallerID, r.RefundKey)
 	if errors.Is(err, ErrRefundNotFound) {
 		row, err = s.GetRefund(ctx, r.PaymentID)
+	}
+	if err != nil && !errors.Is(err, ErrRefundNotFound) {
+		// A row holds the payment's refund and could not be read: it may be
+		// this request's own, written by a try whose reply was lost.
+		return Refund{}, false, fmt.Errorf("ledger: insert refund: a row exists: %w: %w", ErrOutcomeUnknown, err)
 	}
 	return row, false, err
 }

@@ -36,7 +36,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"maps"
 	"math/rand/v2"
 	"net/http"
 	"strings"
@@ -417,14 +416,19 @@ func (r *Runner) Run(ctx context.Context, seed uint64) (Result, error) {
 	}
 	steps := 10 + s.rng.IntN(30)
 	for range steps {
-		before, from := maps.Clone(s.states), len(s.answers)
+		before, err := r.beforeStep(ctx, s)
+		if err != nil {
+			return s.result(), err
+		}
 		if err := r.step(ctx, s); err != nil {
 			return s.result(), fmt.Errorf("seed %d step %d: %w", seed, s.step, err)
 		}
 		if err := r.observe(ctx, s); err != nil {
 			return s.result(), err
 		}
-		s.checkNothingRan(before, from)
+		if err := r.checkNothingRan(ctx, s, before); err != nil {
+			return s.result(), err
+		}
 	}
 	s.endClock = r.w.Clock.Now()
 	// Quiescence: the paused owners wake, the crash points are cleared,
@@ -567,8 +571,8 @@ func (r *Runner) step(ctx context.Context, s *schedule) error {
 		return r.call(ctx, s, p, "reuse", p.reuse, w.Clock.Now(), nil)
 	case k < 41: // a late original: stamped past the deadline
 		return r.call(ctx, s, p, "late", p.body, w.Clock.Now().Add(-w.Timing.Deadline-time.Second), nil)
-	case k < 44: // "did it go through?"
-		return r.resolve(ctx, s, p, "/payments/"+p.key+"/resolve")
+	case k < 44: // "did it go through?", maybe with a lost ledger reply (its VOID insert's)
+		return r.withNet(s, func() error { return r.resolve(ctx, s, p, "/payments/"+p.key+"/resolve") })
 	case k < 50: // a refund, maybe with a fault at the PSP or the ledger
 		r.pspFault(s, p, ids.RefundKey(p.pid), false)
 		return r.withNet(s, func() error { return r.refund(ctx, s, p) })

@@ -11,7 +11,9 @@ package chaos
 // the recovery are one line each in chaos.go.
 
 import (
+	"context"
 	"fmt"
+	"maps"
 	"net/http"
 
 	"github.com/oncepay/oncepay/internal/problem"
@@ -67,22 +69,51 @@ func (r *Runner) recoverLedger() {
 	}
 }
 
+// beforeStep is what checkNothingRan compares a step's answers against:
+// the payments' states and the payments holding a refund row before it.
+type beforeStep struct {
+	states  map[string]string
+	refunds map[string]refundRow
+	from    int // the index of the step's first answer
+}
+
+func (r *Runner) beforeStep(ctx context.Context, s *schedule) (beforeStep, error) {
+	refunds, err := r.refundRows(ctx, s)
+	return beforeStep{states: maps.Clone(s.states), refunds: refunds, from: len(s.answers)}, err
+}
+
 // checkNothingRan holds the step's "nothing was run" answers (503
-// ledger-unavailable) against the ledger: a payment with no row before the
-// step and one after it was written by the step's own request — a step
-// plays one request at a time, and a paused owner stays frozen — so that
-// request's insert committed, and a client that believed it and paid again
-// under a new key would pay twice. before is the states seen before the
-// step, from the index of its first answer. Refunds keep rows of their
-// own and are not judged here.
-func (s *schedule) checkNothingRan(before map[string]string, from int) {
-	for _, a := range s.answers[from:] {
-		if a.kind == "refund" || a.status != http.StatusServiceUnavailable || a.ptype != problem.TypeLedgerUnavailable {
+// ledger-unavailable) against the ledger: a payment (or a refund) with no
+// row before the step and one after it was written by the step's own
+// request — a step plays one request at a time, a paused owner stays
+// frozen, and only a refund request writes a refund row — so that
+// request's insert committed, and a client that believed it and tried
+// again under a new key would pay (or be refunded by the resolver) twice.
+// Run after observe, which brings the states up to date.
+func (r *Runner) checkNothingRan(ctx context.Context, s *schedule, before beforeStep) error {
+	var refunds map[string]refundRow
+	for _, a := range s.answers[before.from:] {
+		if a.status != http.StatusServiceUnavailable || a.ptype != problem.TypeLedgerUnavailable {
 			continue
 		}
-		if before[a.p.pid] == "" && s.states[a.p.pid] != "" {
-			s.violate("step %d %s %s/%s answered 503 ledger-unavailable (nothing was run), yet its payment's row was written in that step (%s)",
-				a.step, a.kind, a.p.caller, a.p.key, s.states[a.p.pid])
+		if a.kind != "refund" {
+			if before.states[a.p.pid] == "" && s.states[a.p.pid] != "" {
+				s.violate("step %d %s %s/%s answered 503 ledger-unavailable (nothing was run), yet its payment's row was written in that step (%s)",
+					a.step, a.kind, a.p.caller, a.p.key, s.states[a.p.pid])
+			}
+			continue
+		}
+		if refunds == nil {
+			var err error
+			if refunds, err = r.refundRows(ctx, s); err != nil {
+				return err
+			}
+		}
+		_, had := before.refunds[a.p.pid]
+		if _, has := refunds[a.p.pid]; !had && has {
+			s.violate("step %d refund %s/%s answered 503 ledger-unavailable (nothing was run), yet its refund row was written in that step",
+				a.step, a.p.caller, a.p.key)
 		}
 	}
+	return nil
 }

@@ -483,6 +483,12 @@ func (w *World) Resolve(ctx context.Context, caller, key string) api.Response {
 	return w.call(ctx, http.MethodPost, "/payments/"+url.PathEscape(key)+"/resolve", caller, "", "", w.Clock.Now())
 }
 
+// Refund sends POST /payments/{key}/refund with the refund's own
+// Idempotency-Key, now.
+func (w *World) Refund(ctx context.Context, caller, key, refundKey string) api.Response {
+	return w.call(ctx, http.MethodPost, "/payments/"+url.PathEscape(key)+"/refund", caller, refundKey, "", w.Clock.Now())
+}
+
 func (w *World) call(ctx context.Context, method, path, caller, key, body string, arrival time.Time) api.Response {
 	h := http.Header{}
 	if key != "" {
