@@ -178,5 +178,5 @@ func expectVoidedAndNothingCharged(t *testing.T, w *story.World) {
 	if n := len(w.Charges("")); n != 0 {
 		t.Fatalf("%d charges after a void", n)
 	}
-	expectNothingYet(t, w, "after the void")
+	expectNothingYet(t, w, "after the void", 0)
 }
