@@ -32,6 +32,7 @@ const seedOpening = 12000
 func TestALostReplyIsSettledByTheResolverWithNoClientCall(t *testing.T) {
 	t.Parallel()
 	s := live(t)
+	calm(t)
 	sim := s.needSim(t)
 	ctx := context.Background()
 	a := newActors("lost")

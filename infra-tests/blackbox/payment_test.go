@@ -23,6 +23,7 @@ const issuePushBound = 10 * time.Second
 func TestAPaymentIsCreditedOnceAndItsPushArrivesWithinSecondsOfThe201(t *testing.T) {
 	t.Parallel()
 	s := live(t)
+	calm(t)
 	ctx := context.Background()
 	a := newActors("happy")
 	body := a.body("o-1", 1234, "pm_card_visa")
@@ -74,6 +75,7 @@ func TestAPaymentIsCreditedOnceAndItsPushArrivesWithinSecondsOfThe201(t *testing
 func TestADeclineIs402ReplayedWithNoCreditAndTheFailedPush(t *testing.T) {
 	t.Parallel()
 	s := live(t)
+	calm(t)
 	ctx := context.Background()
 	a := newActors("decline")
 	body := a.body("o-4", 2500, "pm_card_chargeDeclined")
@@ -117,6 +119,7 @@ func TestAWebhookArrivingBeforeTheResolverSettlesThePayment(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			s := live(t)
+			calm(t)
 			sim := s.needSim(t)
 			ctx := context.Background()
 			a := newActors("webhook")
@@ -171,6 +174,7 @@ func TestAWebhookArrivingBeforeTheResolverSettlesThePayment(t *testing.T) {
 func TestAForgedWebhookIsRefusedAndChangesNothing(t *testing.T) {
 	t.Parallel()
 	s := live(t)
+	calm(t)
 	ctx := context.Background()
 	a := newActors("forged")
 	pid := a.paymentID("K1")
