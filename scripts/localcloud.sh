@@ -146,8 +146,19 @@ start_app() { # name addr binary args...
   setsid nohup "$@" >"$LOGS/$name.log" 2>&1 &
   local pid=$!
   echo $pid >"$PIDS/$name.pid"
-  wait_for "$name" port_open "${addr##*:}"
-  kill -0 "$pid" 2>/dev/null || { tail -n 20 "$LOGS/$name.log" >&2; die "$name exited right after it started"; }
+  # Ready when it listens; a process that exits while we wait has failed
+  # (the stack exits when a custom resource answers FAILED).
+  local deadline=$((SECONDS + ${APP_READY_TIMEOUT:-$READY_TIMEOUT}))
+  until port_open "${addr##*:}"; do
+    if ! kill -0 "$pid" 2>/dev/null; then
+      tail -n 30 "$LOGS/$name.log" >&2; die "$name exited before it was ready (log: $LOGS/$name.log)"
+    fi
+    if [ $SECONDS -ge $deadline ]; then
+      tail -n 30 "$LOGS/$name.log" >&2; die "$name did not become ready within ${APP_READY_TIMEOUT:-$READY_TIMEOUT}s"
+    fi
+    sleep 0.2
+  done
+  say "$name ready"
 }
 
 # The stack is restarted only when what it runs changed (its binary, the
@@ -160,13 +171,14 @@ start_stack() {
     say "stack already running on $ADMIN_ADDR (unchanged)"
     return
   fi
-  ONCEPAY_ADMIN_ADDR=$ADMIN_ADDR start_app stack "$ADMIN_ADDR" "$LOCAL/bin/localcloud" serve -admin "$ADMIN_ADDR"
+  # Ready once every function's host bootstrap is built and the custom
+  # resources (the ledger migration) have answered: minutes on a cold cache.
+  APP_READY_TIMEOUT=${ONCEPAY_STACK_READY_TIMEOUT:-600} ONCEPAY_ADMIN_ADDR=$ADMIN_ADDR start_app stack "$ADMIN_ADDR" "$LOCAL/bin/localcloud" serve -admin "$ADMIN_ADDR"
   echo "$sum" >"$PIDS/stack.sum"
 }
 
 start_apps() {
   GOFLAGS=-buildvcs=false go build -o "$LOCAL/bin/pspsim" ./cmd/pspsim
-  GOFLAGS=-buildvcs=false go build -o "$LOCAL/bin/frontdoor" ./cmd/frontdoor
   # The simulator signs webhooks with the PSP secret's webhook_secret, the
   # value the webhook function verifies with: the provisioner resolved it
   # into .local/env. It goes in the environment, not on the command line.
@@ -176,7 +188,10 @@ start_apps() {
   [ -f "$LOCAL/env" ] && whsec=$(sed -n 's/^PSPSIM_WEBHOOK_SECRET=//p' "$LOCAL/env")
   PSPSIM_WEBHOOK_SECRET=$whsec start_app pspsim "$PSPSIM_ADDR" "$LOCAL/bin/pspsim" -addr "$PSPSIM_ADDR" \
     -webhook-url "http://$FRONTDOOR_ADDR/webhooks/psp" -state "$LOCAL/pspsim.state"
-  start_app frontdoor "$FRONTDOOR_ADDR" "$LOCAL/bin/frontdoor" serve -addr "$FRONTDOOR_ADDR"
+  # The front door is the stack's: it serves the template's routes over the
+  # function runner on $FRONTDOOR_ADDR. An older checkout's standalone one
+  # is stopped.
+  stop_pid frontdoor >/dev/null
   start_stack
 }
 

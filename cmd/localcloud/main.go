@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -52,7 +53,11 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&c.DynamoURL, "dynamodb", envOr("ONCEPAY_DDB_URL", "http://127.0.0.1:8000"), "DynamoDB Local endpoint")
 	fs.StringVar(&c.AWSURL, "aws", envOr("ONCEPAY_AWS_URL", "http://127.0.0.1:4566"), "moto / LocalStack endpoint")
 	fs.StringVar(&c.PGHost, "pg-host", "127.0.0.1", "PostgreSQL host")
-	fs.IntVar(&c.PGPort, "pg-port", 54329, "PostgreSQL port")
+	pgPort, err := strconv.Atoi(envOr("ONCEPAY_PG_PORT", "54329"))
+	if err != nil {
+		return fmt.Errorf("localcloud: ONCEPAY_PG_PORT: %w", err)
+	}
+	fs.IntVar(&c.PGPort, "pg-port", pgPort, "PostgreSQL port (default $ONCEPAY_PG_PORT, as scripts/localcloud.sh starts it)")
 	fs.StringVar(&c.Database, "db", "oncepay", "ledger database")
 	fs.StringVar(&c.PSPURL, "psp", envOr("ONCEPAY_PSP_URL", "http://127.0.0.1:8090"), "PSP simulator URL")
 	fs.StringVar(&c.FrontDoor, "frontdoor", envOr("ONCEPAY_FRONTDOOR_URL", "http://127.0.0.1:8080"), "local front door URL")

@@ -6,31 +6,133 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
+	"net/url"
 	"os"
+	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/oncepay/oncepay/internal/awsclient/fullconfig"
 	"github.com/oncepay/oncepay/internal/awsclient/sqsclient"
 	"github.com/oncepay/oncepay/internal/awsclient/streamsclient"
+	"github.com/oncepay/oncepay/internal/localcloud/customresource"
+	"github.com/oncepay/oncepay/internal/localcloud/frontdoor"
+	"github.com/oncepay/oncepay/internal/localcloud/invoke"
+	"github.com/oncepay/oncepay/internal/localcloud/lambdarun"
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 	"github.com/oncepay/oncepay/internal/localcloud/provision"
+	"github.com/oncepay/oncepay/internal/localcloud/secretsext"
 	"github.com/oncepay/oncepay/internal/localcloud/stack"
 	"github.com/oncepay/oncepay/internal/localcloud/trigger"
 )
 
-// newRunner is the function runner the stack runs its functions with. The
-// lead plugs the aws-lambda-rie runner (internal/localcloud/lambdarun) in
-// here; until then the relay, worker and resolver run in process.
-var newRunner stack.NewRunner = func(_ context.Context, tpl *provision.Template, _ map[string]provision.Physical) (stack.Runner, error) {
-	return stack.NewInProcess(tpl, slog.Default()), nil
+// liveRunner runs every template function as its bootstrap under
+// aws-lambda-rie (lambdarun), with the environment `up` resolved for it,
+// and before any trigger starts it plays the template's custom resources
+// through it as CloudFormation would (the ledger migration is one), with the
+// Parameters and Secrets extension the migration reads its secret from.
+func liveRunner(c provision.Config, awsCfg aws.Config, log *slog.Logger) stack.NewRunner {
+	return func(ctx context.Context, tpl *provision.Template, phys map[string]provision.Physical) (stack.Runner, error) {
+		root, err := localenv.Root()
+		if err != nil {
+			return nil, err
+		}
+		envs, err := provision.ReadFunctionEnvs(c.StateDir)
+		if err != nil {
+			return nil, err
+		}
+		fns, err := lambdarun.FromTemplate(c.Template, envs, lambdarun.Config{Root: root})
+		if err != nil {
+			return nil, err
+		}
+		built, err := lambdarun.Build(ctx, root, fns)
+		if err != nil {
+			return nil, err
+		}
+		log.Info("function bootstraps built for the host", "changed", built)
+		r, err := lambdarun.New(fns, lambdarun.Config{Root: root})
+		if err != nil {
+			return nil, err
+		}
+		sm := secretsmanager.NewFromConfig(awsCfg)
+		ext, err := serveExtension(envs, sm)
+		if err != nil {
+			_ = r.Close()
+			return nil, err
+		}
+		lr := &runnerWithExtension{Runner: r, ext: ext}
+		d := customresource.Driver{Invoker: r, Evaluator: c.Evaluator(tpl, phys, sm), StateDir: c.StateDir, Log: log}
+		outs, err := d.Run(ctx)
+		if err != nil {
+			_ = lr.Close()
+			return nil, err
+		}
+		for _, o := range outs {
+			log.Info("custom resource", "outcome", fmt.Sprintf("%+v", o))
+		}
+		return lr, nil
+	}
 }
 
-// mount wires the front door's routes onto the stack (nil: none yet; the
-// front door still runs as its own process). The phone's reader needs no
-// route: serve runs it beside the stack (startPhone).
-var mount stack.Mount
+// runnerWithExtension stops the secrets extension with the runner.
+type runnerWithExtension struct {
+	*lambdarun.Runner
+	ext *http.Server
+}
+
+func (r *runnerWithExtension) Close() error {
+	_ = r.ext.Close()
+	return r.Runner.Close()
+}
+
+// serveExtension starts the Parameters and Secrets extension stand-in on
+// the port the template gives the functions that use it (2773 by default),
+// on 127.0.0.1 only.
+func serveExtension(envs map[string]map[string]string, sm secretsext.Secrets) (*http.Server, error) {
+	port := "2773"
+	for _, env := range envs {
+		if p := env["PARAMETERS_SECRETS_EXTENSION_HTTP_PORT"]; p != "" {
+			port = p
+		}
+	}
+	srv := &http.Server{Addr: "127.0.0.1:" + port, ReadHeaderTimeout: 5 * time.Second,
+		Handler: &secretsext.Handler{Secrets: sm, Token: provision.LocalSessionToken}}
+	ln, err := net.Listen("tcp", srv.Addr)
+	if err != nil {
+		return nil, fmt.Errorf("localcloud: the secrets extension: %w", err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	return srv, nil
+}
+
+// frontDoor serves the template's HTTP API routes over the runner on the
+// front door's address (ONCEPAY_FRONTDOOR_URL's host).
+func frontDoor(c provision.Config, log *slog.Logger) stack.Mount {
+	return func(ctx context.Context, inv invoke.Invoker, admin *http.ServeMux) ([]*http.Server, error) {
+		root, err := localenv.Root()
+		if err != nil {
+			return nil, err
+		}
+		secret, err := frontdoor.LoadOrCreateSecret(filepath.Join(root, ".local", "frontdoor.key"))
+		if err != nil {
+			return nil, err
+		}
+		door, err := frontdoor.FromTemplate(c.Template, inv, secret, frontdoor.WithLogger(log))
+		if err != nil {
+			return nil, err
+		}
+		u, err := url.Parse(c.FrontDoor)
+		if err != nil || u.Host == "" {
+			return nil, fmt.Errorf("localcloud: front door URL %q: %v", c.FrontDoor, err)
+		}
+		return []*http.Server{{Addr: u.Host, Handler: door, ReadHeaderTimeout: 10 * time.Second}}, nil
+	}
+}
 
 // serve runs the stack from the template and what the last `up`
 // provisioned, until SIGTERM or an interrupt.
@@ -65,7 +167,7 @@ func serve(ctx context.Context, c provision.Config, admin string) error {
 		Template: tpl, Resources: phys, Region: c.Region, StateDir: c.StateDir,
 		AdminAddr: admin, TimeScale: scale,
 		Clients:   trigger.Clients{Streams: streamsclient.New(cfg), Queues: q, Send: q},
-		NewRunner: newRunner, Mount: mount, Logger: log,
+		NewRunner: liveRunner(c, cfg, log), Mount: frontDoor(c, log), Logger: log,
 	})
 	if err != nil {
 		return err

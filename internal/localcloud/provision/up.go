@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
@@ -117,6 +118,14 @@ func Up(ctx context.Context, c Config) (localenv.Env, error) {
 	}
 	outputs := Outputs(t, phys)
 	outputs["LedgerEndpoint"] = fmt.Sprintf("%s:%d", c.PGHost, c.PGPort)
+	// The HTTP API is the stack's front door: the same outputs a deployed
+	// stack has, pointing at the local one.
+	if _, ok := t.Outputs["HttpApiUrl"]; ok && c.FrontDoor != "" {
+		outputs["HttpApiUrl"] = strings.TrimSuffix(c.FrontDoor, "/")
+	}
+	if _, ok := t.Outputs["WebhookUrl"]; ok && c.FrontDoor != "" {
+		outputs["WebhookUrl"] = strings.TrimSuffix(c.FrontDoor, "/") + "/webhooks/psp"
+	}
 	for out, v := range outputs {
 		if name, ok := stackenv.OutputVars[out]; ok {
 			env[name] = v
