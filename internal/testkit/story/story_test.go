@@ -37,7 +37,7 @@ func TestTheSeedsStoryEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if m := c.Mismatch(); len(m) > 0 {
+	if m := c.StoryMismatch(); len(m) > 0 {
 		t.Fatal(m)
 	}
 }
@@ -46,11 +46,11 @@ func TestTheSeedsStoryEndToEnd(t *testing.T) {
 // shows one notification, so only the alert count can catch it.
 func TestTheSeedsCountFlagsADoublePush(t *testing.T) {
 	c := story.Want
-	if m := c.Mismatch(); len(m) != 0 {
+	if m := c.StoryMismatch(); len(m) != 0 {
 		t.Fatalf("the seed's own count mismatches: %v", m)
 	}
 	c.Alerts++
-	if m := c.Mismatch(); len(m) != 1 {
+	if m := c.StoryMismatch(); len(m) != 1 {
 		t.Fatalf("one extra push (%d alerts, 1 shown) gave mismatches %v, want one", c.Alerts, m)
 	}
 }
