@@ -29,6 +29,8 @@ func (s *Sim) serveAdmin(w http.ResponseWriter, r *http.Request) {
 			f.Times = 1
 		}
 		writeJSON(w, http.StatusCreated, f)
+	case "GET /_sim/stats":
+		writeJSON(w, http.StatusOK, s.Stats())
 	case "GET /_sim/faults":
 		writeJSON(w, http.StatusOK, s.Faults())
 	case "DELETE /_sim/faults":

@@ -110,6 +110,7 @@ func (s *Sim) createPaymentIntent(form url.Values, key string) (reply, bool) {
 		m, known = method{does: succeeds}, true
 	}
 	if !known {
+		s.stats.UnknownPaymentMethod++
 		// Stripe refuses an id it holds no PaymentMethod for before any
 		// attempt: a validation error, so nothing is saved under the key.
 		return invalid("payment_method", "resource_missing", fmt.Sprintf("No such PaymentMethod: '%s'", pm)), false
@@ -145,6 +146,9 @@ func (s *Sim) createPaymentIntent(form url.Values, key string) (reply, bool) {
 	s.touchIntent(pi.ID)
 	log := s.log.With("payment_id", md["payment_id"], "payment_intent", pi.ID, "charge", chargeID, "idempotency_key", key)
 
+	if m.does == authenticate {
+		s.stats.RequiresAction++
+	}
 	if m.does == authenticate && errorOnAction {
 		m = authRequired
 	}
@@ -294,13 +298,15 @@ func (s *Sim) searchPaymentIntents(form url.Values, _ string) (reply, bool) {
 	visibleBefore := s.nowLocked().Add(-s.cfg.SearchLag)
 	var hits []*paymentIntent
 	for _, pi := range slices.Backward(s.order) {
-		if s.cfg.SearchLag > 0 && pi.createdAt.After(visibleBefore) {
+		if !matchesAll(pi.Metadata, want) {
 			continue
 		}
-		if matchesAll(pi.Metadata, want) {
-			s.settleLocked(pi)
-			hits = append(hits, pi)
+		if s.cfg.SearchLag > 0 && pi.createdAt.After(visibleBefore) {
+			s.stats.SearchHidden++
+			continue
 		}
+		s.settleLocked(pi)
+		hits = append(hits, pi)
 	}
 	page := []*paymentIntent{}
 	if offset < len(hits) {

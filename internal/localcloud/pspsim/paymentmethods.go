@@ -31,6 +31,7 @@ func (s *Sim) checkPaymentMethodLocked(path string, form url.Values) (reply, boo
 		return reply{}, false
 	}
 	if by, used := s.pmUsed[pm]; used {
+		s.stats.PaymentMethodReused++
 		s.log.Info("payment method refused: single-use and already used", "payment_method", pm, "used_by", by)
 		return invalid("payment_method", "payment_method_unexpected_state", fmt.Sprintf(
 			"The provided PaymentMethod was previously used with a PaymentIntent without Customer attachment, "+

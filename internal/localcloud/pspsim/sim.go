@@ -37,6 +37,9 @@
 //	POST   /_sim/search_lag      SetSearchLag(d): {"lag_ms": N}
 //	POST   /_sim/payment_methods/attach  AttachPaymentMethod(pm):
 //	                             {"payment_method": "pm_..."}; 204
+//	GET    /_sim/stats           Stats(): what the Stripe behaviours did
+//	                             (searches the lag hid, 3-D Secure confirms,
+//	                             payment methods refused)
 //
 // Where Stripe differs from a tidy PSP, the simulator differs too: keys are
 // kept at least 24 h and pruned at a jittered time after; search lags
@@ -225,6 +228,7 @@ type Sim struct {
 	pmUsed      map[string]string       // paymentmethods.go: pm -> the PaymentIntent that used it
 	pmAttached  map[string]bool         // paymentmethods.go: reusable payment methods
 	pmCreated   map[string]bool         // paymentmethods.go: PaymentMethods made by the API (cards that pay)
+	stats       Stats                   // stats.go: what the behaviours did; Reset leaves it
 
 	deliverMu sync.Mutex // one delivery round at a time
 	kick      chan struct{}

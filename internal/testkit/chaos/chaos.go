@@ -8,13 +8,26 @@
 // story.Options.Serial).
 //
 // The fault model: crashes and pauses at every hop's crash points; the
-// PSP's lost replies, 5xx, dropped requests, duplicated and lost webhooks,
-// and its API key refused for a while (401/403); downstream outages that
+// PSP's lost replies, 5xx (before anything ran, or saved after the charge
+// was made), dropped requests, duplicated, late (out of order) and lost
+// webhooks, a second event id for one change (charge.* beside
+// payment_intent.*), refunds that settle later, fail, or succeed and fail
+// later, a search index that lags behind the charges, cards that need 3-D
+// Secure, payment methods that do not exist or were single-use and already
+// paid, and its API key refused for a while (401/403); downstream outages that
 // outlast every retry and then recover (the relay's SQS sends, the
 // worker's SNS publishes, the key-record store); ambiguous ledger commits
 // (internal/faultnet: the statement committed, its reply lost); queue
 // redeliveries; refunds; and every request through one of the two front
 // doors' event shapes. Coverage counts what FIRED, never what was armed.
+//
+// One behaviour of the PSP is out of reach: Stripe prunes a key some time
+// past 24 h (pspsim's jittered pruning). The resolver measures its key
+// window on the database's clock, which the world's fake clock does not
+// move, so no schedule lives past it; and moving only the simulator's
+// clock past 24 h would make it forget keys the resolver is still told to
+// replay, which Stripe never does (pspsim.Config.Validate refuses that
+// world). For the same reason there is no look-up after the key window.
 package chaos
 
 import (
@@ -41,28 +54,38 @@ import (
 // The crash and fault points a schedule can hit; Result.Covered counts the
 // times each one fired.
 const (
-	APIAfterClaim         = "api.AfterClaim"
-	APIAfterPendingInsert = "api.AfterPendingInsert"
-	APIAfterPSPReply      = "api.AfterPSPReply"
-	APIBeforeComplete     = "api.BeforeComplete"
-	APIPaused             = "api.paused-owner"
-	ResolverAfterAnswer   = "resolver.AfterPSPAnswer"
-	RelayAfterSend        = "relay.crash-after-send"
-	WorkerBeforeEvent     = "worker.BeforeEvent"
-	WorkerAfterCommit     = "worker.AfterCommit"
-	WorkerAfterPush       = "worker.AfterPush"
-	PSPLoseReply          = "psp.lose_reply"
-	PSPError5xx           = "psp.error_5xx"
-	PSPDropBefore         = "psp.drop_before"
-	PSPUnauthorized       = "psp.unauthorized" // a call refused 401 while the API key is broken
-	PSPForbidden          = "psp.forbidden"    // a call refused 403
-	WebhookDuplicate      = "webhook.duplicate"
-	WebhookDrop           = "webhook.drop"
-	QueueRedelivery       = "queue.redelivery"
-	SQSDown               = "sqs.send-down"        // a relay send failed in an SQS outage
-	SNSDown               = "sns.publish-down"     // a worker publish failed in an SNS outage
-	KeyStoreDown          = "dynamodb.claims-down" // a key-record call failed in a DynamoDB outage
-	LedgerReplyLost       = "ledger.reply-lost"    // a ledger round trip ran, its reply was lost (any statement)
+	APIAfterClaim          = "api.AfterClaim"
+	APIAfterPendingInsert  = "api.AfterPendingInsert"
+	APIAfterPSPReply       = "api.AfterPSPReply"
+	APIBeforeComplete      = "api.BeforeComplete"
+	APIPaused              = "api.paused-owner"
+	ResolverAfterAnswer    = "resolver.AfterPSPAnswer"
+	RelayAfterSend         = "relay.crash-after-send"
+	WorkerBeforeEvent      = "worker.BeforeEvent"
+	WorkerAfterCommit      = "worker.AfterCommit"
+	WorkerAfterPush        = "worker.AfterPush"
+	PSPLoseReply           = "psp.lose_reply"
+	PSPError5xx            = "psp.error_5xx"
+	PSPDropBefore          = "psp.drop_before"
+	PSPUnauthorized        = "psp.unauthorized" // a call refused 401 while the API key is broken
+	PSPForbidden           = "psp.forbidden"    // a call refused 403
+	WebhookDuplicate       = "webhook.duplicate"
+	WebhookDrop            = "webhook.drop"
+	PSPError5xxAfterCharge = "psp.error_5xx_after_charge" // a 500 saved after the charge was made
+	PSPRefundPending       = "psp.refund_pending"         // a refund answered pending, settling later
+	PSPRefundFail          = "psp.refund_fail"            // a refund answered pending that fails
+	PSPRefundFailLater     = "psp.refund_fail_later"      // a refund answered succeeded that fails later
+	PSPSearchLag           = "psp.search_lag"             // a PaymentIntent a search left out (the index lags)
+	PSPRequiresAction      = "psp.card_requires_action"   // a confirm with a 3-D Secure card
+	PSPUnknownMethod       = "psp.unknown_payment_method" // a confirm refused: no such PaymentMethod
+	PSPMethodReused        = "psp.payment_method_reused"  // a confirm refused: single-use, already paid
+	WebhookDelay           = "webhook.delay"              // an event held back, delivered after later ones
+	WebhookSecondEvent     = "webhook.second_event"       // the charge.* event of a change, a second event id, received
+	QueueRedelivery        = "queue.redelivery"
+	SQSDown                = "sqs.send-down"        // a relay send failed in an SQS outage
+	SNSDown                = "sns.publish-down"     // a worker publish failed in an SNS outage
+	KeyStoreDown           = "dynamodb.claims-down" // a key-record call failed in a DynamoDB outage
+	LedgerReplyLost        = "ledger.reply-lost"    // a ledger round trip ran, its reply was lost (any statement)
 	// Outcomes, not faults the runner arms: the give-up paths.
 	// RelayGaveUp: the stream mapping discarded records after every retry
 	// (the outbox sweep must re-drive them). QueueDeadLettered: five failed
@@ -78,6 +101,8 @@ const (
 var Points = []string{APIAfterClaim, APIAfterPendingInsert, APIAfterPSPReply, APIBeforeComplete, APIPaused,
 	ResolverAfterAnswer, RelayAfterSend, WorkerBeforeEvent, WorkerAfterCommit, WorkerAfterPush,
 	PSPLoseReply, PSPError5xx, PSPDropBefore, PSPUnauthorized, PSPForbidden, WebhookDuplicate, WebhookDrop,
+	PSPError5xxAfterCharge, PSPRefundPending, PSPRefundFail, PSPRefundFailLater, PSPSearchLag, PSPRequiresAction,
+	PSPUnknownMethod, PSPMethodReused, WebhookDelay, WebhookSecondEvent,
 	QueueRedelivery, SQSDown, SNSDown, KeyStoreDown, LedgerReplyLost, RelayGaveUp}
 
 // netStatements are the statement kinds an ambiguous commit is armed on
@@ -91,6 +116,44 @@ var pspPoint = map[pspsim.FaultKind]string{
 	pspsim.FaultLoseReply: PSPLoseReply, pspsim.FaultError5xx: PSPError5xx, pspsim.FaultDropBefore: PSPDropBefore,
 	pspsim.FaultUnauthorized: PSPUnauthorized, pspsim.FaultForbidden: PSPForbidden,
 	pspsim.FaultWebhookDuplicate: WebhookDuplicate, pspsim.FaultWebhookDrop: WebhookDrop,
+	pspsim.FaultError5xxAfterCharge: PSPError5xxAfterCharge, pspsim.FaultRefundPending: PSPRefundPending,
+	pspsim.FaultRefundFail: PSPRefundFail, pspsim.FaultRefundFailLater: PSPRefundFailLater,
+	pspsim.FaultWebhookDelay: WebhookDelay,
+}
+
+// The simulator's clocks as the runner uses them. Every wait is far longer
+// than a schedule takes in real time, so nothing the runner does not move
+// happens by the real clock and a schedule stays a function of its seed.
+const (
+	// refundSettles is how long a delayed pending (or failing) refund takes
+	// to settle by the simulator's clock: the runner moves that clock by
+	// it, once a delayed refund was made, and never otherwise, so a world's
+	// simulator stays hours short of Stripe's 24 h key window over its
+	// WorldSchedules.
+	refundSettles = 5 * time.Minute
+	// searchLag is the search index's lag in the schedules that draw one:
+	// nothing charged during the schedule is found by a search until
+	// quiescence, when the index has caught up (the lag is lifted).
+	searchLag = time.Hour
+	// webhookHeld is a late event's hold (webhook_delay) and a refused
+	// delivery's retry backoff: only a flush of every pending event
+	// delivers them, never a delivery of the events that are due.
+	webhookHeld = time.Hour
+)
+
+// chaosPSP is the simulator's configuration in a chaos world: the endpoint
+// is subscribed to every event type, so one change reaches it as two
+// events with two ids (payment_intent.* and charge.*) and a refund's late
+// settlement (refund.updated, refund.failed) reaches it at all; a refused
+// delivery waits for a flush.
+func chaosPSP(next func(*pspsim.Config)) func(*pspsim.Config) {
+	return func(c *pspsim.Config) {
+		c.WebhookEvents = []string{"*"}
+		c.WebhookBackoff, c.WebhookBackoffMax = webhookHeld, webhookHeld
+		if next != nil {
+			next(c)
+		}
+	}
 }
 
 // Result is what one schedule did and found.
@@ -138,6 +201,7 @@ func newWorld(ctx context.Context, opts story.Options) (*Runner, error) {
 	out := newOutages()
 	opts.FaultNet = true
 	opts.FreshPSPConnections = true
+	opts.PSPConfig = chaosPSP(opts.PSPConfig)
 	out.install(&opts)
 	w, err := story.New(ctx, opts)
 	if err != nil {
@@ -191,8 +255,16 @@ type schedule struct {
 	// charges and refunds the simulator held before the schedule began:
 	// later ones are the schedule's.
 	chargesBefore, refundsBefore int
-	endClock                     time.Time // the clock when the last step ended
-	discarded                    int       // the stream's discarded records before the schedule
+	// statsBefore is the simulator's behaviour counts before the schedule.
+	statsBefore pspsim.Stats
+	// delayedRefunds counts, per refund key, the rules armed with a
+	// delayed settlement that had not fired when the simulator's clock
+	// last moved for them.
+	delayedRefunds map[string]int
+	// cards are the payment methods the schedule's payments carry.
+	cards     map[string]string
+	endClock  time.Time // the clock when the last step ended
+	discarded int       // the stream's discarded records before the schedule
 }
 
 // plan keys a request's crash point into its context.
@@ -253,7 +325,7 @@ func (r *Runner) coverN(point string, n int) {
 // failed outright): a failed run, never a clean one.
 func (r *Runner) Run(ctx context.Context, seed uint64) (Result, error) {
 	s := &schedule{seed: seed, rng: rand.New(rand.NewPCG(seed, 0x6f6e6365706179)), states: map[string]string{},
-		covered: map[string]int{}, pspArmed: map[pspsim.FaultKind]int{}}
+		covered: map[string]int{}, pspArmed: map[pspsim.FaultKind]int{}, delayedRefunds: map[string]int{}, cards: map[string]string{}}
 	r.mu.Lock()
 	r.plan = s
 	r.mu.Unlock()
@@ -278,6 +350,7 @@ func (r *Runner) Run(ctx context.Context, seed uint64) (Result, error) {
 	defer r.w.SetResolverHooks(resolver.Hooks{})
 	s.chargesBefore, s.refundsBefore = len(r.w.Sim.Charges()), len(r.w.Sim.Refunds())
 	s.discarded = r.w.Stream.Stats().Discarded
+	s.statsBefore = r.w.Sim.Stats()
 
 	s.door = frontDoor{alb: s.rng.IntN(2) == 0}
 	s.door.multiValue = s.door.alb && s.rng.IntN(2) == 0
@@ -285,6 +358,26 @@ func (r *Runner) Run(ctx context.Context, seed uint64) (Result, error) {
 	merchants := 1 + s.rng.IntN(3)
 	callers := 1 + s.rng.IntN(3)
 	n := 2 + s.rng.IntN(5)
+	// The PSP's search index lags behind its charges in some schedules
+	// (Stripe's search is eventually consistent): a look-up inside the
+	// schedule, after a saved 500, finds nothing yet.
+	lag := time.Duration(0)
+	if s.rng.IntN(3) != 0 {
+		lag = searchLag
+	}
+	if err := r.w.Sim.SetSearchLag(lag); err != nil {
+		return s.result(), fmt.Errorf("seed %d: set the search lag: %w", seed, err)
+	}
+	s.log("search lag: %s", lag)
+	// Some schedules' buyer pays with a saved card that was never attached
+	// to a Customer: a single-use PaymentMethod, which pays once.
+	shared := ""
+	if s.rng.IntN(4) == 0 {
+		shared = fmt.Sprintf("pm_1Saved%d", seed)
+		if err := r.w.Sim.AddPaymentMethod(shared); err != nil {
+			return s.result(), fmt.Errorf("seed %d: add a payment method: %w", seed, err)
+		}
+	}
 	keys := map[string]bool{}
 	for i := range n {
 		p := &payment{
@@ -298,9 +391,19 @@ func (r *Runner) Run(ctx context.Context, seed uint64) (Result, error) {
 		p.refundKey = newKey(s.rng)
 		p.pid = story.PaymentID(p.caller, p.key)
 		pm := "pm_card_visa"
-		if s.rng.IntN(8) == 0 {
+		switch k := s.rng.IntN(16); {
+		case k < 2:
 			pm = "pm_card_chargeDeclined" // the simulator declines it: FAILED, 402
+		case k == 2:
+			pm = "pm_card_threeDSecure2Required" // 3-D Secure, confirmed with error_on_requires_action: FAILED, 402
+		case k == 3:
+			pm = "pm_card_authenticationRequired"
+		case k == 4:
+			pm = fmt.Sprintf("pm_1Gone%d", seed) // no such PaymentMethod: 400, nothing charged
+		case k < 12 && shared != "":
+			pm = shared
 		}
+		s.cards[p.pid] = pm
 		p.body = fmt.Sprintf(`{"merchant_id":%q,"order_id":"o%d","amount":%d,"currency":"USD","payment_method":%q}`, p.merchant, i, p.amount, pm)
 		p.reuse = strings.Replace(p.body, fmt.Sprintf(`"amount":%d`, p.amount), fmt.Sprintf(`"amount":%d`, p.amount+1), 1)
 		s.payments = append(s.payments, p)
@@ -325,6 +428,12 @@ func (r *Runner) Run(ctx context.Context, seed uint64) (Result, error) {
 	s.workerCrash, s.resolverCrash = "", false
 	r.countPSPFired(s)
 	r.w.Sim.ClearFaults()
+	// Eventually: the search index catches up, and the refunds made to
+	// settle later have had their time.
+	if err := r.w.Sim.SetSearchLag(0); err != nil {
+		return s.result(), fmt.Errorf("seed %d: lift the search lag: %w", seed, err)
+	}
+	r.settleRefunds(s)
 	r.recoverOutages(s)
 	if r.w.Net != nil {
 		r.w.Net.Disarm()
@@ -339,10 +448,60 @@ func (r *Runner) Run(ctx context.Context, seed uint64) (Result, error) {
 	if err := r.observe(ctx, s); err != nil {
 		return s.result(), err
 	}
+	r.countSimStats(s)
 	if err := r.check(ctx, s); err != nil {
 		return s.result(), err
 	}
 	return s.result(), nil
+}
+
+func refundKind(k pspsim.FaultKind) bool {
+	return k == pspsim.FaultRefundPending || k == pspsim.FaultRefundFail || k == pspsim.FaultRefundFailLater
+}
+
+// countSimStats counts the simulator's behaviours that acted during the
+// schedule (its quiescence included).
+func (r *Runner) countSimStats(s *schedule) {
+	now, was := r.w.Sim.Stats(), s.statsBefore
+	s.covered[PSPSearchLag] += now.SearchHidden - was.SearchHidden
+	s.covered[PSPRequiresAction] += now.RequiresAction - was.RequiresAction
+	s.covered[PSPUnknownMethod] += now.UnknownPaymentMethod - was.UnknownPaymentMethod
+	s.covered[PSPMethodReused] += now.PaymentMethodReused - was.PaymentMethodReused
+	for k, v := range s.covered {
+		if v == 0 {
+			delete(s.covered, k)
+		}
+	}
+}
+
+// settleRefunds moves the simulator's clock past a delayed refund's
+// settlement when one was made since the last move: its refund.updated
+// (and refund.failed) events are raised, and a GET reads it final. A
+// delayed refund rule still armed made nothing yet and needs nothing.
+func (r *Runner) settleRefunds(s *schedule) {
+	if len(s.delayedRefunds) == 0 {
+		return
+	}
+	left := map[string]int{}
+	for _, f := range r.w.Sim.Faults() {
+		if refundKind(f.Kind) && f.DelayMS > 0 {
+			left[f.Match.IdempotencyKey] += f.Times
+		}
+	}
+	made := 0
+	for key, armed := range s.delayedRefunds {
+		made += armed - left[key]
+		if left[key] == 0 {
+			delete(s.delayedRefunds, key)
+		} else {
+			s.delayedRefunds[key] = left[key]
+		}
+	}
+	if made == 0 {
+		return
+	}
+	r.w.Sim.Advance(refundSettles)
+	s.log("psp clock +%s: %d delayed refunds settle", refundSettles, made)
 }
 
 // settle runs every hop until nothing moves; a world that never quiesces
@@ -403,7 +562,7 @@ func (r *Runner) step(ctx context.Context, s *schedule) error {
 		return r.call(ctx, s, p, "late", p.body, w.Clock.Now().Add(-w.Timing.Deadline-time.Second), nil)
 	case k < 44: // "did it go through?"
 		return r.resolve(ctx, s, p, "/payments/"+p.key+"/resolve")
-	case k < 49: // a refund, maybe with a fault at the PSP or the ledger
+	case k < 50: // a refund, maybe with a fault at the PSP or the ledger
 		r.pspFault(s, p, ids.RefundKey(p.pid), false)
 		return r.withNet(s, func() error { return r.refund(ctx, s, p) })
 	case k < 58:
@@ -416,6 +575,9 @@ func (r *Runner) step(ctx context.Context, s *schedule) error {
 		}
 		w.Clock.Advance(d)
 		s.log("clock +%s", d)
+		if s.rng.IntN(2) == 0 {
+			r.settleRefunds(s) // the PSP's own time passes too
+		}
 	case k < 65: // the resolver, maybe crashing after a PSP answer
 		s.resolverCrash = s.rng.IntN(3) == 0
 		return r.withNet(s, func() error {
@@ -432,15 +594,22 @@ func (r *Runner) step(ctx context.Context, s *schedule) error {
 			return nil
 		})
 	case k < 69: // the PSP's webhooks (in whatever order they meet the resolver)
+		// Half the time only the events that are due: a late one (and a
+		// refused one, backing off) waits for a later flush, so it arrives
+		// after events raised after it.
+		deliver, what := w.Sim.FlushWebhooks, "all"
+		if s.rng.IntN(2) == 0 {
+			deliver, what = w.Sim.DeliverDueWebhooks, "due"
+		}
 		return r.withNet(s, func() error {
-			n, err := w.Sim.FlushWebhooks(ctx)
+			n, err := deliver(ctx)
 			if err != nil {
 				// A delivery the endpoint refused (a 503 while the ledger's
 				// reply was lost) stays pending: the PSP delivers it again.
-				s.log("webhooks: %d delivered, some refused: %v", n, err)
+				s.log("webhooks (%s): %d delivered, some refused: %v", what, n, err)
 				return nil
 			}
-			s.log("webhooks: %d delivered", n)
+			s.log("webhooks (%s): %d delivered", what, n)
 			return nil
 		})
 	case k < 76: // the relay, maybe crashing after its send
@@ -629,28 +798,74 @@ func total(m map[string]int) int {
 // and, for a charge, sometimes a webhook fault for the event it causes.
 func (r *Runner) pspFault(s *schedule, p *payment, key string, charge bool) {
 	var kind pspsim.FaultKind
-	switch s.rng.IntN(10) {
+	switch k := s.rng.IntN(12); k {
 	case 0, 1:
 		kind = pspsim.FaultLoseReply
 	case 2:
 		kind = pspsim.FaultError5xx
 	case 3:
 		kind = pspsim.FaultDropBefore
+	case 4, 5:
+		// The charge is made and a 500 saved in front of it: every replay
+		// of the key answers 500 while the charge stands. It fires only on
+		// the key's first call to run, so it is drawn twice as often
+		// before the payment has a row. (Not on refunds: see the README's
+		// chaos section.)
+		if charge && (k == 4 || s.states[p.pid] == "") {
+			kind = pspsim.FaultError5xxAfterCharge
+		}
 	}
+	match := pspsim.Match{IdempotencyKey: key}
 	if kind != "" {
 		// The real hold of a lost reply is short: the PSP client gets its
 		// error at once and the deadline path is the same.
-		r.addPSPFault(s, pspsim.Fault{Match: pspsim.Match{IdempotencyKey: key}, Kind: kind, DelayMS: 20})
+		r.addPSPFault(s, pspsim.Fault{Match: match, Kind: kind, DelayMS: 20})
 		s.log("psp fault %s on %s", kind, key)
 	}
 	if !charge {
+		r.refundFault(s, match)
 		return
 	}
+	// Webhook faults act on the first event the charge raises
+	// (payment_intent.*); its charge.* twin goes out as usual, so a late
+	// one arrives after its twin.
 	switch s.rng.IntN(8) {
 	case 0:
-		r.addPSPFault(s, pspsim.Fault{Match: pspsim.Match{IdempotencyKey: key}, Kind: pspsim.FaultWebhookDuplicate})
+		r.addPSPFault(s, pspsim.Fault{Match: match, Kind: pspsim.FaultWebhookDuplicate})
 	case 1:
-		r.addPSPFault(s, pspsim.Fault{Match: pspsim.Match{IdempotencyKey: key}, Kind: pspsim.FaultWebhookDrop})
+		r.addPSPFault(s, pspsim.Fault{Match: match, Kind: pspsim.FaultWebhookDrop})
+	case 2:
+		r.addPSPFault(s, pspsim.Fault{Match: match, Kind: pspsim.FaultWebhookDelay, DelayMS: webhookHeld.Milliseconds()})
+		s.log("psp holds the first event of %s back", key)
+	}
+}
+
+// refundFault arms, sometimes, how the refund the next call under key
+// makes settles (pending, then succeeded; pending, then failed; succeeded,
+// then failed), at once (on the PSP's next call) or after refundSettles of
+// its clock; and, sometimes, late or doubled deliveries of the refund's
+// events. Refund events are never dropped: a refund that fails after it
+// succeeded is told by its webhook alone (Stripe retries it for three
+// days), and the nightly reconciliation, not this system, answers a PSP
+// that never tells.
+func (r *Runner) refundFault(s *schedule, match pspsim.Match) {
+	kinds := []pspsim.FaultKind{pspsim.FaultRefundPending, pspsim.FaultRefundFail, pspsim.FaultRefundFailLater, pspsim.FaultRefundFailLater}
+	if k := s.rng.IntN(5); k < len(kinds) {
+		f := pspsim.Fault{Match: match, Kind: kinds[k]}
+		if s.rng.IntN(2) == 0 {
+			f.DelayMS = refundSettles.Milliseconds()
+			s.delayedRefunds[match.IdempotencyKey]++
+		}
+		r.addPSPFault(s, f)
+		s.log("psp refund %s on %s (settles after %d ms of its clock)", f.Kind, match.IdempotencyKey, f.DelayMS)
+	}
+	// A refund raises up to five events (refund.created, charge.refunded,
+	// then refund.updated, refund.failed, charge.refund.updated).
+	switch s.rng.IntN(6) {
+	case 0:
+		r.addPSPFault(s, pspsim.Fault{Match: match, Kind: pspsim.FaultWebhookDuplicate, Times: 5})
+	case 1:
+		r.addPSPFault(s, pspsim.Fault{Match: match, Kind: pspsim.FaultWebhookDelay, Times: 5, DelayMS: webhookHeld.Milliseconds()})
 	}
 }
 

@@ -62,7 +62,10 @@ const ciWorkers = 2
 // A few hundred random schedules of duplicates, crashes at every hop's crash
 // points, paused owners, lost replies, outages past every retry, ambiguous
 // commits, refunds, redeliveries and webhook orders, through both front
-// doors, keep every invariant. ONCEPAY_CHAOS_RUNS overrides the count;
+// doors, with the PSP's awkward behaviours (a 500 saved after the charge,
+// refunds that settle or fail later, late and twin events, a lagging search
+// index, 3-D Secure cards, unknown and single-use payment methods), keep
+// every invariant. ONCEPAY_CHAOS_RUNS overrides the count;
 // -short runs 30. Any violation fails the test: there is no replay that
 // excuses one.
 func TestRandomFaultSchedulesKeepEveryInvariant(t *testing.T) {

@@ -256,6 +256,18 @@ func (r *Runner) check(ctx context.Context, s *schedule) error {
 		rows.Close()
 	}
 
+	// The second event id of a change (charge.* beside payment_intent.*,
+	// charge.refund.updated beside refund.updated) that reached the
+	// handler: recorded in the inbox, moving nothing.
+	second, err := w.Int(ctx, `SELECT count(*) FROM webhook_inbox WHERE payment_id = ANY($1)
+		AND event_type IN ('charge.succeeded', 'charge.failed', 'charge.refund.updated')`, s.pids())
+	if err != nil {
+		return fmt.Errorf("check: webhook inbox: %w", err)
+	}
+	if second > 0 {
+		s.covered[WebhookSecondEvent] += int(second)
+	}
+
 	wantBalance := map[string]int64{}
 	for _, p := range s.payments {
 		x, err := r.row(ctx, p.pid)
@@ -281,6 +293,18 @@ func (r *Runner) check(ctx context.Context, s *schedule) error {
 			return err
 		}
 		mine := pushes[p.pid]
+		// The refund's history: a FAILED refund that had SUCCEEDED first
+		// (Stripe failed it later) recorded both its REFUNDED debit and the
+		// REFUND_FAILED re-credit (migration 00006).
+		rf, prf := refunds[p.pid], pspRefunds[p.pid]
+		refundedOnce, err := w.Int(ctx, `SELECT count(*) FROM outbox_intents WHERE event_id = $1`, ids.EventID(p.pid, "REFUNDED"))
+		if err != nil {
+			return err
+		}
+		failedLater := rf.state == "FAILED" && refundedOnce > 0
+		if !cardCanPay(s.cards[p.pid]) && (state == "SUCCEEDED" || state == "REFUNDED") {
+			s.violate("%s %s, paid with %s, which the PSP never charges", p.pid, state, s.cards[p.pid])
+		}
 		switch state {
 		case "SUCCEEDED", "REFUNDED":
 			wantBalance[p.merchant] += amount
@@ -291,7 +315,7 @@ func (r *Runner) check(ctx context.Context, s *schedule) error {
 				s.violate("%s SUCCEEDED, credited %d times", p.pid, credits)
 			}
 			switch {
-			case notifs[evID] == "SUPERSEDED" && refunds[p.pid].state == "SUCCEEDED":
+			case notifs[evID] == "SUPERSEDED" && (rf.state == "SUCCEEDED" || failedLater):
 				// Its refund's notification was written before this one went
 				// out, and replaces it on the phone: retired, never sent
 				// (inbox.retireSuperseded). The refund's own is checked below.
@@ -329,39 +353,69 @@ func (r *Runner) check(ctx context.Context, s *schedule) error {
 		// state it did not reach.
 		for _, d := range mine {
 			reached := d.State == state || (d.State == "SUCCEEDED" && state == "REFUNDED") ||
-				(d.State == "REFUNDED" && refunds[p.pid].state == "SUCCEEDED")
+				(d.State == "REFUNDED" && (rf.state == "SUCCEEDED" || failedLater)) ||
+				(d.State == "REFUND_FAILED" && failedLater)
 			if !reached {
 				s.violate("%s ended %q, yet the buyer was pushed %s (event %s)", p.pid, state, d.State, d.EventID)
 			}
 		}
-		// Refunds: the ledger row against the PSP's own list, the money and
-		// the notification.
-		rf, prf := refunds[p.pid], pspRefunds[p.pid]
+		// Refunds: the ledger row against the PSP's own list and the
+		// refund's status there now, the money and the notifications.
 		if len(prf) > 1 {
 			s.violate("%s: %d PSP refunds", p.pid, len(prf))
+		}
+		pspStatus := ""
+		if len(prf) > 0 {
+			pspStatus, _ = w.Sim.RefundStatus(prf[0].ID)
 		}
 		switch {
 		case rf.state == "SUCCEEDED":
 			wantBalance[p.merchant] -= rf.amount
 			if len(prf) != 1 || prf[0].Amount != rf.amount {
 				s.violate("%s refund SUCCEEDED for %d, the PSP holds %d refunds under its key", p.pid, rf.amount, len(prf))
+			} else if pspStatus != "succeeded" {
+				s.violate("%s refund SUCCEEDED, the PSP's refund %s is %s", p.pid, prf[0].ID, pspStatus)
 			}
 			r.notified(s, p, ids.EventID(p.pid, "REFUNDED"), "REFUNDED", rf.amount, mine, notifs)
-			n, err := w.Int(ctx, `SELECT count(*) FROM processed WHERE event_id = $1`, ids.EventID(p.pid, "REFUNDED"))
+			if err := r.consumedOnce(ctx, s, p, "REFUNDED"); err != nil {
+				return err
+			}
+		case failedLater:
+			// Debited, then credited back: the payment's money is the
+			// merchant's again, and the buyer was told the refund failed.
+			if len(prf) != 1 || prf[0].Amount != rf.amount || pspStatus != "failed" {
+				s.violate("%s refund FAILED after it SUCCEEDED; the PSP holds %d refunds under its key (status %q)", p.pid, len(prf), pspStatus)
+			}
+			for _, st := range []string{"REFUNDED", "REFUND_FAILED"} {
+				if err := r.consumedOnce(ctx, s, p, st); err != nil {
+					return err
+				}
+			}
+			n, err := w.Int(ctx, `SELECT count(*) FROM credits WHERE event_id = $1`, ids.EventID(p.pid, "REFUND_FAILED"))
 			if err != nil {
 				return err
 			}
 			if n != 1 {
-				s.violate("%s refunded, but its REFUNDED event never reached the consumer", p.pid)
+				s.violate("%s refund failed later, its money credited back %d times", p.pid, n)
+			}
+			if st := notifs[ids.EventID(p.pid, "REFUNDED")]; st != "SENT" && st != "SUPERSEDED" {
+				s.violate("%s refund failed later: its REFUNDED notification is %q", p.pid, st)
+			}
+			r.notified(s, p, ids.EventID(p.pid, "REFUND_FAILED"), "REFUND_FAILED", rf.amount, mine, notifs)
+		case rf.state == "FAILED":
+			// Refused before any money moved: the PSP holds none, or one it
+			// failed (a pending refund that failed).
+			if len(prf) > 0 && pspStatus != "failed" {
+				s.violate("%s refund FAILED, the PSP's refund %s is %s", p.pid, prf[0].ID, pspStatus)
 			}
 		case len(prf) > 0:
-			s.violate("%s: the PSP refunded %d, the ledger's refund is %q", p.pid, prf[0].Amount, rf.state)
+			s.violate("%s: the PSP refunded %d (%s), the ledger's refund is %q", p.pid, prf[0].Amount, pspStatus, rf.state)
 		}
 		for _, a := range s.answers {
 			if a.p != p {
 				continue
 			}
-			if msg := contradicts(a, a.other != otherFirst, state, charge, rf.state); msg != "" {
+			if msg := contradicts(a, a.other != otherFirst, state, charge, rf.state, failedLater); msg != "" {
 				s.violate("step %d %s %s/%s answered %d %s %s%s: %s (final %s)", a.step, a.kind, p.caller, p.key, a.status, a.state, a.charge,
 					strings.TrimPrefix(a.ptype, problem.TypeBase), msg, state)
 			}
@@ -387,6 +441,30 @@ func (r *Runner) check(ctx context.Context, s *schedule) error {
 	}
 	slices.Sort(s.viol)
 	return nil
+}
+
+// consumedOnce checks that the payment's event of state reached the
+// consumer: its inbox row, once.
+func (r *Runner) consumedOnce(ctx context.Context, s *schedule, p *payment, state string) error {
+	n, err := r.w.Int(ctx, `SELECT count(*) FROM processed WHERE event_id = $1`, ids.EventID(p.pid, state))
+	if err != nil {
+		return err
+	}
+	if n != 1 {
+		s.violate("%s: its %s event never reached the consumer", p.pid, state)
+	}
+	return nil
+}
+
+// cardCanPay reports a payment method the simulator may charge: a test
+// card that pays, or a saved card (single-use: once).
+func cardCanPay(pm string) bool {
+	switch {
+	case pm == "pm_card_chargeDeclined", pm == "pm_card_threeDSecure2Required", pm == "pm_card_authenticationRequired",
+		strings.HasPrefix(pm, "pm_1Gone"):
+		return false
+	}
+	return true
 }
 
 // notified checks an event's notification: its notif row SENT and a push
@@ -516,14 +594,15 @@ func eventPatterns(s *schedule) []string {
 
 // contradicts says how an answer contradicts the ledger's final state, or
 // "". reused: the answer was to the request that is not the payment.
-// refund is the final state of the payment's refund row ("" none).
-func contradicts(a answer, reused bool, final, charge, refund string) string {
+// refund is the final state of the payment's refund row ("" none);
+// failedLater, that it FAILED after it had SUCCEEDED (a 201 then was true).
+func contradicts(a answer, reused bool, final, charge, refund string, failedLater bool) string {
 	switch a.kind {
 	case "resolve", "record", "again":
 		reused = false
 	case "refund":
 		switch {
-		case a.status == http.StatusCreated && refund != "SUCCEEDED":
+		case a.status == http.StatusCreated && refund != "SUCCEEDED" && !failedLater:
 			return "told the refund SUCCEEDED"
 		case a.status == http.StatusBadGateway && a.ptype != "" && refund != "FAILED":
 			return "told the refund FAILED"

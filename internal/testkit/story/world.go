@@ -125,6 +125,10 @@ type Options struct {
 	// ClaimsClient options apply to the key-record store's own DynamoDB
 	// client (an HTTP client that fails, a retryer that knows it).
 	ClaimsClient []func(*dynamodb.Options)
+	// PSPConfig adjusts the PSP simulator's configuration after the world
+	// has filled in its webhook endpoint (the chaos runner subscribes it to
+	// every event type and holds refused deliveries for a flush).
+	PSPConfig func(*pspsim.Config)
 }
 
 // World is the whole payment path over the local cloud's real parts, each
@@ -316,7 +320,14 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 		http.NotFound(rw, r)
 	}))
 	w.closers = append(w.closers, hookSrv.Close)
-	w.Sim = pspsim.New(pspsim.Config{Logger: quiet, WebhookURL: hookSrv.URL + webhook.Path, WebhookSecret: secret, ManualWebhooks: true})
+	simCfg := pspsim.Config{Logger: quiet, WebhookURL: hookSrv.URL + webhook.Path, WebhookSecret: secret, ManualWebhooks: true}
+	if o.PSPConfig != nil {
+		o.PSPConfig(&simCfg)
+	}
+	if err := simCfg.Validate(); err != nil {
+		return nil, fmt.Errorf("story: %w", err)
+	}
+	w.Sim = pspsim.New(simCfg)
 	simSrv := httptest.NewServer(w.Sim)
 	w.SimURL = simSrv.URL
 	w.closers = append(w.closers, func() { simSrv.Close(); w.Sim.Close() })
