@@ -483,6 +483,11 @@ func (w *World) Resolve(ctx context.Context, caller, key string) api.Response {
 	return w.call(ctx, http.MethodPost, "/payments/"+url.PathEscape(key)+"/resolve", caller, "", "", w.Clock.Now())
 }
 
+// Refund sends POST /payments/{key}/refund under the refund's own key, now.
+func (w *World) Refund(ctx context.Context, caller, paymentKey, refundKey string) api.Response {
+	return w.call(ctx, http.MethodPost, "/payments/"+url.PathEscape(paymentKey)+"/refund", caller, refundKey, "", w.Clock.Now())
+}
+
 func (w *World) call(ctx context.Context, method, path, caller, key, body string, arrival time.Time) api.Response {
 	h := http.Header{}
 	if key != "" {
