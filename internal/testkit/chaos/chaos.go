@@ -806,12 +806,13 @@ func (r *Runner) pspFault(s *schedule, p *payment, key string, charge bool) {
 	case 3:
 		kind = pspsim.FaultDropBefore
 	case 4, 5:
-		// The charge is made and a 500 saved in front of it: every replay
-		// of the key answers 500 while the charge stands. It fires only on
-		// the key's first call to run, so it is drawn twice as often
-		// before the payment has a row. (Not on refunds: see the README's
-		// chaos section.)
-		if charge && (k == 4 || s.states[p.pid] == "") {
+		// The charge (or refund) is made and a 500 saved in front of it:
+		// every replay of the key answers 500 while the charge (refund)
+		// stands; only a look-up finds it (a search for a charge, the
+		// charge's list of refunds for a refund). It fires only on the
+		// key's first call to run, so for a charge it is drawn twice as
+		// often before the payment has a row.
+		if !charge || k == 4 || s.states[p.pid] == "" {
 			kind = pspsim.FaultError5xxAfterCharge
 		}
 	}
