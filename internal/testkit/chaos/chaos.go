@@ -252,6 +252,10 @@ type schedule struct {
 	// pspArmed is the simulator fault uses armed, per kind: what is left
 	// of them at quiescence did not fire.
 	pspArmed map[pspsim.FaultKind]int
+	// refund5xxArmed is the error_5xx_after_charge rules armed on refund
+	// keys, counted apart (psp.error_5xx_after_charge(refund)): the
+	// refund's look-up path is only exercised when one fires.
+	refund5xxArmed int
 	// charges and refunds the simulator held before the schedule began:
 	// later ones are the schedule's.
 	chargesBefore, refundsBefore int
@@ -877,6 +881,13 @@ func (r *Runner) addPSPFault(s *schedule, f pspsim.Fault) {
 		return
 	}
 	s.pspArmed[f.Kind] += max(f.Times, 1)
+	if refund5xx(f) {
+		s.refund5xxArmed += max(f.Times, 1)
+	}
+}
+
+func refund5xx(f pspsim.Fault) bool {
+	return f.Kind == pspsim.FaultError5xxAfterCharge && strings.HasSuffix(f.Match.IdempotencyKey, ":cancel:refund")
 }
 
 // countPSPFired counts the simulator faults that fired: armed minus what
@@ -884,8 +895,15 @@ func (r *Runner) addPSPFault(s *schedule, f pspsim.Fault) {
 // previous schedule cleared its own).
 func (r *Runner) countPSPFired(s *schedule) {
 	left := map[pspsim.FaultKind]int{}
+	refundLeft := 0
 	for _, f := range r.w.Sim.Faults() {
 		left[f.Kind] += f.Times
+		if refund5xx(f) {
+			refundLeft += f.Times
+		}
+	}
+	if fired := s.refund5xxArmed - refundLeft; fired > 0 {
+		s.covered[PSPError5xxAfterCharge+"(refund)"] += fired
 	}
 	for kind, armed := range s.pspArmed {
 		if fired := armed - left[kind]; fired > 0 {
