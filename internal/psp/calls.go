@@ -306,6 +306,85 @@ func (c *Client) RetrieveRefund(ctx context.Context, refundID string) (Result, e
 	return res, nil
 }
 
+// FindRefund looks up, by what the caller knows (the charge or the
+// PaymentIntent the refund was sent against; exactly one), the refunds the
+// PSP holds for it, and returns the one that decides our refund: how a
+// refund whose key answers a saved 5xx is settled (Stripe saves a result
+// once execution has begun, so that 500 says nothing about whether the
+// refund ran, and every replay of the key repeats it for 24 h). It uses
+// GET /v1/refunds?charge= (or ?payment_intent=), a list, which unlike the
+// Search API is not served from a lagging index.
+//
+// Only refunds whose metadata carries paymentID count (every refund this
+// system sends does); when paymentID is empty, every refund of the charge
+// counts. Several match: succeeded beats pending beats failed; none:
+// NotFound, and only then does replaying the key mean anything.
+func (c *Client) FindRefund(ctx context.Context, paymentIntentID, chargeID, paymentID string) (Result, error) {
+	if (paymentIntentID == "") == (chargeID == "") {
+		return Result{}, fmt.Errorf("%w: exactly one of payment intent id and charge id is needed", ErrInvalidRequest)
+	}
+	params := &stripe.RefundListParams{}
+	params.Context = ctx
+	params.Limit = stripe.Int64(100)
+	target := chargeID
+	if chargeID != "" {
+		params.Charge = stripe.String(chargeID)
+	} else {
+		params.PaymentIntent = stripe.String(paymentIntentID)
+		target = paymentIntentID
+	}
+	start := time.Now()
+	var found []*stripe.Refund
+	status := 0
+	var err error
+	// Every page (a charge has few refunds; the loop is for correctness),
+	// by a raw call with the form-encoded query, as stripe-go's list
+	// iterator sends it (Backend.Call cannot take list params).
+	for {
+		page := &stripe.RefundList{}
+		query := &form.Values{}
+		form.AppendTo(query, params)
+		if err = c.api.CallRaw(http.MethodGet, "/v1/refunds", c.key, []byte(query.Encode()), params.GetParams(), page); err != nil {
+			break
+		}
+		if page.LastResponse != nil {
+			status = page.LastResponse.StatusCode
+		}
+		found = append(found, page.Data...)
+		if !page.HasMore || len(page.Data) == 0 {
+			break
+		}
+		params.StartingAfter = stripe.String(page.Data[len(page.Data)-1].ID)
+	}
+	res, err := c.settle(err, func() Result { return pickRefund(found, paymentID, status) })
+	c.logCall(ctx, "find_refund", paymentID, start, res, err)
+	if err != nil {
+		return res, fmt.Errorf("find refunds of %s: %w", target, err)
+	}
+	return res, nil
+}
+
+// pickRefund chooses, among a charge's refunds, the one that decides the
+// refund of paymentID; status is the list call's HTTP status.
+func pickRefund(found []*stripe.Refund, paymentID string, status int) Result {
+	var best *Result
+	for _, rf := range found {
+		if paymentID != "" && rf.Metadata[MetaPaymentID] != paymentID {
+			continue
+		}
+		r := fromRefund(rf)
+		r.Replayed = false // a list is never a replay
+		r.HTTPStatus = status
+		if best == nil || rank(r.Outcome) > rank(best.Outcome) {
+			best = &r
+		}
+	}
+	if best == nil {
+		return Result{Outcome: NotFound, HTTPStatus: status}
+	}
+	return *best
+}
+
 // settle classifies a call's error, or the returned object when there is
 // none.
 func (c *Client) settle(err error, ok func() Result) (Result, error) {

@@ -75,7 +75,7 @@ func newSimWorld(t *testing.T) *simWorld {
 // Stripe's shape.
 func TestContractSimulatorSpeaksStripesSpec(t *testing.T) {
 	w := newSimWorld(t)
-	defer w.check.report(t, 20)
+	defer w.check.report(t, 24)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
@@ -138,6 +138,30 @@ func TestContractSimulatorSpeaksStripesSpec(t *testing.T) {
 	if byCharge, err := w.client.Refund(ctx, RefundRequest{IdempotencyKey: "pay_e:cancel:refund", ChargeID: other.ChargeID, PaymentID: "pay_e"}); err != nil ||
 		byCharge.Outcome != Succeeded || byCharge.ChargeID != other.ChargeID {
 		t.Fatalf("Refund by charge: %+v, %v", byCharge, err)
+	}
+	// A refund made behind a saved 500 (error_5xx_after_charge): the key
+	// answers 500, the list of the charge's refunds (GET /v1/refunds?charge=,
+	// and ?payment_intent=) finds it; another payment's reference finds
+	// nothing.
+	third, err := w.client.Charge(ctx, ChargeRequest{IdempotencyKey: "pay_f:charge", PaymentID: "pay_f", Amount: 3000, Currency: "usd", PaymentMethod: "pm_card_visa"})
+	if err != nil || third.Outcome != Succeeded {
+		t.Fatalf("Charge: %+v, %v", third, err)
+	}
+	if err := w.sim.AddFault(pspsim.Fault{Match: pspsim.Match{IdempotencyKey: "pay_f:cancel:refund"}, Kind: pspsim.FaultError5xxAfterCharge}); err != nil {
+		t.Fatal(err)
+	}
+	if saved, err := w.client.Refund(ctx, RefundRequest{IdempotencyKey: "pay_f:cancel:refund", ChargeID: third.ChargeID, PaymentID: "pay_f"}); err != nil ||
+		saved.Outcome != Unknown || saved.HTTPStatus != http.StatusInternalServerError {
+		t.Fatalf("Refund behind a saved 500: %+v, %v", saved, err)
+	}
+	for _, by := range [][2]string{{"", third.ChargeID}, {third.PaymentIntentID, ""}} {
+		found, err := w.client.FindRefund(ctx, by[0], by[1], "pay_f")
+		if err != nil || found.Outcome != Succeeded || found.RefundID == "" || found.ChargeID != third.ChargeID || found.PaymentIntentID != third.PaymentIntentID {
+			t.Fatalf("FindRefund %v: %+v, %v", by, found, err)
+		}
+	}
+	if none, err := w.client.FindRefund(ctx, "", third.ChargeID, "pay_other"); err != nil || none.Outcome != NotFound {
+		t.Fatalf("FindRefund of another reference: %+v, %v", none, err)
 	}
 
 	if _, err := w.sim.FlushWebhooks(ctx); err != nil {

@@ -35,7 +35,7 @@ func TestContractStripeMock(t *testing.T) {
 	if err != nil {
 		t.Fatalf("New: %v", err)
 	}
-	defer check.report(t, 4)
+	defer check.report(t, 5)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
@@ -78,6 +78,14 @@ func TestContractStripeMock(t *testing.T) {
 	}
 	if refunded.Outcome == Unknown || refunded.RefundID == "" {
 		t.Fatalf("Refund: %+v, want a decoded Refund", refunded)
+	}
+
+	// The look-up of a refund behind a saved 5xx: a list by charge= or
+	// payment_intent= (stripe-mock's metadata is its own, so what matters
+	// is that the request and the list answer have Stripe's shape).
+	listed, err := c.FindRefund(ctx, charged.PaymentIntentID, "", "")
+	if err != nil || listed.HTTPStatus != http.StatusOK || listed.Outcome == Unknown {
+		t.Fatalf("FindRefund: %+v, %v; want a decoded list", listed, err)
 	}
 
 	// The check can fail: a parameter Stripe does not know is refused, and

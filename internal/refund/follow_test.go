@@ -44,6 +44,10 @@ func (s *stripeLike) RetrieveRefund(_ context.Context, id string) (psp.Result, e
 	return r, nil
 }
 
+func (s *stripeLike) FindRefund(context.Context, string, string, string) (psp.Result, error) {
+	return psp.Result{Outcome: psp.NotFound}, nil
+}
+
 func openRefund(t *testing.T, charge string) (*ledger.Store, *pgxpool.Pool, ledger.Refund) {
 	t.Helper()
 	pool, _ := testenv.Ledger(t)
@@ -119,5 +123,70 @@ func TestARefundOfAKnownChargeIsSentByChargeWithoutASearch(t *testing.T) {
 	}
 	if p.lookups != 0 || len(p.reqs) != 1 || p.reqs[0].ChargeID != "ch_1" || p.reqs[0].PaymentIntentID != "" || p.reqs[0].Amount != 3000 {
 		t.Fatalf("%d look-ups, requests %+v: want one refund of ch_1 for 3000 and no search", p.lookups, p.reqs)
+	}
+}
+
+// saved500 answers every refund create with the 500 saved under its key
+// (Stripe's saved result once execution began); the list of the charge's
+// refunds is what tells.
+type saved500 struct {
+	creates, finds int
+	found          psp.Result
+	findBy         [3]string
+}
+
+func (s *saved500) Refund(context.Context, psp.RefundRequest) (psp.Result, error) {
+	s.creates++
+	return psp.Result{Outcome: psp.Unknown, HTTPStatus: 500, Replayed: s.creates > 1}, nil
+}
+
+func (s *saved500) Lookup(context.Context, string) (psp.Result, error) {
+	return psp.Result{Outcome: psp.NotFound}, nil
+}
+
+func (s *saved500) RetrieveRefund(_ context.Context, id string) (psp.Result, error) {
+	return psp.Result{Outcome: psp.Succeeded, RefundID: id}, nil
+}
+
+func (s *saved500) FindRefund(_ context.Context, pi, charge, paymentID string) (psp.Result, error) {
+	s.finds++
+	s.findBy = [3]string{pi, charge, paymentID}
+	return s.found, nil
+}
+
+// A 5xx under the refund key says nothing about whether the refund ran: the
+// refund is settled from the PSP's list of the charge's refunds — succeeded
+// or failed as found there, pending recorded by id to be followed, and
+// only when none is found is the refund left open for the key's retry.
+func TestARefundBehindA5xxIsSettledFromThePSPsListOfTheChargesRefunds(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		found     psp.Result
+		want      ledger.RefundState
+		pspRefund string
+	}{
+		{"found succeeded", psp.Result{Outcome: psp.Succeeded, RefundID: "re_9"}, ledger.RefundSucceeded, "re_9"},
+		{"found failed", psp.Result{Outcome: psp.Declined, RefundID: "re_9", DeclineCode: "lost_or_stolen_card"}, ledger.RefundFailed, "re_9"},
+		{"found pending", psp.Result{Outcome: psp.Pending, RefundID: "re_9"}, ledger.RefundUnknown, "re_9"},
+		{"none found", psp.Result{Outcome: psp.NotFound}, ledger.RefundUnknown, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, _, row := openRefund(t, "ch_1")
+			p := &saved500{found: tc.found}
+			a := refund.Attempter{Ledger: st, PSP: p, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+			got, err := a.Attempt(context.Background(), row, time.Now())
+			if err != nil || got.State != tc.want || got.PSPRefund != tc.pspRefund {
+				t.Fatalf("after the 500: %+v %v; want %s with %q", got, err, tc.want, tc.pspRefund)
+			}
+			if p.creates != 1 || p.finds != 1 || p.findBy != [3]string{"", "ch_1", "pay_7"} {
+				t.Fatalf("%d creates, %d finds by %v: want one of each, by the charge the refund was sent against", p.creates, p.finds, p.findBy)
+			}
+			if tc.want == ledger.RefundUnknown && tc.pspRefund == "re_9" {
+				// Pending: the next attempt follows it by id, not by the key.
+				if got, err = a.Attempt(context.Background(), got, time.Now()); err != nil || got.State != ledger.RefundSucceeded || p.creates != 1 {
+					t.Fatalf("following the found pending refund: %+v %v, %d creates", got, err, p.creates)
+				}
+			}
+		})
 	}
 }

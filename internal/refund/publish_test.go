@@ -34,6 +34,10 @@ func (r *refunder) RetrieveRefund(_ context.Context, id string) (psp.Result, err
 	return psp.Result{Outcome: psp.Succeeded, RefundID: id}, nil
 }
 
+func (r *refunder) FindRefund(context.Context, string, string, string) (psp.Result, error) {
+	return psp.Result{Outcome: psp.NotFound}, nil
+}
+
 // Defect 11: a refund that succeeds publishes its event the way a payment
 // does: an outbox intent <payment_id>:REFUNDED in the settle's own
 // transaction, then the outbox item put right after the commit, carrying the

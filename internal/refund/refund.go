@@ -15,6 +15,13 @@
 // (Stripe's refund.failed) is seen by the webhook handler, which moves it
 // SUCCEEDED -> FAILED (ledger.SettleRefund).
 //
+// A 5xx under the refund key says nothing about whether the refund ran:
+// Stripe saves a result once execution has begun, so a refund can stand
+// behind a saved 500 that every replay repeats for the key's 24 h. Such an
+// answer is settled from the PSP's list of the charge's refunds
+// (psp.Client.FindRefund): succeeded, pending (then followed by id) or
+// failed as the PSP holds it; only when none is found is the key replayed.
+//
 // The API makes the first attempt (POST /payments/{key}/refund); the
 // resolver makes the others. Both use an Attempter.
 package refund
@@ -109,6 +116,7 @@ type PSP interface {
 	Refund(ctx context.Context, req psp.RefundRequest) (psp.Result, error)
 	Lookup(ctx context.Context, paymentID string) (psp.Result, error)
 	RetrieveRefund(ctx context.Context, refundID string) (psp.Result, error)
+	FindRefund(ctx context.Context, paymentIntentID, chargeID, paymentID string) (psp.Result, error)
 }
 
 // Publisher puts a committed event's outbox item (internal/outbox).
@@ -208,6 +216,13 @@ func (a *Attempter) Attempt(ctx context.Context, r ledger.Refund, now time.Time)
 		// it with a GET instead of replaying the key.
 		log.Info("refund pending at the PSP; it will be followed by id", "psp_refund", res.RefundID)
 		return a.open(ctx, r, true, res.RefundID, now, log)
+	case res.HTTPStatus >= 500:
+		// A 5xx under the key: Stripe saves a result once execution has
+		// begun, so the refund may stand behind it and every replay for
+		// 24 h answers the same 500. The PSP's list of the charge's
+		// refunds says what happened.
+		log.Warn("refund answered 5xx; looking it up among the charge's refunds", "http_status", res.HTTPStatus, "replayed", res.Replayed)
+		return a.find(ctx, r, pi, charge, now, log)
 	default: // Unknown
 		cause := ""
 		if res.Cause != nil {
@@ -241,6 +256,36 @@ func (a *Attempter) follow(ctx context.Context, r ledger.Refund, now time.Time, 
 			PSPPaymentIntent: res.PaymentIntentID}, log)
 	default:
 		log.Info("refund still pending at the PSP", "psp_refund", r.PSPRefund, "outcome", res.Outcome.String())
+	}
+	return a.open(ctx, r, true, "", now, log)
+}
+
+// find settles a refund whose key answered a 5xx from the PSP's own
+// records (GET /v1/refunds by the charge or PaymentIntent the refund was
+// sent against): succeeded or failed settles it, pending records its id so
+// later attempts follow it by id; none found, or the look-up failing,
+// leaves it open, and only then does the next attempt replay the key.
+func (a *Attempter) find(ctx context.Context, r ledger.Refund, pi, charge string, now time.Time, log *slog.Logger) (ledger.Refund, error) {
+	if err := a.wait(ctx); err != nil {
+		return a.open(ctx, r, true, "", now, log)
+	}
+	cctx, cancel := a.callContext(ctx)
+	res, err := a.PSP.FindRefund(cctx, pi, charge, r.PaymentID)
+	cancel()
+	switch {
+	case err != nil:
+		log.Warn("refund look-up failed; the refund stays open", "err", err)
+	case res.Outcome == psp.Succeeded:
+		log.Info("refund found at the PSP behind the 5xx", "psp_refund", res.RefundID)
+		return a.settle(ctx, r, ledger.RefundOutcome{State: ledger.RefundSucceeded, PSPRefund: res.RefundID, PSPPaymentIntent: res.PaymentIntentID}, log)
+	case res.Outcome == psp.Declined && res.RefundID != "":
+		return a.settle(ctx, r, ledger.RefundOutcome{State: ledger.RefundFailed, PSPRefund: res.RefundID, FailureReason: res.DeclineCode,
+			PSPPaymentIntent: res.PaymentIntentID}, log)
+	case res.Outcome == psp.Pending && res.RefundID != "":
+		log.Info("refund found pending at the PSP behind the 5xx; it will be followed by id", "psp_refund", res.RefundID)
+		return a.open(ctx, r, true, res.RefundID, now, log)
+	default:
+		log.Warn("no refund at the PSP behind the 5xx; it will be retried with the same key", "outcome", res.Outcome.String())
 	}
 	return a.open(ctx, r, true, "", now, log)
 }

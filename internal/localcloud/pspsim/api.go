@@ -23,6 +23,8 @@ func route(r *http.Request) (op, string, *reply) {
 		return (*Sim).createPaymentIntent, "", nil
 	case r.Method == http.MethodPost && p == "/v1/refunds":
 		return (*Sim).createRefund, "", nil
+	case r.Method == http.MethodGet && p == "/v1/refunds":
+		return (*Sim).listRefunds, "", nil
 	case r.Method == http.MethodGet && strings.HasPrefix(p, "/v1/refunds/") &&
 		!strings.Contains(strings.TrimPrefix(p, "/v1/refunds/"), "/"):
 		return (*Sim).getRefund, strings.TrimPrefix(p, "/v1/refunds/"), nil

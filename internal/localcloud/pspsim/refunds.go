@@ -5,6 +5,7 @@ import (
 	"maps"
 	"net/http"
 	"net/url"
+	"slices"
 	"time"
 )
 
@@ -175,6 +176,68 @@ func (s *Sim) getRefund(form url.Values, _ string) (reply, bool) {
 		}), false
 	}
 	return jsonReply(http.StatusOK, st.view), true
+}
+
+var listRefundParams = params{
+	names:    []string{"charge", "payment_intent", "limit", "starting_after", "ending_before"},
+	prefixes: []string{"expand["},
+}
+
+// listRefunds is GET /v1/refunds: the refunds as they stand now, newest
+// first, filtered by charge= and payment_intent= when given, Stripe's list
+// shape ({"object":"list","data":[...],"has_more","url"}), limit 1-100
+// (default 10) and starting_after paging. Unlike search it has no lag: a
+// refund is listed as soon as it is made.
+func (s *Sim) listRefunds(form url.Values, _ string) (reply, bool) {
+	if rep, bad := listRefundParams.check(form); bad {
+		return rep, false
+	}
+	if form.Get("ending_before") != "" {
+		return invalid("ending_before", "", "pspsim pages refund lists forward only (starting_after)."), false
+	}
+	limit := int64(10)
+	if form.Has("limit") {
+		l, rep, bad := positiveInt(form, "limit", false)
+		if bad || l > 100 {
+			if !bad {
+				rep = invalid("limit", "parameter_invalid_integer", "limit must be between 1 and 100.")
+			}
+			return rep, false
+		}
+		limit = l
+	}
+	chID, piID, after := form.Get("charge"), form.Get("payment_intent"), form.Get("starting_after")
+	if after != "" {
+		if _, ok := s.refundsByID[after]; !ok {
+			return invalid("starting_after", "resource_missing", fmt.Sprintf("No such refund: '%s'", after)), false
+		}
+	}
+	data := []refundView{}
+	hasMore, skipping := false, after != ""
+	for _, r := range slices.Backward(s.refunds) {
+		if skipping {
+			skipping = r.ID != after
+			continue
+		}
+		if (chID != "" && r.Charge != chID) || (piID != "" && r.PaymentIntent != piID) {
+			continue
+		}
+		st := s.refundsByID[r.ID]
+		if st == nil {
+			continue
+		}
+		if int64(len(data)) == limit {
+			hasMore = true
+			break
+		}
+		data = append(data, st.view)
+	}
+	return jsonReply(http.StatusOK, map[string]any{
+		"object":   "list",
+		"data":     data,
+		"has_more": hasMore,
+		"url":      "/v1/refunds",
+	}), true
 }
 
 // RefundStatus is a refund's status now (pending, succeeded or failed).

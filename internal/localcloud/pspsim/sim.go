@@ -11,6 +11,7 @@
 //	GET  /v1/payment_intents/search   query: metadata['k']:'v' [AND ...]
 //	POST /v1/refunds
 //	GET  /v1/refunds/{id}
+//	GET  /v1/refunds                  list: charge=, payment_intent=, limit, starting_after
 //
 // Idempotency follows Stripe: a POST's Idempotency-Key is kept for the key
 // window (24 h by default, measured by the injected clock) with the first

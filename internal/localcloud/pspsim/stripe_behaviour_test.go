@@ -2,10 +2,12 @@ package pspsim_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -336,4 +338,79 @@ func stripeGet(t *testing.T, e *env, path string) (int, string) {
 		t.Fatalf("GET %s: read: %v", path, err)
 	}
 	return resp.StatusCode, string(body)
+}
+
+// A refund behind a saved 500 (error_5xx_after_charge on /v1/refunds):
+// the PSP refunded, every replay of the key answers the saved 500, and the
+// list of the charge's refunds (GET /v1/refunds?charge=, ?payment_intent=)
+// is what shows it, newest first, paged by limit and starting_after, in
+// Stripe's list shape.
+func TestARefundBehindASaved500IsListedByItsCharge(t *testing.T) {
+	e := setup(t)
+	ctx := context.Background()
+	paid := mustCharge(t, e, chargeReq("pay_ls"))
+	other := mustCharge(t, e, chargeReq("pay_lo"))
+	mustAddFault(t, e, pspsim.Fault{Match: pspsim.Match{IdempotencyKey: "pay_ls:cancel:refund"}, Kind: pspsim.FaultError5xxAfterCharge})
+	req := psp.RefundRequest{IdempotencyKey: "pay_ls:cancel:refund", ChargeID: paid.ChargeID, Amount: 1000, PaymentID: "pay_ls"}
+	for i := range 2 {
+		got, err := e.psp.Refund(ctx, req)
+		if err != nil || got.Outcome != psp.Unknown || got.HTTPStatus != http.StatusInternalServerError || got.Replayed != (i == 1) {
+			t.Fatalf("refund call %d: %+v, %v; want the saved 500", i, got, err)
+		}
+	}
+	if _, err := e.psp.Refund(ctx, psp.RefundRequest{IdempotencyKey: "pay_ls:second", ChargeID: paid.ChargeID, Amount: 500, PaymentID: "pay_ls"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.psp.Refund(ctx, psp.RefundRequest{IdempotencyKey: "pay_lo:cancel:refund", ChargeID: other.ChargeID, PaymentID: "pay_lo"}); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(e.sim.Refunds()); n != 3 {
+		t.Fatalf("%d refunds at the PSP, want 3 (the one behind the 500 among them)", n)
+	}
+	list := func(query string) (ids []string, hasMore bool) {
+		t.Helper()
+		r, _ := http.NewRequest(http.MethodGet, e.url+"/v1/refunds?"+query, nil)
+		r.Header.Set("Authorization", "Bearer sk_test_sim")
+		resp, err := http.DefaultClient.Do(r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var body struct {
+			Object  string `json:"object"`
+			URL     string `json:"url"`
+			HasMore bool   `json:"has_more"`
+			Data    []struct {
+				ID, Charge, Status string
+				Amount             int64
+			} `json:"data"`
+		}
+		if err := json.NewDecoder(resp.Body).Decode(&body); err != nil || resp.StatusCode != http.StatusOK || body.Object != "list" || body.URL != "/v1/refunds" {
+			t.Fatalf("GET /v1/refunds?%s: %d %+v %v", query, resp.StatusCode, body, err)
+		}
+		for _, d := range body.Data {
+			if d.Charge != paid.ChargeID || d.Status != "succeeded" {
+				t.Fatalf("GET /v1/refunds?%s listed %+v", query, d)
+			}
+			ids = append(ids, d.ID)
+		}
+		return ids, body.HasMore
+	}
+	all, more := list("charge=" + paid.ChargeID)
+	if len(all) != 2 || more {
+		t.Fatalf("by charge: %v (has_more %v), want the charge's two refunds", all, more)
+	}
+	if byPI, _ := list("payment_intent=" + paid.PaymentIntentID); !slices.Equal(byPI, all) {
+		t.Fatalf("by payment intent %v, by charge %v", byPI, all)
+	}
+	first, more := list("charge=" + paid.ChargeID + "&limit=1")
+	second, last := list("charge=" + paid.ChargeID + "&limit=1&starting_after=" + first[0])
+	if !more || last || !slices.Equal(append(first, second...), all) {
+		t.Fatalf("pages %v (more %v), %v (more %v); want %v", first, more, second, last, all)
+	}
+	// The client's look-up picks the refund of our reference.
+	found, err := e.psp.FindRefund(ctx, "", paid.ChargeID, "pay_ls")
+	if err != nil || found.Outcome != psp.Succeeded || found.RefundID == "" {
+		t.Fatalf("FindRefund: %+v, %v", found, err)
+	}
 }

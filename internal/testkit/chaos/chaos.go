@@ -253,6 +253,10 @@ type schedule struct {
 	// pspArmed is the simulator fault uses armed, per kind: what is left
 	// of them at quiescence did not fire.
 	pspArmed map[pspsim.FaultKind]int
+	// refund5xxArmed is the error_5xx_after_charge rules armed on refund
+	// keys, counted apart (psp.error_5xx_after_charge(refund)): the
+	// refund's look-up path is only exercised when one fires.
+	refund5xxArmed int
 	// charges and refunds the simulator held before the schedule began:
 	// later ones are the schedule's.
 	chargesBefore, refundsBefore int
@@ -824,12 +828,13 @@ func (r *Runner) pspFault(s *schedule, p *payment, key string, charge bool) {
 	case 3:
 		kind = pspsim.FaultDropBefore
 	case 4, 5:
-		// The charge is made and a 500 saved in front of it: every replay
-		// of the key answers 500 while the charge stands. It fires only on
-		// the key's first call to run, so it is drawn twice as often
-		// before the payment has a row. (Not on refunds: see the README's
-		// chaos section.)
-		if charge && (k == 4 || s.states[p.pid] == "") {
+		// The charge (or refund) is made and a 500 saved in front of it:
+		// every replay of the key answers 500 while the charge (refund)
+		// stands; only a look-up finds it (a search for a charge, the
+		// charge's list of refunds for a refund). It fires only on the
+		// key's first call to run, so for a charge it is drawn twice as
+		// often before the payment has a row.
+		if !charge || k == 4 || s.states[p.pid] == "" {
 			kind = pspsim.FaultError5xxAfterCharge
 		}
 	}
@@ -895,6 +900,13 @@ func (r *Runner) addPSPFault(s *schedule, f pspsim.Fault) {
 	}
 	s.pspArmed[f.Kind] += max(f.Times, 1)
 	s.armOn(f)
+	if refund5xx(f) {
+		s.refund5xxArmed += max(f.Times, 1)
+	}
+}
+
+func refund5xx(f pspsim.Fault) bool {
+	return f.Kind == pspsim.FaultError5xxAfterCharge && strings.HasSuffix(f.Match.IdempotencyKey, ":cancel:refund")
 }
 
 // countPSPFired counts the simulator faults that fired: armed minus what
@@ -902,9 +914,16 @@ func (r *Runner) addPSPFault(s *schedule, f pspsim.Fault) {
 // previous schedule cleared its own).
 func (r *Runner) countPSPFired(s *schedule) {
 	left := map[pspsim.FaultKind]int{}
+	refundLeft := 0
 	rules := r.w.Sim.Faults()
 	for _, f := range rules {
 		left[f.Kind] += f.Times
+		if refund5xx(f) {
+			refundLeft += f.Times
+		}
+	}
+	if fired := s.refund5xxArmed - refundLeft; fired > 0 {
+		s.covered[PSPError5xxAfterCharge+"(refund)"] += fired
 	}
 	s.noteFiredByKey(rules)
 	for kind, armed := range s.pspArmed {
