@@ -80,7 +80,7 @@ RACE_PKGS := ./internal/api/ ./internal/idem/ ./internal/outbox/ ./internal/rela
 	./internal/localcloud/lambdarun/ ./internal/localcloud/trigger/ ./internal/localcloud/phone/
 
 test-unit: ## go test ./... (unit, integration against the running local cloud, CDK stack tests); prints the skip count
-	@rc=0; $(BIN)/gotestsum --format pkgname-and-test-fails --jsonfile $(LOCAL)/test.json -- -count=1 ./... || rc=$$?; \
+	@rc=0; $(BIN)/gotestsum --format pkgname-and-test-fails --jsonfile $(LOCAL)/test.json -- -count=1 -timeout 15m ./... || rc=$$?; \
 	  bash scripts/testsummary.sh $(LOCAL)/test.json; exit $$rc
 
 test-race: ## the race detector over the packages that hold concurrency
