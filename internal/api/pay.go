@@ -365,7 +365,11 @@ func (a *attempt) charge(ctx context.Context, row ledger.Payment, call psp.Call)
 	// One rendering for every answer about p: the one stored now is the one
 	// a pointer or the resolver's rewrite would give.
 	resp := render(p)
-	if !moved {
+	// Lost the settle to the webhook or the resolver: the answer is still
+	// this request's own when the row holds the outcome its own PSP call
+	// got (the PSP's event about that call won the race); only a row
+	// settled otherwise is a replay of someone else's answer.
+	if !moved && (p.State != outcome.State || p.PSPCharge != outcome.PSPCharge) {
 		resp = replayed(resp)
 	}
 	return a.complete(wctx, p, resp)

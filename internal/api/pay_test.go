@@ -3,6 +3,7 @@ package api_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 	"sync"
@@ -490,3 +491,44 @@ func TestNoCallerIs401(t *testing.T) {
 }
 
 var _ = errors.New
+
+// TestTheWebhookSettlingFirstWithThisRequestsChargeLeavesTheAnswerItsOwn:
+// the PSP's event about this request's own charge settles the row between
+// the PSP's reply and the api's settle (on the live stack the simulator's
+// webhook often wins). The answer is still this request's own result, not
+// a replay; a row settled with another outcome is the record's answer.
+func TestTheWebhookSettlingFirstWithThisRequestsChargeLeavesTheAnswerItsOwn(t *testing.T) {
+	for _, tc := range []struct {
+		name      string
+		sameCharg bool
+	}{{"the same charge", true}, {"another outcome", false}} {
+		t.Run(tc.name, func(t *testing.T) {
+			w := newWorld(t)
+			w.hooks.AfterPSPReply = func(ctx context.Context) error {
+				ch := w.charges()
+				if len(ch) != 1 {
+					return fmt.Errorf("%d charges at the PSP reply", len(ch))
+				}
+				o := ledger.Outcome{State: ledger.Succeeded, PSPCharge: ch[0].ID}
+				if !tc.sameCharg {
+					o = ledger.Outcome{State: ledger.Failed, PSPCharge: ch[0].PaymentIntent, DeclineCode: "card_declined"}
+				}
+				_, _, _, err := w.ledger.Settle(ctx, w.row("u1", "K1").ID, o, w.clock.Now())
+				return err
+			}
+			w.rebuild()
+			r := w.pay("u1", "K1", body3000)
+			if tc.sameCharg {
+				expectStatus(t, r, http.StatusCreated)
+				if replayedHeader(r) {
+					t.Fatalf("the first call's own charge answered as a replay: %s", r.Body)
+				}
+				return
+			}
+			expectStatus(t, r, http.StatusPaymentRequired)
+			if !replayedHeader(r) {
+				t.Fatalf("a row settled with another outcome answered as this request's own: %s", r.Body)
+			}
+		})
+	}
+}
