@@ -210,8 +210,8 @@ func printStatus(w io.Writer, st stack.Status) {
 		if f.MaxEnvironments > 0 {
 			max = fmt.Sprintf("max %d", f.MaxEnvironments)
 		}
-		fmt.Fprintf(w, "function  %-10s %-28s envs=%d (%s) invocations=%d killed=%d\n",
-			f.Short, f.Function, len(f.Environments), max, f.Invocations, f.Killed)
+		fmt.Fprintf(w, "function  %-10s %-28s envs=%d (%s) invocations=%d killed=%d (busy %d)\n",
+			f.Short, f.Function, len(f.Environments), max, f.Invocations, f.Killed, f.KilledBusy)
 		for _, e := range f.Environments {
 			state := "idle"
 			if e.Busy {

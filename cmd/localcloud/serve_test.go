@@ -16,10 +16,10 @@ import (
 type oneEnv struct{}
 
 func (oneEnv) Status() []invoke.FunctionStatus {
-	return []invoke.FunctionStatus{{Function: "ResolverFunction8C958500", MaxEnvironments: 1, Invocations: 3,
+	return []invoke.FunctionStatus{{Function: "ResolverFunction8C958500", MaxEnvironments: 1, Invocations: 3, Killed: 2, KilledBusy: 1,
 		Environments: []invoke.Environment{{ID: "env-1", PID: 77, Busy: true, Started: time.Unix(0, 0), Served: 3}}}}
 }
-func (oneEnv) Kill(string, int) (int, error) { return 0, nil }
+func (oneEnv) Kill(string, int) (int, int, error) { return 0, 0, nil }
 
 // `make status` prints each function with its environments and each
 // trigger with its state, from the running stack's admin API.
@@ -37,7 +37,7 @@ func TestStatusPrintsEachFunctionWithItsEnvironmentsAndEachTriggerWithItsState(t
 	got := out.String()
 	for _, want := range []string{
 		"function  api        ApiFunction52E267E3          envs=0 (unreserved)",
-		"function  resolver   ResolverFunction8C958500     envs=1 (max 1) invocations=3",
+		"function  resolver   ResolverFunction8C958500     envs=1 (max 1) invocations=3 killed=2 (busy 1)",
 		"env env-1        pid=77 busy served=3",
 		"schedule  ResolverSchedule0D6F1F8B     rate(1 minute) -> ResolverFunction8C958500 Created",
 		"time_scale=10",

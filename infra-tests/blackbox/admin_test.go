@@ -20,6 +20,7 @@ type functionStatus struct {
 	} `json:"environments"`
 	Invocations int64 `json:"invocations"`
 	Killed      int64 `json:"killed"`
+	KilledBusy  int64 `json:"killed_busy"`
 }
 
 // status reads the local cloud's functions, by short name.
@@ -38,15 +39,36 @@ func (s *surface) status(ctx context.Context) (map[string]functionStatus, error)
 }
 
 // kill asks the local cloud to SIGKILL up to n of function's execution
-// environments and returns how many it killed. The in-process runner
-// refuses (409): then the stack is not running the real binaries.
-func (s *surface) kill(ctx context.Context, function string, n int) (int, error) {
+// environments and returns how many it killed and how many of those were
+// busy (mid-invocation: an idle one's kill crashes nothing). The
+// in-process runner refuses (409): then the stack is not running the real
+// binaries.
+func (s *surface) kill(ctx context.Context, function string, n int) (killed, busy int, err error) {
 	var out struct {
 		Function string `json:"function"`
 		Killed   int    `json:"killed"`
+		Busy     *int   `json:"busy"`
 	}
 	if _, err := post(ctx, s.httpc, s.adminURL+"/_local/kill", map[string]any{"function": function, "n": n}, &out); err != nil {
-		return 0, fmt.Errorf("kill %s: %w", function, err)
+		return 0, 0, fmt.Errorf("kill %s: %w", function, err)
 	}
-	return out.Killed, nil
+	if out.Busy == nil {
+		return 0, 0, fmt.Errorf("kill %s: the answer has no busy count: the local cloud predates it (restart it)", function)
+	}
+	return out.Killed, *out.Busy, nil
+}
+
+// busyEnvironment reports whether function has an environment
+// mid-invocation now.
+func (s *surface) busyEnvironment(ctx context.Context, function string) (bool, error) {
+	st, err := s.status(ctx)
+	if err != nil {
+		return false, err
+	}
+	for _, e := range st[function].Environments {
+		if e.Busy {
+			return true, nil
+		}
+	}
+	return false, nil
 }

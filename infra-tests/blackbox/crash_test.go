@@ -22,7 +22,24 @@ const (
 	// visibility timeout (180 s: 6 x the worker's 30 s, the template's), so
 	// the bound is that plus the resolver's minute and slack.
 	crashSettle = 270 * time.Second
+	// aimPolls bounds one aimed kill: how many status reads (aimEvery
+	// apart) it waits for a busy environment of a function no kill has yet
+	// caught mid-invocation (a relay batch takes milliseconds, so a kill at
+	// a random moment mostly finds it idle).
+	aimPolls = 100
+	aimEvery = 10 * time.Millisecond
 )
+
+// killTally is what the crash run's kills of one function did.
+type killTally struct {
+	killed, busy int
+	aimed        int // aimed kills: kills after a status read saw a busy environment
+	polls        int // status reads spent aiming
+}
+
+func (k killTally) String() string {
+	return fmt.Sprintf("killed %d (%d busy; %d aimed kills after %d status polls)", k.killed, k.busy, k.aimed, k.polls)
+}
 
 // crashPayment is one payment of the crash run and what its client heard.
 type crashPayment struct {
@@ -115,7 +132,10 @@ func TestCrashFaultsOnTheRealBinaries(t *testing.T) {
 	var unlock sync.Once
 	defer unlock.Do(killing.Unlock)
 	killCtx, stopKills := context.WithCancel(ctx)
-	kills := map[string]int{}
+	kills := map[string]*killTally{}
+	for _, fn := range victims {
+		kills[fn] = &killTally{}
+	}
 	var killErrs []error
 	killed := make(chan struct{})
 	go func() {
@@ -127,7 +147,41 @@ func TestCrashFaultsOnTheRealBinaries(t *testing.T) {
 			case <-time.After(time.Duration(300+rand.IntN(1700)) * time.Millisecond):
 			}
 			fn := victims[rand.IntN(len(victims))]
-			n, err := s.kill(killCtx, fn, 1)
+			// Half the kills go to a function no kill has caught busy yet,
+			// aimed: wait (bounded) for a status read that shows one of its
+			// environments busy, then kill at once.
+			var unbusy []string
+			for _, v := range victims {
+				if kills[v].busy == 0 {
+					unbusy = append(unbusy, v)
+				}
+			}
+			aim := len(unbusy) > 0 && rand.IntN(2) == 0
+			if aim {
+				fn = unbusy[rand.IntN(len(unbusy))]
+				seen := false
+				for range aimPolls {
+					kills[fn].polls++
+					busy, err := s.busyEnvironment(killCtx, fn)
+					if killCtx.Err() != nil {
+						return
+					}
+					if err != nil {
+						killErrs = append(killErrs, err)
+						break
+					}
+					if busy {
+						seen = true
+						break
+					}
+					time.Sleep(aimEvery)
+				}
+				if !seen {
+					continue
+				}
+				kills[fn].aimed++
+			}
+			n, busy, err := s.kill(killCtx, fn, 1)
 			if killCtx.Err() != nil {
 				return
 			}
@@ -135,7 +189,8 @@ func TestCrashFaultsOnTheRealBinaries(t *testing.T) {
 				killErrs = append(killErrs, err)
 				continue
 			}
-			kills[fn] += n
+			kills[fn].killed += n
+			kills[fn].busy += busy
 		}
 	}()
 
@@ -171,12 +226,21 @@ func TestCrashFaultsOnTheRealBinaries(t *testing.T) {
 	}
 	var line []string
 	for _, fn := range victims {
-		line = append(line, fmt.Sprintf("%s %d (status: %d)", fn, kills[fn], after[fn].Killed-before[fn].Killed))
-		if kills[fn] == 0 {
-			t.Errorf("no %s environment was killed during the run: the case did not crash it", fn)
+		k := kills[fn]
+		line = append(line, fmt.Sprintf("%s %s", fn, k))
+		// Killing an idle warm environment crashes nothing: the run must
+		// have killed each function mid-invocation at least once.
+		if k.busy == 0 {
+			t.Errorf("no %s environment was killed mid-invocation (%s): the case did not crash it", fn, k)
+		}
+		if err == nil {
+			if d, db := after[fn].Killed-before[fn].Killed, after[fn].KilledBusy-before[fn].KilledBusy; d < int64(k.killed) || db < int64(k.busy) {
+				t.Errorf("%s: the status counts %d kills (%d busy) during the run, the kill answers %d (%d busy)", fn, d, db, k.killed, k.busy)
+			}
 		}
 	}
-	t.Logf("%d payments by %d clients in %s; environments killed: %s", crashPayments, crashClients, load.Round(time.Second), strings.Join(line, ", "))
+	killLine := strings.Join(line, ", ")
+	t.Logf("%d payments by %d clients in %s; environments %s", crashPayments, crashClients, load.Round(time.Second), killLine)
 	sendErrs.Range(func(pid, err any) bool {
 		t.Errorf("%s: the client never got an answer: %v", pid, err)
 		return true
@@ -214,7 +278,12 @@ func TestCrashFaultsOnTheRealBinaries(t *testing.T) {
 		}
 		return nil
 	})
-	t.Logf("settled %d of %d payments %s after the load", len(reports), crashPayments, time.Since(settleStart).Round(time.Second))
+	settled := time.Since(settleStart).Round(time.Second)
+	t.Logf("settled %d of %d payments %s after the load", len(reports), crashPayments, settled)
+	// `make test` shows only lines starting "SUMMARY " (scripts/testsummary.sh):
+	// the kill counts are what the run's verdict rests on.
+	fmt.Printf("SUMMARY crash run: %s; %d payments by %d clients in %s, %d settled %s after the load\n",
+		killLine, crashPayments, crashClients, load.Round(time.Second), len(reports), settled)
 	if err != nil {
 		for pid, why := range open {
 			t.Errorf("stuck after %s: %s: %s", crashSettle, pid, why)

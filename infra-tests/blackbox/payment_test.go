@@ -3,6 +3,7 @@ package blackbox
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"net/http"
 	"strconv"
@@ -130,10 +131,15 @@ func TestAWebhookArrivingBeforeTheResolverSettlesThePayment(t *testing.T) {
 			if err := sim.arm(ctx, ids.ChargeKey(pid), "lose_reply", 30*time.Second, 1); err != nil {
 				t.Fatal(err)
 			}
+			const dupTimes = 5
+			var webhooksBefore int64
 			if tc.duplicate {
 				// Every event the charge raises is delivered twice.
-				if err := sim.arm(ctx, ids.ChargeKey(pid), "webhook_duplicate", 0, 5); err != nil {
+				if err := sim.arm(ctx, ids.ChargeKey(pid), "webhook_duplicate", 0, dupTimes); err != nil {
 					t.Fatal(err)
+				}
+				if st, err := s.status(ctx); err == nil {
+					webhooksBefore = st["webhook"].Invocations
 				}
 			}
 			first, err := s.pay(ctx, a.caller, "K1", body)
@@ -163,6 +169,12 @@ func TestAWebhookArrivingBeforeTheResolverSettlesThePayment(t *testing.T) {
 			}
 			if again.Status != http.StatusCreated || again.Body.State != "SUCCEEDED" || !again.Replayed {
 				t.Errorf("retry: %v, want 201 SUCCEEDED replayed", again)
+			}
+			if tc.duplicate {
+				// One credit and one push prove nothing if no event was
+				// ever sent twice: the duplicate fault must have fired, and
+				// the webhook function must have run for both copies.
+				s.expectDuplicateDelivered(ctx, t, sim, ids.ChargeKey(pid), dupTimes, webhooksBefore)
 			}
 		})
 	}
@@ -202,4 +214,44 @@ func TestAForgedWebhookIsRefusedAndChangesNothing(t *testing.T) {
 		t.Fatalf("settle: %v", err)
 	}
 	s.expectOnce(ctx, t, a, pid, r, want{state: "FAILED", amount: 700})
+}
+
+// expectDuplicateDelivered fails the case unless the webhook_duplicate rule
+// armed on key fired at least once (the simulator queued a second copy of
+// an event) and, where the local cloud's admin API answers, the webhook
+// function ran at least twice since before (other cases' webhooks only add
+// to the count, so this is a floor, not an exact count).
+func (s *surface) expectDuplicateDelivered(ctx context.Context, t *testing.T, sim *simulator, key string, times int, before int64) {
+	t.Helper()
+	fired, err := sim.fired(ctx, key, "webhook_duplicate", times)
+	if err != nil {
+		t.Fatalf("webhook_duplicate: %v", err)
+	}
+	if fired < 1 {
+		t.Fatalf("webhook_duplicate never fired on %s: no event was delivered twice, the case proved nothing", key)
+	}
+	st, err := s.status(ctx)
+	if err != nil {
+		t.Logf("webhook_duplicate fired %d times; no local status to count the webhook's invocations: %v", fired, err)
+		return
+	}
+	if _, ok := st["webhook"]; !ok {
+		t.Logf("webhook_duplicate fired %d times; the status lists no webhook function (%v)", fired, keys(st))
+		return
+	}
+	ran, err := eventually(ctx, 20*time.Second, 500*time.Millisecond, func(ctx context.Context) error {
+		st, err := s.status(ctx)
+		if err != nil {
+			return err
+		}
+		if n := st["webhook"].Invocations - before; n < 2 {
+			return fmt.Errorf("%w: the webhook function ran %d times since the charge, want both copies (2+)", errNotYet, n)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Errorf("webhook_duplicate fired %d times but the second copy was not delivered: %v", fired, err)
+		return
+	}
+	t.Logf("webhook_duplicate fired %d times; the webhook function ran for both copies (%s)", fired, ran.Round(time.Millisecond))
 }

@@ -54,6 +54,22 @@ func (s *simulator) arm(ctx context.Context, key, kind string, delay time.Durati
 	return nil
 }
 
+// fired is how many times the fault rule kind armed on key with times
+// fired so far: GET /_sim/faults lists the rules still armed with their
+// remaining times, and drops a rule once it has run out.
+func (s *simulator) fired(ctx context.Context, key, kind string, times int) (int, error) {
+	var armed []fault
+	if _, err := get(ctx, s.httpc, s.url+"/_sim/faults", &armed); err != nil {
+		return 0, fmt.Errorf("read the armed faults: %w", err)
+	}
+	for _, f := range armed {
+		if f.Match.IdempotencyKey == key && f.Kind == kind {
+			return times - f.Times, nil
+		}
+	}
+	return times, nil
+}
+
 func (s *simulator) charges(ctx context.Context, paymentIDs ...string) (map[string][]charge, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

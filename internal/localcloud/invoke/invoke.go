@@ -52,8 +52,10 @@ type Admin interface {
 	Status() []FunctionStatus
 	// Kill sends SIGKILL to up to n of the function's live execution
 	// environments (busy ones first, chosen at random) and reports how many
-	// it killed. The runner replaces them on demand, as Lambda does.
-	Kill(function string, n int) (killed int, err error)
+	// it killed and how many of those were busy (mid-invocation): killing an
+	// idle warm environment crashes nothing, so a crash test counts busy.
+	// The runner replaces them on demand, as Lambda does.
+	Kill(function string, n int) (killed, busy int, err error)
 }
 
 // FunctionStatus describes one function's execution environments.
@@ -65,6 +67,8 @@ type FunctionStatus struct {
 	Environments    []Environment `json:"environments"`
 	Invocations     int64         `json:"invocations"`
 	Killed          int64         `json:"killed"`
+	// KilledBusy is how many of Killed were mid-invocation.
+	KilledBusy int64 `json:"killed_busy"`
 }
 
 // Environment is one execution environment.

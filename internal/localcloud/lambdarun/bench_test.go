@@ -125,7 +125,7 @@ func BenchmarkRunnerColdStart(b *testing.B) {
 	invokeAPI(b, r, fn, ev)
 	var ds []time.Duration
 	for b.Loop() {
-		if n, err := r.Kill(fn, 1); n != 1 || err != nil {
+		if n, _, err := r.Kill(fn, 1); n != 1 || err != nil {
 			b.Fatalf("Kill = %d, %v", n, err)
 		}
 		ds = append(ds, invokeAPI(b, r, fn, ev))

@@ -119,14 +119,15 @@ func (r *Runner) Invoke(ctx context.Context, function string, payload []byte) ([
 
 // Kill sends SIGKILL to the process groups of up to n of function's live
 // environments, busy ones first, chosen at random, and returns how many it
-// killed. Their invocations in flight answer Runtime.ExitError; later
-// invocations cold-start new environments.
-func (r *Runner) Kill(function string, n int) (int, error) {
+// killed and how many of those were busy. Their invocations in flight
+// answer Runtime.ExitError; later invocations cold-start new environments.
+func (r *Runner) Kill(function string, n int) (killed, busy int, err error) {
 	p, ok := r.pools[function]
 	if !ok {
-		return 0, fmt.Errorf("%w: %s", invoke.ErrUnknownFunction, function)
+		return 0, 0, fmt.Errorf("%w: %s", invoke.ErrUnknownFunction, function)
 	}
-	return p.kill(n), nil
+	killed, busy = p.kill(n)
+	return killed, busy, nil
 }
 
 // Status reports every function's environments and counters, sorted by
@@ -169,6 +170,7 @@ type pool struct {
 	next        int
 	invocations int64
 	killed      int64
+	killedBusy  int64
 	closed      bool
 }
 
@@ -328,7 +330,7 @@ func (p *pool) release(e *environment, replace bool, cause error) {
 	}
 }
 
-func (p *pool) kill(n int) int {
+func (p *pool) kill(n int) (killed, busyKilled int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	var busy, idle []*environment
@@ -351,10 +353,14 @@ func (p *pool) kill(n int) int {
 		p.remove(e)
 		e.proc.Kill()
 		p.killed++
+		if e.busy {
+			p.killedBusy++
+			busyKilled++
+		}
 		p.log.Warn("environment killed", "env", e.id, "pid", e.proc.PID, "busy", e.busy)
 		p.run.Info("environment killed", "env", e.id, "pid", e.proc.PID, "busy", e.busy)
 	}
-	return len(victims)
+	return len(victims), busyKilled
 }
 
 func (p *pool) status() invoke.FunctionStatus {
@@ -366,6 +372,7 @@ func (p *pool) status() invoke.FunctionStatus {
 		Environments:    []invoke.Environment{},
 		Invocations:     p.invocations,
 		Killed:          p.killed,
+		KilledBusy:      p.killedBusy,
 	}
 	for _, e := range p.envs {
 		s.Environments = append(s.Environments, invoke.Environment{

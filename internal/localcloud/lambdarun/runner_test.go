@@ -112,8 +112,8 @@ func TestKillMidInvocationAnswersExitErrorAndTheNextCallColdStarts(t *testing.T)
 		errc <- err
 	}()
 	waitBusy(t, r, "ProbeFunction", 1)
-	if n, err := r.Kill("ProbeFunction", 5); n != 1 || err != nil {
-		t.Fatalf("Kill = %d, %v; want 1", n, err)
+	if n, busy, err := r.Kill("ProbeFunction", 5); n != 1 || busy != 1 || err != nil {
+		t.Fatalf("Kill = %d (%d busy), %v; want 1, busy", n, busy, err)
 	}
 	select {
 	case err := <-errc:
@@ -127,7 +127,7 @@ func TestKillMidInvocationAnswersExitErrorAndTheNextCallColdStarts(t *testing.T)
 	waitDead(t, bootstrap, 2*time.Second)
 	after := mustProbe(t, r, probeEvent{})
 	s := status(t, r, "ProbeFunction")
-	if after.PID == bootstrap || len(s.Environments) != 1 || s.Environments[0].PID == before.PID || s.Killed != 1 {
+	if after.PID == bootstrap || len(s.Environments) != 1 || s.Environments[0].PID == before.PID || s.Killed != 1 || s.KilledBusy != 1 {
 		t.Errorf("after the kill: bootstrap %d (was %d), status %+v (was %+v)", after.PID, bootstrap, s, before)
 	}
 }
@@ -161,16 +161,40 @@ func TestKillTakesBusyEnvironmentsFirst(t *testing.T) {
 			idle = e.PID
 		}
 	}
-	if n, _ := r.Kill("ProbeFunction", 1); n != 1 {
-		t.Fatalf("Kill = %d", n)
+	if n, b, _ := r.Kill("ProbeFunction", 1); n != 1 || b != 1 {
+		t.Fatalf("Kill = %d (%d busy); want 1, busy", n, b)
 	}
 	functionError(t, <-errc, "Runtime.ExitError")
 	waitDead(t, busy, 2*time.Second)
 	if left := status(t, r, "ProbeFunction").Environments; len(left) != 1 || left[0].PID != idle {
 		t.Errorf("left %+v; want only the idle %d (busy was %d)", left, idle, busy)
 	}
-	if _, err := r.Kill("NoSuchFunction", 1); !errors.Is(err, invoke.ErrUnknownFunction) {
+	if _, _, err := r.Kill("NoSuchFunction", 1); !errors.Is(err, invoke.ErrUnknownFunction) {
 		t.Errorf("Kill of an unknown function: %v", err)
+	}
+}
+
+// Killing an idle warm environment crashes no invocation: Kill says so
+// (busy 0), and only a kill mid-invocation counts as busy, in its answer
+// and in the status.
+func TestKillOfAnIdleEnvironmentIsNotCountedBusy(t *testing.T) {
+	r := newRunner(t, probeFunction(t, 2, 10*time.Second))
+	mustProbe(t, r, probeEvent{})
+	if n, busy, err := r.Kill("ProbeFunction", 1); n != 1 || busy != 0 || err != nil {
+		t.Fatalf("Kill of the idle one = %d (%d busy), %v; want 1, 0 busy", n, busy, err)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		_, err := callProbe(r, probeEvent{SleepMS: 8000})
+		errc <- err
+	}()
+	waitBusy(t, r, "ProbeFunction", 1)
+	if n, busy, err := r.Kill("ProbeFunction", 1); n != 1 || busy != 1 || err != nil {
+		t.Fatalf("Kill mid-invocation = %d (%d busy), %v; want 1, 1 busy", n, busy, err)
+	}
+	functionError(t, <-errc, "Runtime.ExitError")
+	if s := status(t, r, "ProbeFunction"); s.Killed != 2 || s.KilledBusy != 1 {
+		t.Errorf("status killed %d (busy %d); want 2 (busy 1)", s.Killed, s.KilledBusy)
 	}
 }
 

@@ -42,6 +42,9 @@ type KillRequest struct {
 type KillResponse struct {
 	Function string `json:"function"`
 	Killed   int    `json:"killed"`
+	// Busy is how many of Killed were mid-invocation (the others were idle
+	// warm environments: their kill crashed nothing).
+	Busy int `json:"busy"`
 }
 
 // maxKill bounds a kill request: more environments than any function has.
@@ -155,7 +158,7 @@ func (a *Admin) kill(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, refused(fmt.Sprintf("no function runner: %s cannot be killed", id)))
 		return
 	}
-	killed, err := a.Runner.Kill(id, n)
+	killed, busy, err := a.Runner.Kill(id, n)
 	switch {
 	case errors.Is(err, invoke.ErrUnknownFunction):
 		p := problem.NotFound()
@@ -166,7 +169,7 @@ func (a *Admin) kill(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, refused(err.Error()))
 		return
 	}
-	writeJSON(w, http.StatusOK, KillResponse{Function: id, Killed: killed})
+	writeJSON(w, http.StatusOK, KillResponse{Function: id, Killed: killed, Busy: busy})
 }
 
 var errAmbiguous = errors.New("ambiguous function name")

@@ -16,10 +16,12 @@ import (
 	"github.com/oncepay/oncepay/internal/problem"
 )
 
-// fakeAdmin records kills and answers a fixed status.
+// fakeAdmin records kills and answers a fixed status; it reports the
+// first busy of each kill's environments as busy.
 type fakeAdmin struct {
 	mu    sync.Mutex
 	kills []string
+	busy  int
 	err   error
 }
 
@@ -28,14 +30,14 @@ func (f *fakeAdmin) Status() []invoke.FunctionStatus {
 		Environments: []invoke.Environment{{ID: "env-1", PID: 4242, Busy: true, Served: 7}}}}
 }
 
-func (f *fakeAdmin) Kill(function string, n int) (int, error) {
+func (f *fakeAdmin) Kill(function string, n int) (killed, busy int, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
-		return 0, f.err
+		return 0, 0, f.err
 	}
 	f.kills = append(f.kills, fmt.Sprintf("%s x%d", function, n))
-	return n, nil
+	return n, min(f.busy, n), nil
 }
 
 var functions = []string{"ApiFunction52E267E3", "RelayFunction3833AFCF", "ResolverFunction8C958500", "WorkerFunction9E8CCBFD"}
@@ -95,6 +97,20 @@ func TestAdminKillTakesALogicalIDOrAShortName(t *testing.T) {
 	}
 	if strings.Join(f.kills, ";") != "RelayFunction3833AFCF x2;WorkerFunction9E8CCBFD x1" {
 		t.Fatalf("kills = %v", f.kills)
+	}
+}
+
+// A crash test must tell a kill that crashed an invocation from one that
+// took an idle warm environment: the answer carries how many were busy.
+func TestAdminKillAnswerSaysHowManyKilledEnvironmentsWereBusy(t *testing.T) {
+	srv := adminServer(t, &fakeAdmin{busy: 1})
+	code, _, m := post(t, srv, `{"function":"relay","n":3}`)
+	if code != 200 || m["killed"] != 3.0 || m["busy"] != 1.0 {
+		t.Fatalf("kill of 3 with 1 busy: %d %v", code, m)
+	}
+	srv = adminServer(t, &fakeAdmin{})
+	if code, _, m := post(t, srv, `{"function":"worker"}`); code != 200 || m["killed"] != 1.0 || m["busy"] != 0.0 {
+		t.Fatalf("kill of an idle one: %d %v; want busy 0 present", code, m)
 	}
 }
 

@@ -243,11 +243,11 @@ func (r *InProcess) Status() []invoke.FunctionStatus {
 }
 
 // Kill is refused: the handlers run inside the service itself.
-func (r *InProcess) Kill(function string, n int) (int, error) {
+func (r *InProcess) Kill(function string, n int) (killed, busy int, err error) {
 	if _, ok := r.fns[function]; !ok {
-		return 0, fmt.Errorf("%w: %s", invoke.ErrUnknownFunction, function)
+		return 0, 0, fmt.Errorf("%w: %s", invoke.ErrUnknownFunction, function)
 	}
-	return 0, fmt.Errorf("the in-process runner cannot kill %s: its handler runs inside the local-cloud service (the function runner kills environments)", function)
+	return 0, 0, fmt.Errorf("the in-process runner cannot kill %s: its handler runs inside the local-cloud service (the function runner kills environments)", function)
 }
 
 // Close releases the handlers' pools.

@@ -103,9 +103,9 @@ func (r *fakeRunner) records(fn string) []string {
 	return ids
 }
 
-func (r *fakeRunner) Status() []invoke.FunctionStatus { return nil }
-func (r *fakeRunner) Kill(string, int) (int, error)   { return 0, nil }
-func (r *fakeRunner) Close() error                    { r.closed.Store(true); return nil }
+func (r *fakeRunner) Status() []invoke.FunctionStatus    { return nil }
+func (r *fakeRunner) Kill(string, int) (int, int, error) { return 0, 0, nil }
+func (r *fakeRunner) Close() error                       { r.closed.Store(true); return nil }
 
 // world is the template over resources of the test's own: its outbox
 // table, events queue and failure queues stand for the stack's.
