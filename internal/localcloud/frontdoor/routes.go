@@ -8,6 +8,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/oncepay/oncepay/internal/localcloud/provision"
 )
 
 // Route is one AWS::ApiGatewayV2::Route of the template, resolved to the
@@ -107,10 +109,10 @@ func routeOf(t cfnTemplate, id string, p map[string]any) (Route, string, error) 
 	if err := r.parseKey(); err != nil {
 		return r, "", fmt.Errorf("frontdoor: route %s: %w", id, err)
 	}
-	apiID, _, _ := ref(p["ApiId"])
+	apiID, _, _ := provision.Ref(p["ApiId"])
 	switch auth, _ := p["AuthorizationType"].(string); auth {
 	case "JWT":
-		authz, _, _ := ref(p["AuthorizerId"])
+		authz, _, _ := provision.Ref(p["AuthorizerId"])
 		if a, ok := t.Resources[authz]; !ok || a.Type != "AWS::ApiGatewayV2::Authorizer" || a.Properties["AuthorizerType"] != "JWT" {
 			return r, "", fmt.Errorf("frontdoor: route %s (%s): AuthorizerId does not name a JWT authorizer of the template", id, key)
 		}
@@ -134,7 +136,7 @@ func routeOf(t cfnTemplate, id string, p map[string]any) (Route, string, error) 
 	if ip["PayloadFormatVersion"] != "2.0" {
 		return r, "", fmt.Errorf("frontdoor: integration %s: PayloadFormatVersion %v is not played locally (2.0 only)", integ, ip["PayloadFormatVersion"])
 	}
-	fn, attr, ok := ref(ip["IntegrationUri"])
+	fn, attr, ok := provision.Ref(ip["IntegrationUri"])
 	if !ok || attr != "Arn" {
 		return r, "", fmt.Errorf("frontdoor: integration %s: IntegrationUri is not {Fn::GetAtt: [<function>, Arn]}", integ)
 	}
@@ -179,7 +181,7 @@ func targetIntegration(v any) (string, error) {
 	join, _ := m["Fn::Join"].([]any)
 	if len(join) == 2 {
 		if parts, _ := join[1].([]any); len(parts) == 2 && parts[0] == "integrations/" {
-			if id, attr, ok := ref(parts[1]); ok && attr == "" {
+			if id, attr, ok := provision.Ref(parts[1]); ok && attr == "" {
 				return id, nil
 			}
 		}
@@ -222,24 +224,6 @@ func throttleOf(v any) (float64, int) {
 	rate, _ := m["ThrottlingRateLimit"].(float64)
 	burst, _ := m["ThrottlingBurstLimit"].(float64)
 	return rate, int(burst)
-}
-
-// ref returns the logical id a {"Ref": id} or {"Fn::GetAtt": [id, attr]}
-// names, and the attribute ("" for Ref).
-func ref(v any) (id, attr string, ok bool) {
-	m, isMap := v.(map[string]any)
-	if !isMap {
-		return "", "", false
-	}
-	if r, isRef := m["Ref"].(string); isRef {
-		return r, "", true
-	}
-	if ga, isGA := m["Fn::GetAtt"].([]any); isGA && len(ga) == 2 {
-		i, _ := ga[0].(string)
-		a, _ := ga[1].(string)
-		return i, a, i != "" && a != ""
-	}
-	return "", "", false
 }
 
 // match reports whether the route serves method and the (decoded) path,

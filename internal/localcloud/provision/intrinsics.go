@@ -154,9 +154,9 @@ func (e *Evaluator) intrinsic(fn string, arg any) (any, error) {
 		if !ok {
 			return nil, fmt.Errorf("%w: Ref of %v", ErrUnresolvable, arg)
 		}
-		return e.ref(name)
+		return e.Ref(name)
 	case "Fn::GetAtt":
-		id, attr, ok := ref(map[string]any{fn: arg})
+		id, attr, ok := Ref(map[string]any{fn: arg})
 		if !ok {
 			return nil, fmt.Errorf("%w: Fn::GetAtt %v", ErrUnresolvable, arg)
 		}
@@ -277,7 +277,7 @@ func (e *Evaluator) sub(arg any) (any, error) {
 		} else if id, attr, dotted := strings.Cut(name, "."); dotted && !strings.HasPrefix(name, "AWS::") {
 			r, err = e.getAtt(id, attr)
 		} else {
-			r, err = e.ref(name)
+			r, err = e.Ref(name)
 		}
 		var s string
 		if err == nil {
@@ -294,7 +294,7 @@ func (e *Evaluator) sub(arg any) (any, error) {
 	return out, nil
 }
 
-func (e *Evaluator) ref(name string) (any, error) {
+func (e *Evaluator) Ref(name string) (any, error) {
 	switch name {
 	case "AWS::Region":
 		return e.Region, nil

@@ -36,7 +36,7 @@ func Lambdas(t *Template, region, account string, prev map[string]Physical) map[
 		}
 	}
 	for _, id := range t.OfType("AWS::Lambda::Version") {
-		fnID, _, _ := ref(t.Resources[id].Properties["FunctionName"])
+		fnID, _, _ := Ref(t.Resources[id].Properties["FunctionName"])
 		fn, ok := phys[fnID]
 		if !ok {
 			continue // a version of a function outside the template: nothing to run

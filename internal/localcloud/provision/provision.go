@@ -250,7 +250,7 @@ func (p *Provisioner) queue(ctx context.Context, id string, props map[string]any
 		}
 	}
 	if rp, ok := props["RedrivePolicy"].(map[string]any); ok {
-		target, _, ok := ref(rp["deadLetterTargetArn"])
+		target, _, ok := Ref(rp["deadLetterTargetArn"])
 		dlq, known := phys[target]
 		if !ok || !known {
 			return Physical{}, fmt.Errorf("localcloud: queue %s: redrive target %v is not a queue of this template", id, rp["deadLetterTargetArn"])
@@ -326,7 +326,7 @@ func (p *Provisioner) topic(ctx context.Context, id string, props map[string]any
 func Outputs(t *Template, phys map[string]Physical) map[string]string {
 	out := map[string]string{}
 	for name, o := range t.Outputs {
-		id, attr, ok := ref(o.Value)
+		id, attr, ok := Ref(o.Value)
 		if !ok {
 			if s, isStr := o.Value.(string); isStr {
 				out[name] = s

@@ -182,8 +182,8 @@ func eachClass(pw string, classes []string) bool {
 }
 
 func (p *Provisioner) attach(ctx context.Context, id string, props map[string]any, phys map[string]Physical) (Physical, error) {
-	secretID, _, _ := ref(props["SecretId"])
-	targetID, _, _ := ref(props["TargetId"])
+	secretID, _, _ := Ref(props["SecretId"])
+	targetID, _, _ := Ref(props["TargetId"])
 	sec, ok := phys[secretID]
 	if !ok || sec.Type != "AWS::SecretsManager::Secret" {
 		return Physical{}, fmt.Errorf("%w: attachment %s: SecretId %v is not a secret of this template", ErrUnresolvable, id, props["SecretId"])

@@ -63,9 +63,10 @@ func (t *Template) OfType(typ string) []string {
 	return ids
 }
 
-// ref returns the logical id a {"Ref": id} or {"Fn::GetAtt": [id, attr]}
-// names, and the attribute ("" for Ref).
-func ref(v any) (id, attr string, ok bool) {
+// Ref returns the logical id a {"Ref": id} or {"Fn::GetAtt": [id, attr]}
+// (or "id.attr") names, and the attribute ("" for Ref): the one reader of
+// references the local cloud's parts share.
+func Ref(v any) (id, attr string, ok bool) {
 	m, isMap := v.(map[string]any)
 	if !isMap {
 		return "", "", false

@@ -108,11 +108,11 @@ func Mappings(t *provision.Template, phys map[string]provision.Physical, region 
 
 func mapping(t *provision.Template, phys map[string]provision.Physical, region, id string) (MappingSpec, error) {
 	props := t.Resources[id].Properties
-	fn, _, ok := ref(props["FunctionName"])
+	fn, _, ok := provision.Ref(props["FunctionName"])
 	if !ok || t.Resources[fn].Type != "AWS::Lambda::Function" {
 		return MappingSpec{}, fmt.Errorf("FunctionName %v is not a function of this template", props["FunctionName"])
 	}
-	src, attr, ok := ref(props["EventSourceArn"])
+	src, attr, ok := provision.Ref(props["EventSourceArn"])
 	ph, known := phys[src]
 	if !ok || !known {
 		return MappingSpec{}, fmt.Errorf("EventSourceArn %v is not a provisioned resource", props["EventSourceArn"])
@@ -145,7 +145,7 @@ func mapping(t *provision.Template, phys map[string]provision.Physical, region, 
 		}
 		m.Kind, m.SourceArn, m.Stream = KindStream, ph.StreamArn, s
 		if dest, ok := dig(props, "DestinationConfig", "OnFailure", "Destination"); ok {
-			q, _, ok := ref(dest)
+			q, _, ok := provision.Ref(dest)
 			qp, known := phys[q]
 			if !ok || !known || qp.Type != "AWS::SQS::Queue" {
 				return MappingSpec{}, fmt.Errorf("on-failure destination %v is not a queue of this template", dest)
@@ -216,7 +216,7 @@ func Rules(t *provision.Template, phys map[string]provision.Physical, region str
 
 func target(t *provision.Template, phys map[string]provision.Physical, region string, raw any) (TargetSpec, error) {
 	m, _ := raw.(map[string]any)
-	fn, _, ok := ref(m["Arn"])
+	fn, _, ok := provision.Ref(m["Arn"])
 	if !ok || t.Resources[fn].Type != "AWS::Lambda::Function" {
 		return TargetSpec{}, fmt.Errorf("target arn %v is not a function of this template (only Lambda targets are played)", m["Arn"])
 	}
@@ -261,7 +261,7 @@ func target(t *provision.Template, phys map[string]provision.Physical, region st
 	}
 	for _, id := range t.OfType("AWS::Lambda::EventInvokeConfig") {
 		p := t.Resources[id].Properties
-		if f, _, ok := ref(p["FunctionName"]); !ok || f != fn {
+		if f, _, ok := provision.Ref(p["FunctionName"]); !ok || f != fn {
 			continue
 		}
 		tg.AsyncRetries = intOr(p["MaximumRetryAttempts"], lambdaAsyncRetries)
@@ -298,7 +298,7 @@ func ParseRate(expr string) (time.Duration, error) {
 }
 
 func queueURL(phys map[string]provision.Physical, v any) (string, error) {
-	q, _, ok := ref(v)
+	q, _, ok := provision.Ref(v)
 	ph, known := phys[q]
 	if !ok || !known || ph.Type != "AWS::SQS::Queue" {
 		return "", fmt.Errorf("%v is not a queue of this template", v)
@@ -320,28 +320,6 @@ func account(phys map[string]provision.Physical) string {
 
 func functionArn(region string, phys map[string]provision.Physical, fn string) string {
 	return fmt.Sprintf(lambdaFunctionArnBase, region, account(phys), fn)
-}
-
-// ref returns the logical id a {"Ref": id} or {"Fn::GetAtt": [id, attr]}
-// names, and the attribute ("" for Ref).
-func ref(v any) (id, attr string, ok bool) {
-	m, isMap := v.(map[string]any)
-	if !isMap {
-		return "", "", false
-	}
-	if r, isRef := m["Ref"].(string); isRef {
-		return r, "", true
-	}
-	if ga, isGA := m["Fn::GetAtt"].([]any); isGA && len(ga) == 2 {
-		i, _ := ga[0].(string)
-		a, _ := ga[1].(string)
-		return i, a, i != "" && a != ""
-	}
-	if ga, isGA := m["Fn::GetAtt"].(string); isGA {
-		i, a, found := strings.Cut(ga, ".")
-		return i, a, found
-	}
-	return "", "", false
 }
 
 func dig(m map[string]any, path ...string) (any, bool) {
