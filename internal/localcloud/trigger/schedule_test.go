@@ -121,6 +121,9 @@ func TestFailingScheduledTargetLandsItsEventInTheDLQAfterItsRetries(t *testing.T
 	if msg := got[0].MessageAttributes["ErrorMessage"]; aws.ToString(msg.StringValue) != "resolver: ledger down" {
 		t.Fatalf("dead letter attributes = %+v", got[0].MessageAttributes)
 	}
+	// The count follows the queue's reply, so the message can be received
+	// before the status counts it.
+	eventually(t, 5*time.Second, "the dead letter counted", func() bool { return s.Status().DeadLetter >= 1 })
 	if st := s.Status(); st.DeadLetter != 1 || st.Failed != 3 || st.LastError == "" {
 		t.Fatalf("status = %+v", st)
 	}
