@@ -20,6 +20,7 @@ func main() {
 	seed := flag.Uint64("seed", 1, "the first schedule's seed; the others follow it")
 	workers := flag.Int("workers", 4, "worlds played side by side")
 	trace := flag.Bool("trace", false, "print every schedule's steps")
+	progress := flag.Int("progress", 100, "print a progress line to stderr every N schedules (0: none)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -27,7 +28,11 @@ func main() {
 	if *trace {
 		tw = os.Stdout
 	}
-	sum, err := chaos.RunMany(ctx, chaos.Config{First: *seed, Runs: *runs, Workers: *workers, Trace: tw})
+	cfg := chaos.Config{First: *seed, Runs: *runs, Workers: *workers, Trace: tw}
+	if *progress > 0 {
+		cfg.Progress, cfg.ProgressEvery = os.Stderr, *progress
+	}
+	sum, err := chaos.RunMany(ctx, cfg)
 	sum.Print(os.Stdout)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "chaos:", err)

@@ -119,11 +119,17 @@ func excusedBefore(t *testing.T, sum chaos.Summary, cfg chaos.Config) bool {
 // not alone — passed the old verdict (replayed alone, it came back clean)
 // and fails the new one.
 func TestAViolationSeenOnlyUnderLoadFailsTheRun(t *testing.T) {
-	cfg := chaos.UnderLoad(chaos.Config{First: 900, Runs: 2, Workers: 2})
+	var progress strings.Builder
+	cfg := chaos.UnderLoad(chaos.Config{First: 900, Runs: 2, Workers: 2, Progress: &progress, ProgressEvery: 1})
 	sum := runMany(t, cfg)
 	if sum.Violations == 0 {
 		t.Fatal("the injected violation was not reported")
 	}
+	// A long run names a failing seed when it is played, not only at the end.
+	if p := progress.String(); !strings.Contains(p, "violations: injected") || !strings.Contains(p, "chaos: 2/2 schedules") {
+		t.Fatalf("progress lines:\n%s", p)
+	}
+	cfg.Progress = nil
 	if !excusedBefore(t, sum, cfg) {
 		t.Fatalf("the old verdict failed the run too; the injected violation should have been excused alone: %v", sum.Failed)
 	}

@@ -133,6 +133,11 @@ type Config struct {
 	Runs    int       // how many schedules
 	Workers int       // worlds played side by side (default 1)
 	Trace   io.Writer // receives every schedule's steps; nil: none
+	// Progress, when set, receives a line every ProgressEvery schedules (and
+	// at once for a schedule with a violation), so a long run shows it is
+	// alive and a failing seed is known before the run ends.
+	Progress      io.Writer
+	ProgressEvery int
 	// World shapes each world; Serial is always set (a schedule must replay).
 	World story.Options
 
@@ -223,6 +228,15 @@ func RunMany(ctx context.Context, cfg Config) (Summary, error) {
 		select {
 		case res := <-results:
 			sum.Add(res)
+			if p := cfg.Progress; p != nil {
+				if len(res.Violations) > 0 {
+					fmt.Fprintf(p, "chaos: seed %d: %d violations: %s\n", res.Seed, len(res.Violations), strings.Join(res.Violations, "; "))
+				}
+				if every := max(cfg.ProgressEvery, 1); sum.Runs%every == 0 || sum.Runs == runs {
+					fmt.Fprintf(p, "chaos: %d/%d schedules, %d payments, %d violations, %s\n",
+						sum.Runs, runs, sum.Payments, sum.Violations, time.Since(start).Round(time.Second))
+				}
+			}
 			if trace != nil {
 				for _, l := range res.Trace {
 					fmt.Fprintf(trace, "seed %d: %s\n", res.Seed, l)
