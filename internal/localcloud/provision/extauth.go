@@ -45,6 +45,11 @@ func ExtensionCallers(t *Template, ev *Evaluator, envs map[string]map[string]str
 		if token == "" {
 			continue // no token, no caller: the stand-in refuses it
 		}
+		// A shared token (functions.json from before per-function tokens)
+		// could not name the caller: provision again.
+		if other, dup := out[token]; dup {
+			return nil, fmt.Errorf("localcloud: functions %s and %s share a session token: run `make up` again", other.Function, id)
+		}
 		stmts, err := roleStatements(t, ev, props["Role"])
 		if err != nil {
 			return nil, fmt.Errorf("localcloud: function %s: %w", id, err)

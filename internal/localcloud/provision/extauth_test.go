@@ -155,3 +155,17 @@ func TestAMigrationPolicyWithoutTheGrantIsRefused(t *testing.T) {
 		t.Error("a wildcard Allow on the ledger secret does not grant")
 	}
 }
+
+// Function environments from before per-function tokens share one: the
+// table cannot tell the callers apart and says to provision again.
+func TestASharedSessionTokenIsAnError(t *testing.T) {
+	tpl := realTemplate(t)
+	envs := map[string]map[string]string{}
+	for _, id := range tpl.OfType("AWS::Lambda::Function") {
+		envs[id] = map[string]string{"AWS_SESSION_TOKEN": provision.LocalSessionToken}
+	}
+	ev := &provision.Evaluator{Template: tpl, Physical: map[string]provision.Physical{ledgerSecretID: {Type: "AWS::SecretsManager::Secret", Arn: ledgerARN}}, Region: "us-east-1", AccountID: "000000000000"}
+	if _, err := provision.ExtensionCallers(tpl, ev, envs); err == nil || !strings.Contains(err.Error(), "make up") {
+		t.Errorf("shared token: %v, want an error saying to provision again", err)
+	}
+}
