@@ -60,7 +60,14 @@ func liveRunner(c provision.Config, awsCfg aws.Config, log *slog.Logger) stack.N
 			return nil, err
 		}
 		sm := secretsmanager.NewFromConfig(awsCfg)
-		ext, err := serveExtension(envs, sm)
+		// Each function's session token names it to the extension, which
+		// serves it only what the template's layer and role give it on AWS.
+		callers, err := provision.ExtensionCallers(tpl, c.Evaluator(tpl, phys, sm), envs)
+		if err != nil {
+			_ = r.Close()
+			return nil, err
+		}
+		ext, err := serveExtension(envs, sm, callers)
 		if err != nil {
 			_ = r.Close()
 			return nil, err
@@ -92,8 +99,8 @@ func (r *runnerWithExtension) Close() error {
 
 // serveExtension starts the Parameters and Secrets extension stand-in on
 // the port the template gives the functions that use it (2773 by default),
-// on 127.0.0.1 only.
-func serveExtension(envs map[string]map[string]string, sm secretsext.Secrets) (*http.Server, error) {
+// on 127.0.0.1 only, for the callers provision.ExtensionCallers found.
+func serveExtension(envs map[string]map[string]string, sm secretsext.Secrets, callers map[string]secretsext.Caller) (*http.Server, error) {
 	port := "2773"
 	for _, env := range envs {
 		if p := env["PARAMETERS_SECRETS_EXTENSION_HTTP_PORT"]; p != "" {
@@ -101,7 +108,7 @@ func serveExtension(envs map[string]map[string]string, sm secretsext.Secrets) (*
 		}
 	}
 	srv := &http.Server{Addr: "127.0.0.1:" + port, ReadHeaderTimeout: 5 * time.Second,
-		Handler: &secretsext.Handler{Secrets: sm, Token: provision.LocalSessionToken}}
+		Handler: &secretsext.Handler{Secrets: sm, Callers: callers}}
 	ln, err := net.Listen("tcp", srv.Addr)
 	if err != nil {
 		return nil, fmt.Errorf("localcloud: the secrets extension: %w", err)

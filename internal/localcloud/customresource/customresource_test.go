@@ -79,10 +79,15 @@ func newWorld(t *testing.T, older bool) *world {
 	if err := st.Config.LocalCluster(ctx, ev, clusterID); err != nil {
 		t.Fatal(err)
 	}
-	ext := httptest.NewServer(&secretsext.Handler{Secrets: st.Secrets, Token: provision.LocalSessionToken})
+	envs := st.Envs(t)
+	callers, err := provision.ExtensionCallers(st.Template, ev, envs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext := httptest.NewServer(&secretsext.Handler{Secrets: st.Secrets, Callers: callers})
 	t.Cleanup(ext.Close)
 	u, _ := url.Parse(ext.URL)
-	env := st.Envs(t)[migrationFn]
+	env := envs[migrationFn]
 	env["PARAMETERS_SECRETS_EXTENSION_HTTP_PORT"] = u.Port() // the template's 2773 may be taken on a shared machine
 	var list []string
 	for k, v := range env {

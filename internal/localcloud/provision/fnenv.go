@@ -8,10 +8,12 @@ import (
 )
 
 // LocalSessionToken is the session token of the local cloud's static test
-// credentials: the Lambda runtime hands each function its role's
-// credentials in AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
+// credentials in RuntimeEnv. The Lambda runtime hands each function its
+// role's credentials in AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
 // AWS_SESSION_TOKEN, and the Parameters and Secrets extension checks the
-// last one (localcloud/secretsext), so the local runtime hands out these.
+// last one (localcloud/secretsext); Envs replaces this one with a random
+// token per function, so the stand-in knows which function calls and
+// serves it only what its role may read (ExtensionCallers).
 const LocalSessionToken = "oncepay-local-session-token"
 
 // EnvConfig is what Envs needs besides the template and its resources.
@@ -27,6 +29,10 @@ type EnvConfig struct {
 	// Defaults fill only what the template leaves unset: the PSP
 	// simulator's URL (a deployed function talks to Stripe's own endpoint).
 	Defaults map[string]string
+	// SessionTokens are the functions' AWS_SESSION_TOKENs by logical id
+	// from an earlier provisioning, kept; a function without one gets a
+	// new random token.
+	SessionTokens map[string]string
 }
 
 // RuntimeEnv is the environment the local Lambda runtime gives every
@@ -80,6 +86,15 @@ func Envs(ctx context.Context, t *Template, phys map[string]Physical, c EnvConfi
 		}
 		for k, v := range c.Runtime {
 			env[k] = v
+		}
+		// One token per function and provisioning (written to the 0600
+		// functions.json): it names the function to the extension stand-in.
+		if _, ok := env["AWS_SESSION_TOKEN"]; ok {
+			tok := c.SessionTokens[id]
+			if tok == "" || tok == LocalSessionToken {
+				tok = newSessionToken()
+			}
+			env["AWS_SESSION_TOKEN"] = tok
 		}
 		name := id
 		if ph, ok := phys[id]; ok && ph.Name != "" {

@@ -42,6 +42,7 @@ func TestEveryFunctionOfTheRealTemplateResolvesLocally(t *testing.T) {
 		t.Fatal("no PSP secret provisioned")
 	}
 	dsns := 0
+	tokens := map[string]string{}
 	for _, id := range fns {
 		env, ok := envs[id]
 		if !ok {
@@ -56,12 +57,19 @@ func TestEveryFunctionOfTheRealTemplateResolvesLocally(t *testing.T) {
 		for k, want := range map[string]string{
 			"AWS_ENDPOINT_URL": st.Config.AWSURL, "AWS_ENDPOINT_URL_DYNAMODB": st.Config.DynamoURL,
 			"AWS_ENDPOINT_URL_DYNAMODB_STREAMS": st.Config.DynamoURL, "AWS_REGION": st.Config.Region,
-			"AWS_SESSION_TOKEN": provision.LocalSessionToken, "AWS_LAMBDA_FUNCTION_NAME": id, stackenv.PSPURL: st.Config.PSPURL,
+			"AWS_LAMBDA_FUNCTION_NAME": id, stackenv.PSPURL: st.Config.PSPURL,
 		} {
 			if env[k] != want {
 				t.Errorf("%s: %s=%q, want %q", id, k, env[k], want)
 			}
 		}
+		// Each function has its own session token: it names the function to
+		// the Parameters and Secrets extension stand-in.
+		tok := env["AWS_SESSION_TOKEN"]
+		if tok == "" || tok == provision.LocalSessionToken || tokens[tok] != "" {
+			t.Errorf("%s: AWS_SESSION_TOKEN %q is empty, the shared one or %s's", id, tok, tokens[tok])
+		}
+		tokens[tok] = id
 		if dsn, ok := env[stackenv.LedgerDSN]; ok {
 			dsns++
 			u, err := url.Parse(dsn)

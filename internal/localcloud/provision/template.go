@@ -19,6 +19,8 @@ type Template struct {
 	Parameters map[string]Parameter `json:"Parameters"`
 	Resources  map[string]Resource  `json:"Resources"`
 	Outputs    map[string]Output    `json:"Outputs"`
+	// Mappings are read for the extension layer's Fn::FindInMap (ExtensionCallers).
+	Mappings map[string]map[string]map[string]any `json:"Mappings"`
 }
 
 // Parameter is one template parameter.

@@ -156,7 +156,16 @@ func Up(ctx context.Context, c Config) (localenv.Env, error) {
 	if len(applied) > 0 {
 		p.logf("database %s: applied migrations %v", TemplateDB, applied)
 	}
-	envs, err := Envs(ctx, t, phys, c.EnvConfig(p.Secrets))
+	ec := c.EnvConfig(p.Secrets)
+	// A second Up keeps each function's session token: a running stack's
+	// extension stand-in knows the functions by them.
+	if old, err := ReadFunctionEnvs(c.StateDir); err == nil {
+		ec.SessionTokens = map[string]string{}
+		for id, e := range old {
+			ec.SessionTokens[id] = e["AWS_SESSION_TOKEN"]
+		}
+	}
+	envs, err := Envs(ctx, t, phys, ec)
 	if err != nil {
 		return nil, err
 	}
@@ -331,9 +340,14 @@ func ReadResources(stateDir string) (map[string]Physical, error) {
 	return phys, nil
 }
 
+// writeAtomic writes 0600: .local/env holds secrets (the PSP simulator's
+// webhook secret), and the other state files need no other reader.
 func writeAtomic(path string, b []byte) error {
 	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
+	// WriteFile's mode applies only to a new file: a .tmp left from an
+	// older, wider-moded run is removed first.
+	_ = os.Remove(tmp)
+	if err := os.WriteFile(tmp, b, 0o600); err != nil {
 		return fmt.Errorf("localcloud: write %s: %w", path, err)
 	}
 	if err := os.Rename(tmp, path); err != nil {

@@ -6,9 +6,16 @@
 // What it emulates: GET /secretsmanager/get?secretId=<id>[&versionId=|&versionStage=]
 // answers Secrets Manager's GetSecretValue JSON (ARN, Name, VersionId,
 // SecretString, VersionStages, CreatedDate); a request without the
-// X-Aws-Parameters-Secrets-Token header, or with one that is not the
-// function's AWS_SESSION_TOKEN, is refused with 401 before any secret is
-// read, as the extension refuses it. What it leaves out: the cache (every
+// X-Aws-Parameters-Secrets-Token header, or with one that is no function's
+// AWS_SESSION_TOKEN, is refused with 401 before any secret is read, as the
+// extension refuses it. The token names the calling function (each has its
+// own, provision.Envs), and what AWS would refuse that function is refused
+// here too (DESIGN §6b): a function without the extension's layer has no
+// extension on AWS, so its connection is closed unanswered (the nearest
+// local analogue of a closed port; the log names the function and the
+// layer); a function whose role does not allow secretsmanager:GetSecretValue
+// on the secret (or kms:Decrypt on its key) gets the AccessDeniedException
+// Secrets Manager returns, relayed as 400. What it leaves out: the cache (every
 // request reads moto, i.e. PARAMETERS_SECRETS_EXTENSION_CACHE_ENABLED=false,
 // which is what the migration function sets), SSM parameters, and binary
 // secrets.
@@ -37,13 +44,38 @@ type Secrets interface {
 	GetSecretValue(ctx context.Context, in *secretsmanager.GetSecretValueInput, opts ...func(*secretsmanager.Options)) (*secretsmanager.GetSecretValueOutput, error)
 }
 
-// Handler is the extension's HTTP API for the functions that hold Token.
+// Caller is one function as the extension sees it: what its template
+// entry lets it do.
+type Caller struct {
+	Function string // logical id, for the log and the errors
+	// HasLayer: the function's Layers hold the Parameters and Secrets
+	// extension; without it there is no extension on AWS.
+	HasLayer bool
+	// MayRead reports whether the function's role allows reading the secret
+	// with this ARN (GetSecretValue, and kms:Decrypt on its key); nil
+	// allows nothing.
+	MayRead func(secretARN string) bool
+}
+
+// Handler is the extension's HTTP API for the functions in Callers.
 type Handler struct {
 	Secrets Secrets
-	// Token is the session token of the functions it serves (the local
-	// runtime's AWS_SESSION_TOKEN); empty refuses every request.
-	Token string
-	Log   *slog.Logger // nil: slog.Default()
+	// Callers are the functions by their session token (the AWS_SESSION_TOKEN
+	// the local runtime gives each); a token not in it is refused.
+	Callers map[string]Caller
+	Log     *slog.Logger // nil: slog.Default()
+}
+
+// caller finds the function holding token, in constant time per entry.
+func (h *Handler) caller(token string) (Caller, bool) {
+	var found Caller
+	ok := false
+	for t, c := range h.Callers {
+		if t != "" && subtle.ConstantTimeCompare([]byte(token), []byte(t)) == 1 {
+			found, ok = c, true
+		}
+	}
+	return found, ok
 }
 
 // ServeHTTP answers one request; it blocks while Secrets Manager answers.
@@ -58,9 +90,25 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	got := r.Header.Get(TokenHeader)
-	if h.Token == "" || subtle.ConstantTimeCompare([]byte(got), []byte(h.Token)) != 1 {
+	c, ok := h.caller(got)
+	if !ok {
 		log.Warn("refused: wrong or missing session token", "path", r.URL.Path, "token_sent", got != "")
 		http.Error(w, "unauthorized: "+TokenHeader+" is missing or not this function's session token", http.StatusUnauthorized)
+		return
+	}
+	log = log.With("function", c.Function)
+	if !c.HasLayer {
+		// On AWS nothing listens on the port of a function without the
+		// layer: the caller gets a transport error, not an answer.
+		log.Error("refused: the function does not have the AWS Parameters and Secrets Lambda Extension layer; on AWS its connection to the extension's port is refused",
+			"path", r.URL.Path)
+		if hj, ok := w.(http.Hijacker); ok {
+			if conn, _, err := hj.Hijack(); err == nil {
+				_ = conn.Close()
+				return
+			}
+		}
+		http.Error(w, "no extension: function "+c.Function+" does not have the AWS Parameters and Secrets Lambda Extension layer", http.StatusServiceUnavailable)
 		return
 	}
 	if r.URL.Path != "/secretsmanager/get" {
@@ -89,6 +137,19 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		log.Warn("secret not served", "secret_id", id, "error", err.Error())
 		http.Error(w, fmt.Sprintf("secretsext: get %s: %v", id, err), status)
+		return
+	}
+	// Checked on the ARN Secrets Manager resolved (the request may name
+	// the secret by name or partial ARN); the value is not sent when denied.
+	if out.ARN == nil || c.MayRead == nil || !c.MayRead(*out.ARN) {
+		log.Warn("refused: the function's role does not allow reading the secret", "secret_id", id)
+		w.Header().Set("Content-Type", "application/x-amz-json-1.1")
+		w.WriteHeader(http.StatusBadRequest)
+		_ = json.NewEncoder(w).Encode(map[string]string{
+			"__type": "AccessDeniedException",
+			"message": fmt.Sprintf("User: function %s is not authorized to perform: secretsmanager:GetSecretValue on resource: %s because no identity-based policy allows the secretsmanager:GetSecretValue action (or kms:Decrypt on its key)",
+				c.Function, id),
+		})
 		return
 	}
 	var created *string

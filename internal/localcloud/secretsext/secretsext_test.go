@@ -18,9 +18,12 @@ import (
 )
 
 // The stand-in answers the extension's API from moto's Secrets Manager for
-// the function's session token, and refuses a wrong or missing token before
-// reading any secret, as the real extension does.
-func TestTheSecretsExtensionRefusesAWrongToken(t *testing.T) {
+// a function's session token, and refuses a wrong or missing token before
+// reading any secret, as the real extension does; a function without the
+// extension's layer gets no answer (on AWS its port is closed), and one
+// whose role does not grant the secret gets AccessDeniedException and not
+// the value.
+func TestTheSecretsExtensionServesOnlyWhatTheCallersRoleGrants(t *testing.T) {
 	sm := testenv.SecretsManager(t)
 	name := "t-secretsext-" + testenv.RandomID(4)
 	value := `{"username":"oncepay_admin","password":"p4ss"}`
@@ -31,14 +34,21 @@ func TestTheSecretsExtensionRefusesAWrongToken(t *testing.T) {
 	t.Cleanup(func() {
 		_, _ = sm.DeleteSecret(context.Background(), &secretsmanager.DeleteSecretInput{SecretId: out.ARN, ForceDeleteWithoutRecovery: aws.Bool(true)})
 	})
-	srv := httptest.NewServer(&secretsext.Handler{Secrets: sm, Token: "the-session-token"})
+	srv := httptest.NewServer(&secretsext.Handler{Secrets: sm, Callers: map[string]secretsext.Caller{
+		"the-session-token": {Function: "Migration", HasLayer: true, MayRead: func(arn string) bool { return arn == *out.ARN }},
+		"api-token":         {Function: "Api", HasLayer: false, MayRead: func(string) bool { return true }},
+		"worker-token":      {Function: "Worker", HasLayer: true, MayRead: func(string) bool { return false }},
+	}})
 	defer srv.Close()
-	get := func(token, id string) (int, string) {
+	do := func(token, id string) (*http.Response, error) {
 		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/secretsmanager/get?secretId="+url.QueryEscape(id), nil)
 		if token != "" {
 			req.Header.Set(secretsext.TokenHeader, token)
 		}
-		resp, err := http.DefaultClient.Do(req)
+		return http.DefaultClient.Do(req)
+	}
+	get := func(token, id string) (int, string) {
+		resp, err := do(token, id)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -52,7 +62,18 @@ func TestTheSecretsExtensionRefusesAWrongToken(t *testing.T) {
 			t.Errorf("%s token: %d %s; want 401 without the secret", name, code, body)
 		}
 	}
-	code, body := get("the-session-token", *out.ARN)
+	// The API has no layer: no HTTP answer at all, as a closed port gives none.
+	if resp, err := do("api-token", *out.ARN); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		t.Errorf("a function without the layer got an answer: %d %s", resp.StatusCode, b)
+	}
+	// The worker's role does not grant it: AccessDeniedException, no value.
+	code, body := get("worker-token", name)
+	if code != http.StatusBadRequest || !strings.Contains(body, "AccessDeniedException") || strings.Contains(body, "p4ss") {
+		t.Errorf("ungranted function: %d %s; want 400 AccessDeniedException without the secret", code, body)
+	}
+	code, body = get("the-session-token", *out.ARN)
 	var got struct{ ARN, Name, SecretString string }
 	if err := json.Unmarshal([]byte(body), &got); err != nil || code != http.StatusOK {
 		t.Fatalf("right token: %d %s (%v)", code, body, err)

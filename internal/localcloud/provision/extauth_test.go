@@ -1,0 +1,171 @@
+package provision_test
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/oncepay/oncepay/internal/localcloud/provision"
+)
+
+const (
+	ledgerSecretID = "DataLedgerSecret5C03D25B"
+	dataKeyID      = "DataKey5F086070"
+	migrationFnID  = "MigrationFunctionC04042BC"
+	apiFnID        = "ApiFunction52E267E3"
+	ledgerARN      = "arn:aws:secretsmanager:us-east-1:000000000000:secret:DataLedgerSecret-AbCdEf"
+	pspARN         = "arn:aws:secretsmanager:us-east-1:000000000000:secret:PspSecret-GhIjKl"
+	keyARN         = "arn:aws:kms:us-east-1:000000000000:key/0b1c2d3e"
+)
+
+// realTemplate reads the synthesized stack (cdk.out, built by make synth).
+func realTemplate(t *testing.T) *provision.Template {
+	t.Helper()
+	p := filepath.Join("..", "..", "..", "cdk.out", "Oncepay.template.json")
+	if _, err := os.Stat(p); err != nil {
+		t.Fatalf("the synthesized template: %v (run make synth)", err)
+	}
+	tpl, err := provision.ReadTemplate(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tpl
+}
+
+// callers builds the extension's table over tpl with the secrets and the
+// key at fixed local ARNs and a token per function ("token-<logical id>").
+func callers(t *testing.T, tpl *provision.Template) map[string]provisionCaller {
+	t.Helper()
+	var pspID string
+	for _, id := range tpl.OfType("AWS::SecretsManager::Secret") {
+		if strings.HasPrefix(id, "PspSecret") {
+			pspID = id
+		}
+	}
+	phys := map[string]provision.Physical{
+		ledgerSecretID: {Type: "AWS::SecretsManager::Secret", Arn: ledgerARN},
+		pspID:          {Type: "AWS::SecretsManager::Secret", Arn: pspARN},
+		dataKeyID:      {Type: "AWS::KMS::Key", Arn: keyARN},
+	}
+	envs := map[string]map[string]string{}
+	for _, id := range tpl.OfType("AWS::Lambda::Function") {
+		envs[id] = map[string]string{"AWS_SESSION_TOKEN": "token-" + id}
+	}
+	ev := &provision.Evaluator{Template: tpl, Physical: phys, Region: "us-east-1", AccountID: "000000000000", StackName: "Oncepay"}
+	got, err := provision.ExtensionCallers(tpl, ev, envs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]provisionCaller{}
+	for tok, c := range got {
+		if tok != "token-"+c.Function {
+			t.Errorf("token %s names %s", tok, c.Function)
+		}
+		out[c.Function] = provisionCaller{layer: c.HasLayer, read: c.MayRead}
+	}
+	return out
+}
+
+type provisionCaller struct {
+	layer bool
+	read  func(string) bool
+}
+
+// On the real template only the migration function has the extension's
+// layer and a role that reads the ledger secret (and decrypts its key);
+// the API, with neither, is refused, and no function reads the PSP secret
+// through the extension.
+func TestOnlyTheMigrationFunctionMayReadTheLedgerSecretThroughTheExtension(t *testing.T) {
+	cs := callers(t, realTemplate(t))
+	if len(cs) < 6 {
+		t.Fatalf("%d callers, want every function: %v", len(cs), cs)
+	}
+	for id, c := range cs {
+		want := id == migrationFnID
+		if c.layer != want {
+			t.Errorf("%s: has the extension layer = %v, want %v", id, c.layer, want)
+		}
+		if got := c.read(ledgerARN); got != want {
+			t.Errorf("%s: may read the ledger secret = %v, want %v", id, got, want)
+		}
+		if c.read(pspARN) {
+			t.Errorf("%s: may read the PSP secret through the extension", id)
+		}
+	}
+	if _, ok := cs[apiFnID]; !ok {
+		t.Errorf("the API function is not in the table")
+	}
+}
+
+// editPolicy rewrites the migration role's policy statements with edit.
+func editPolicy(t *testing.T, tpl *provision.Template, edit func([]any) []any) {
+	t.Helper()
+	for _, id := range tpl.OfType("AWS::IAM::Policy") {
+		props := tpl.Resources[id].Properties
+		if !strings.HasPrefix(id, "MigrationFunctionRole") {
+			continue
+		}
+		doc := props["PolicyDocument"].(map[string]any)
+		doc["Statement"] = edit(doc["Statement"].([]any))
+		return
+	}
+	t.Fatal("no migration function policy in the template")
+}
+
+func statementsWithout(action string) func([]any) []any {
+	return func(sts []any) []any {
+		var out []any
+		for _, s := range sts {
+			b, _ := json.Marshal(s.(map[string]any)["Action"])
+			if !strings.Contains(string(b), action) {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+}
+
+// A template whose migration policy lacks the grant (or the key's
+// decrypt, or adds a Deny) is refused: what AWS would answer
+// AccessDenied is not served locally.
+func TestAMigrationPolicyWithoutTheGrantIsRefused(t *testing.T) {
+	for name, edit := range map[string]func([]any) []any{
+		"no GetSecretValue": statementsWithout("secretsmanager:GetSecretValue"),
+		"no kms:Decrypt":    statementsWithout("kms:Decrypt"),
+		"a wildcard Deny wins": func(sts []any) []any {
+			return append(sts, map[string]any{"Effect": "Deny", "Action": "secretsmanager:Get*", "Resource": "*"})
+		},
+	} {
+		tpl := realTemplate(t)
+		editPolicy(t, tpl, edit)
+		if callers(t, tpl)[migrationFnID].read(ledgerARN) {
+			t.Errorf("%s: the migration function may still read the ledger secret", name)
+		}
+	}
+	// Wildcards grant as IAM's do.
+	tpl := realTemplate(t)
+	editPolicy(t, tpl, func(sts []any) []any {
+		sts = statementsWithout("secretsmanager:GetSecretValue")(sts)
+		return append(sts, map[string]any{"Effect": "Allow", "Action": "secretsmanager:Get*",
+			"Resource": "arn:aws:secretsmanager:*:*:secret:DataLedgerSecret-??????"})
+	})
+	if !callers(t, tpl)[migrationFnID].read(ledgerARN) {
+		t.Error("a wildcard Allow on the ledger secret does not grant")
+	}
+}
+
+// Function environments from before per-function tokens share one: the
+// table cannot tell the callers apart and says to provision again.
+func TestASharedSessionTokenIsAnError(t *testing.T) {
+	tpl := realTemplate(t)
+	envs := map[string]map[string]string{}
+	for _, id := range tpl.OfType("AWS::Lambda::Function") {
+		envs[id] = map[string]string{"AWS_SESSION_TOKEN": provision.LocalSessionToken}
+	}
+	ev := &provision.Evaluator{Template: tpl, Physical: map[string]provision.Physical{ledgerSecretID: {Type: "AWS::SecretsManager::Secret", Arn: ledgerARN}}, Region: "us-east-1", AccountID: "000000000000"}
+	if _, err := provision.ExtensionCallers(tpl, ev, envs); err == nil || !strings.Contains(err.Error(), "make up") {
+		t.Errorf("shared token: %v, want an error saying to provision again", err)
+	}
+}
