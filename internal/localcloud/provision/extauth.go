@@ -137,7 +137,7 @@ type statement struct {
 // role role (a function's Role: Fn::GetAtt [R, Arn]) that bear on reading
 // a secret. A role the template does not define grants nothing.
 func roleStatements(t *Template, ev *Evaluator, role any) ([]statement, error) {
-	roleID, _, ok := ref(role)
+	roleID, _, ok := Ref(role)
 	if !ok {
 		return nil, nil
 	}
@@ -157,7 +157,7 @@ func roleStatements(t *Template, ev *Evaluator, role any) ([]statement, error) {
 		props := t.Resources[pid].Properties
 		roles, _ := props["Roles"].([]any)
 		for _, rr := range roles {
-			if id, _, ok := ref(rr); ok && id == roleID {
+			if id, _, ok := Ref(rr); ok && id == roleID {
 				docs = append(docs, props["PolicyDocument"])
 				break
 			}
@@ -246,7 +246,7 @@ func resolveResources(t *Template, ev *Evaluator, v any) ([]string, error) {
 	}
 	var out []string
 	for _, el := range list {
-		if id, _, ok := ref(el); ok && t.Resources[id].Type == "AWS::KMS::Key" {
+		if id, _, ok := Ref(el); ok && t.Resources[id].Type == "AWS::KMS::Key" {
 			out = append(out, fmt.Sprintf("arn:aws:kms:%s:%s:key/%s", ev.Region, ev.AccountID, id))
 			continue
 		}
