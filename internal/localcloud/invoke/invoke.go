@@ -43,6 +43,16 @@ func (e *FunctionError) Error() string {
 // environment the function may have is busy. Nothing ran.
 var ErrThrottled = errors.New("invoke: throttled: the function is at its concurrency")
 
+// MaxRequestPayload is Lambda's limit on a synchronous invocation's
+// request (6 MB). aws-lambda-rie does not enforce it (it does enforce the
+// response's), so the local runner does: what Lambda refuses is refused
+// locally too.
+const MaxRequestPayload = 6 << 20
+
+// ErrPayloadTooLarge is Lambda's 413 RequestEntityTooLargeException: the
+// invocation's payload is over MaxRequestPayload. Nothing ran.
+var ErrPayloadTooLarge = errors.New("invoke: RequestEntityTooLargeException: the request is larger than a synchronous invocation takes (6291456 bytes)")
+
 // ErrUnknownFunction means the template declares no such function.
 var ErrUnknownFunction = errors.New("invoke: no such function in the template")
 

@@ -108,6 +108,8 @@ type probeEvent struct {
 	Fail    string `json:"fail,omitempty"`
 	Exit    bool   `json:"exit,omitempty"`
 	Getenv  string `json:"getenv,omitempty"`
+	// PadBytes asks for an answer that many bytes longer.
+	PadBytes int `json:"pad_bytes,omitempty"`
 }
 
 type probeAnswer struct {

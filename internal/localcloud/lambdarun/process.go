@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -259,7 +260,7 @@ func (p *Process) Stop() {
 const timedOutPrefix = "Task timed out after "
 
 // exitPatience is how long an invocation whose connection broke waits for
-// the process to be seen dead before calling it a runner error.
+// the process to be seen dead before calling its outcome unknown.
 const exitPatience = 2 * time.Second
 
 // Invoke sends one synchronous invocation and returns the function's
@@ -269,7 +270,11 @@ const exitPatience = 2 * time.Second
 //     when the handler returned an error;
 //   - Runtime.ExitError when the bootstrap or the whole environment died;
 //   - Sandbox.Timedout when the emulator reports the timeout;
-//   - anything else (ctx's error, an unexpected answer) is a runner error.
+//   - Runtime.Unknown when the invocation was sent and its answer is lost
+//     or not understood while the environment lives on (the handler may
+//     have run, so it counts as an attempt);
+//   - anything else (ctx's error, a refused connection: nothing ran) is a
+//     runner error.
 //
 // aws-lambda-rie sets no X-Amz-Function-Error header: a handler's error
 // comes back as status 200 with Lambda's error document as the body, so a
@@ -292,6 +297,10 @@ func (p *Process) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 		if ctx.Err() != nil {
 			return nil, fmt.Errorf("lambdarun: invoke %s: %w", p.function, ctx.Err())
 		}
+		if errors.Is(err, syscall.ECONNREFUSED) {
+			// Refused before anything was sent: the function did not run.
+			return nil, fmt.Errorf("lambdarun: invoke %s: %w", p.function, err)
+		}
 		// A broken connection is the environment dying under the call
 		// (killed, or its emulator crashed): Lambda's Runtime.ExitError.
 		select {
@@ -299,8 +308,14 @@ func (p *Process) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 			return nil, &invoke.FunctionError{Function: p.function, Type: "Runtime.ExitError",
 				Message: fmt.Sprintf("the execution environment exited during the invocation: %s", p.cmd.ProcessState)}
 		case <-time.After(exitPatience):
-			return nil, fmt.Errorf("lambdarun: invoke %s: %w", p.function, err)
 		}
+		// Sent, and the answer never came back from a process still alive:
+		// the handler may have run. An unknown outcome is never "not
+		// invoked" (that is retried without counting an attempt); it
+		// fails the invocation as a function error, and the environment
+		// is not trusted again.
+		return nil, &invoke.FunctionError{Function: p.function, Type: "Runtime.Unknown",
+			Message: fmt.Sprintf("the invocation's outcome is unknown: its connection broke while the environment lived on: %v", err)}
 	}
 	if resp.StatusCode == http.StatusOK && bytes.HasPrefix(body, []byte(timedOutPrefix)) {
 		return nil, &invoke.FunctionError{Function: p.function, Type: "Sandbox.Timedout", Message: string(body)}
@@ -311,7 +326,10 @@ func (p *Process) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 		return nil, fe
 	}
 	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("lambdarun: invoke %s: aws-lambda-rie answered %d: %.200s", p.function, resp.StatusCode, body)
+		// Sent and answered with what the runner does not understand: as
+		// unknown as a broken connection.
+		return nil, &invoke.FunctionError{Function: p.function, Type: "Runtime.Unknown",
+			Message: fmt.Sprintf("the invocation's outcome is unknown: aws-lambda-rie answered %d: %.200s", resp.StatusCode, body)}
 	}
 	return body, nil
 }

@@ -1,9 +1,16 @@
 package lambdarun
 
 import (
+	"context"
+	"errors"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"os"
+	"strconv"
 	"testing"
+
+	"github.com/oncepay/oncepay/internal/localcloud/invoke"
 )
 
 // aws-lambda-rie marks a handler's error by nothing but the body: Lambda's
@@ -55,5 +62,37 @@ func TestListensOnIsTrueOnlyForTheOwnersSocket(t *testing.T) {
 	}
 	if listensOn(os.Getpid(), port, free) {
 		t.Errorf("a port nobody listens on (%d) is seen listening", free)
+	}
+}
+
+// An invocation that was sent and whose answer never came back, from an
+// environment still alive, may have run: it is a function error (counted as
+// an attempt by the event sources), never "not invoked". A refused
+// connection is: nothing was sent.
+func TestABrokenAnswerIsAnUnknownOutcomeAndARefusalIsNotAnInvocation(t *testing.T) {
+	ran := make(chan struct{}, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ran <- struct{}{}
+		conn, _, err := w.(http.Hijacker).Hijack()
+		if err == nil {
+			conn.Close() // the handler ran; its answer is lost
+		}
+	}))
+	defer srv.Close()
+	p := &Process{function: "F", url: srv.URL, done: make(chan struct{}), transport: &http.Transport{}}
+	_, err := p.Invoke(context.Background(), []byte(`{}`))
+	var fe *invoke.FunctionError
+	if !errors.As(err, &fe) || fe.Type != "Runtime.Unknown" || len(ran) != 1 {
+		t.Fatalf("broken answer: err = %v (ran %d), want a Runtime.Unknown function error", err, len(ran))
+	}
+
+	free, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	p = &Process{function: "F", url: "http://127.0.0.1:" + strconv.Itoa(free), done: make(chan struct{}), transport: &http.Transport{}}
+	_, err = p.Invoke(context.Background(), []byte(`{}`))
+	if err == nil || errors.As(err, &fe) {
+		t.Fatalf("refused connection: err = %v, want a runner error (not invoked)", err)
 	}
 }

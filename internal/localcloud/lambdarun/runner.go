@@ -100,6 +100,9 @@ func (r *Runner) Invoke(ctx context.Context, function string, payload []byte) ([
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("lambdarun: invoke %s: %w", function, err)
 	}
+	if len(payload) > invoke.MaxRequestPayload {
+		return nil, fmt.Errorf("lambdarun: invoke %s: %d bytes: %w", function, len(payload), invoke.ErrPayloadTooLarge)
+	}
 	type answer struct {
 		out []byte
 		err error

@@ -214,6 +214,35 @@ func TestHandlerErrorIsAFunctionErrorAndTheEnvironmentStaysWarm(t *testing.T) {
 	}
 }
 
+// Lambda's payload limits hold locally: a request over 6 MB is refused
+// before anything runs (RequestEntityTooLargeException, enforced by the
+// runner), and an answer over its limit (6 MB + 100 bytes, enforced by
+// aws-lambda-rie as by Lambda's runtime API, whose 413 makes the Go runtime
+// exit) is a Function.ResponseSizeTooLarge error.
+func TestPayloadsOverLambdasLimitsAreRefusedAsLambdaRefusesThem(t *testing.T) {
+	const maxResponse = 6<<20 + 100
+	r := newRunner(t, probeFunction(t, 1, 10*time.Second))
+	mustProbe(t, r, probeEvent{})
+	served := status(t, r, "ProbeFunction").Environments[0].Served
+	big := []byte(`{"getenv":"` + strings.Repeat("x", invoke.MaxRequestPayload) + `"}`)
+	if _, err := r.Invoke(context.Background(), "ProbeFunction", big); !errors.Is(err, invoke.ErrPayloadTooLarge) {
+		t.Fatalf("a %d-byte request: err = %v, want ErrPayloadTooLarge", len(big), err)
+	}
+	if s := status(t, r, "ProbeFunction").Environments[0].Served; s != served {
+		t.Fatalf("the refused request was served (%d invocations, was %d)", s, served)
+	}
+	// At the limit the request passes.
+	if _, err := r.Invoke(context.Background(), "ProbeFunction", []byte(`{"getenv":"`+strings.Repeat("x", invoke.MaxRequestPayload-14)+`"}`)); err != nil {
+		t.Fatalf("a request at the limit: %v", err)
+	}
+	_, err := callProbe(r, probeEvent{PadBytes: maxResponse})
+	functionError(t, err, "Function.ResponseSizeTooLarge")
+	// Just under the limit passes: the answer's JSON around the pad is ~40 bytes.
+	if _, err := callProbe(r, probeEvent{PadBytes: maxResponse - 100}); err != nil {
+		t.Fatalf("an answer under the limit: %v", err)
+	}
+}
+
 // A bootstrap that exits mid-invocation answers Runtime.ExitError, and its
 // environment is replaced.
 func TestBootstrapExitAnswersExitErrorAndReplacesTheEnvironment(t *testing.T) {

@@ -85,19 +85,33 @@ func (r *Runner) beforeStep(ctx context.Context, s *schedule) (beforeStep, error
 // checkNothingRan holds the step's "nothing was run" answers (503
 // ledger-unavailable) against the ledger: a payment (or a refund) with no
 // row before the step and one after it was written by the step's own
-// request — a step plays one request at a time, a paused owner stays
+// request — unless another request of the step for the same payment
+// answered otherwise (it may be the writer), a paused owner stays
 // frozen, and only a refund request writes a refund row — so that
 // request's insert committed, and a client that believed it and tried
 // again under a new key would pay (or be refunded by the resolver) twice.
 // Run after observe, which brings the states up to date.
 func (r *Runner) checkNothingRan(ctx context.Context, s *schedule, before beforeStep) error {
+	nothingRan := func(a answer) bool {
+		return a.status == http.StatusServiceUnavailable && a.ptype == problem.TypeLedgerUnavailable
+	}
+	// A step may play more than one request for a payment (a pay, then the
+	// resolve its 202 names): a row written in the step is blamed on a
+	// "nothing was run" answer only when no other request of the step for
+	// that payment could have written it.
+	otherWriter := map[string]bool{}
+	for _, a := range s.answers[before.from:] {
+		if a.kind != "refund" && !nothingRan(a) {
+			otherWriter[a.p.pid] = true
+		}
+	}
 	var refunds map[string]refundRow
 	for _, a := range s.answers[before.from:] {
-		if a.status != http.StatusServiceUnavailable || a.ptype != problem.TypeLedgerUnavailable {
+		if !nothingRan(a) {
 			continue
 		}
 		if a.kind != "refund" {
-			if before.states[a.p.pid] == "" && s.states[a.p.pid] != "" {
+			if before.states[a.p.pid] == "" && s.states[a.p.pid] != "" && !otherWriter[a.p.pid] {
 				s.violate("step %d %s %s/%s answered 503 ledger-unavailable (nothing was run), yet its payment's row was written in that step (%s)",
 					a.step, a.kind, a.p.caller, a.p.key, s.states[a.p.pid])
 			}

@@ -5,6 +5,7 @@ package main
 import (
 	"context"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-lambda-go/lambda"
@@ -16,6 +17,8 @@ type Event struct {
 	Fail    string `json:"fail"`
 	Exit    bool   `json:"exit"`
 	Getenv  string `json:"getenv"`
+	// PadBytes makes the answer carry that many bytes more (payload limits).
+	PadBytes int `json:"pad_bytes"`
 }
 
 // Answer is what it reports.
@@ -24,7 +27,8 @@ type Answer struct {
 	Getenv string `json:"getenv,omitempty"`
 	// DeadlineMS is the time left until the context's deadline, which the
 	// runtime takes from the function's timeout.
-	DeadlineMS int64 `json:"deadline_ms"`
+	DeadlineMS int64  `json:"deadline_ms"`
+	Pad        string `json:"pad,omitempty"`
 }
 
 // probeError is a handler error: its type name is the errorType Lambda reports.
@@ -42,7 +46,7 @@ func handle(ctx context.Context, ev Event) (Answer, error) {
 	if ev.Fail != "" {
 		return Answer{}, &probeError{msg: ev.Fail}
 	}
-	a := Answer{PID: os.Getpid(), Getenv: os.Getenv(ev.Getenv)}
+	a := Answer{PID: os.Getpid(), Getenv: os.Getenv(ev.Getenv), Pad: strings.Repeat("x", ev.PadBytes)}
 	if d, ok := ctx.Deadline(); ok {
 		a.DeadlineMS = time.Until(d).Milliseconds()
 	}
