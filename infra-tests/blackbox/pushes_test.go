@@ -3,7 +3,10 @@ package blackbox
 import (
 	"context"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
+	"testing"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -31,6 +34,56 @@ type pushLog struct {
 	byPayment map[string][]push
 	errs      int
 	lastErr   error
+	// checked is what a case concluded about a payment's pushes: how many
+	// it saw and when. The suite looks again after its last case (lateCopies):
+	// a second send can come long after a case's short wait (a redelivery
+	// after the queue's visibility timeout, the notification sweep).
+	checked map[string]checkedPushes
+}
+
+type checkedPushes struct {
+	n  int
+	at time.Time
+}
+
+// settled records that a case saw n pushes about paymentID and checked them.
+func (l *pushLog) settled(paymentID string, n int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.checked[paymentID] = checkedPushes{n: n, at: time.Now()}
+}
+
+// lateCopies waits until the last checked payment has been watched for at
+// least minWatch, then returns every checked payment that received pushes
+// after its case had counted them, and how long the payments were watched
+// after their checks (the shortest and the median).
+func (l *pushLog) lateCopies(minWatch time.Duration) (late []string, checked int, shortest, median time.Duration) {
+	l.mu.Lock()
+	var last time.Time
+	for _, c := range l.checked {
+		if c.at.After(last) {
+			last = c.at
+		}
+	}
+	l.mu.Unlock()
+	if wait := time.Until(last.Add(minWatch)); !last.IsZero() && wait > 0 {
+		time.Sleep(wait)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	now := time.Now()
+	var watched []time.Duration
+	for pid, c := range l.checked {
+		if got := len(l.byPayment[pid]); got != c.n {
+			late = append(late, fmt.Sprintf("%s: %d pushes when checked, %d now", pid, c.n, got))
+		}
+		watched = append(watched, now.Sub(c.at))
+	}
+	if len(watched) == 0 {
+		return late, 0, 0, 0
+	}
+	slices.Sort(watched)
+	return late, len(watched), watched[0], watched[len(watched)/2]
 }
 
 // subscribe makes the queue, subscribes it to topicArn and starts the
@@ -68,7 +121,7 @@ func subscribe(ctx context.Context, sqsc *sqs.Client, snsc *sns.Client, topicArn
 		_, _ = snsc.Unsubscribe(context.Background(), &sns.UnsubscribeInput{SubscriptionArn: sub.SubscriptionArn})
 	})
 
-	l := &pushLog{byPayment: map[string][]push{}}
+	l := &pushLog{byPayment: map[string][]push{}, checked: map[string]checkedPushes{}}
 	rctx, stop := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go l.read(rctx, harness.NewPushQueue(sqsc, url), done)
@@ -132,4 +185,19 @@ func shown(pushes []push) int {
 		ids[p.ReplaceID] = true
 	}
 	return len(ids)
+}
+
+// The suite's last look is a check that can fail: a push filed after its
+// case counted them is named.
+func TestLateCopiesNamesAPushAfterItsCaseCountedThem(t *testing.T) {
+	l := &pushLog{byPayment: map[string][]push{}, checked: map[string]checkedPushes{}}
+	l.byPayment["pay_a"] = []push{{}}
+	l.byPayment["pay_b"] = []push{{}}
+	l.settled("pay_a", 1)
+	l.settled("pay_b", 1)
+	l.byPayment["pay_b"] = append(l.byPayment["pay_b"], push{})
+	late, n, _, _ := l.lateCopies(0)
+	if n != 2 || len(late) != 1 || !strings.HasPrefix(late[0], "pay_b: 1 pushes when checked, 2 now") {
+		t.Fatalf("late = %v over %d checked", late, n)
+	}
 }

@@ -70,8 +70,24 @@ var (
 	closers []func()
 )
 
+// lateWatch is how long the suite keeps watching its last checked payment
+// for a late second push before it ends (earlier payments are watched for
+// the rest of the suite, the crash run's minutes included).
+const lateWatch = 20 * time.Second
+
 func TestMain(m *testing.M) {
 	code := m.Run()
+	if shared != nil && shared.pushes != nil {
+		late, n, shortest, median := shared.pushes.lateCopies(lateWatch)
+		fmt.Printf("blackbox: late pushes: %d of %d checked payments (watched after their checks: shortest %s, median %s)\n",
+			len(late), n, shortest.Round(time.Second), median.Round(time.Second))
+		for _, l := range late {
+			fmt.Println("blackbox: FAIL: a push after its case had counted them:", l)
+		}
+		if len(late) > 0 && code == 0 {
+			code = 1
+		}
+	}
 	for i := len(closers) - 1; i >= 0; i-- {
 		closers[i]()
 	}
