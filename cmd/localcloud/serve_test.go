@@ -20,6 +20,9 @@ func (oneEnv) Status() []invoke.FunctionStatus {
 		Environments: []invoke.Environment{{ID: "env-1", PID: 77, Busy: true, Started: time.Unix(0, 0), Served: 3}}}}
 }
 func (oneEnv) Kill(string, int) (int, int, error) { return 0, 0, nil }
+func (oneEnv) KillInFlight(string, time.Duration) (int, int, error) {
+	return 0, 0, nil
+}
 
 // `make status` prints each function with its environments and each
 // trigger with its state, from the running stack's admin API.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strings"
+	"time"
 )
 
 // functionStatus is one element of GET /_local/status' functions
@@ -58,17 +59,20 @@ func (s *surface) kill(ctx context.Context, function string, n int) (killed, bus
 	return out.Killed, *out.Busy, nil
 }
 
-// busyEnvironment reports whether function has an environment
-// mid-invocation now.
-func (s *surface) busyEnvironment(ctx context.Context, function string) (bool, error) {
-	st, err := s.status(ctx)
-	if err != nil {
-		return false, err
+// killInFlight asks the local cloud's runner to kill function's next
+// invocation (within the wait) while it runs: killed and busy are 1 when it
+// did, 0 when no invocation came.
+func (s *surface) killInFlight(ctx context.Context, function string, within time.Duration) (killed, busy int, err error) {
+	var out struct {
+		Killed int  `json:"killed"`
+		Busy   *int `json:"busy"`
 	}
-	for _, e := range st[function].Environments {
-		if e.Busy {
-			return true, nil
-		}
+	body := map[string]any{"function": function, "in_flight": true, "within_ms": within.Milliseconds()}
+	if _, err := post(ctx, s.httpc, s.adminURL+"/_local/kill", body, &out); err != nil {
+		return 0, 0, fmt.Errorf("in-flight kill %s: %w", function, err)
 	}
-	return false, nil
+	if out.Busy == nil {
+		return 0, 0, fmt.Errorf("in-flight kill %s: the answer has no busy count: the local cloud predates it (restart it)", function)
+	}
+	return out.Killed, *out.Busy, nil
 }

@@ -22,12 +22,12 @@ const (
 	// visibility timeout (180 s: 6 x the worker's 30 s, the template's), so
 	// the bound is that plus the resolver's minute and slack.
 	crashSettle = 270 * time.Second
-	// aimPolls bounds one aimed kill: how many status reads (aimEvery
-	// apart) it waits for a busy environment of a function no kill has yet
-	// caught mid-invocation (a relay batch takes milliseconds, so a kill at
-	// a random moment mostly finds it idle).
-	aimPolls = 400
-	aimEvery = 10 * time.Millisecond
+	// aimWait bounds one aimed kill: how long the runner waits for an
+	// invocation of a function no kill has yet caught mid-invocation, to
+	// kill its environment while it runs (a relay batch takes
+	// milliseconds: a kill at a random moment, or after a status read,
+	// finds it idle).
+	aimWait = 5 * time.Second
 	// crashPace spaces each client's payments.
 	crashPace = 500 * time.Millisecond
 )
@@ -35,12 +35,12 @@ const (
 // killTally is what the crash run's kills of one function did.
 type killTally struct {
 	killed, busy int
-	aimed        int // aimed kills: kills after a status read saw a busy environment
-	polls        int // status reads spent aiming
+	aimed        int // aimed kills asked of the runner (in flight)
+	missed       int // aimed kills that found no invocation within aimWait
 }
 
 func (k killTally) String() string {
-	return fmt.Sprintf("killed %d (%d busy; %d aimed kills after %d status polls)", k.killed, k.busy, k.aimed, k.polls)
+	return fmt.Sprintf("killed %d (%d busy; %d aimed in-flight kills, %d found nothing to kill)", k.killed, k.busy, k.aimed, k.missed)
 }
 
 // crashPayment is one payment of the crash run and what its client heard.
@@ -149,44 +149,28 @@ func TestCrashFaultsOnTheRealBinaries(t *testing.T) {
 			case <-time.After(time.Duration(100+rand.IntN(500)) * time.Millisecond):
 			}
 			fn := victims[rand.IntN(len(victims))]
-			// Kills go to a function no kill has caught busy yet, while one is left,
-			// aimed: wait (bounded) for a status read that shows one of its
-			// environments busy, then kill at once.
+			// Kills go to a function no kill has caught busy yet, while one is
+			// left, aimed by the runner: it kills the function's next
+			// invocation while it runs. The others are kills at a random
+			// moment (busy environments first, idle ones otherwise).
 			var unbusy []string
 			for _, v := range victims {
 				if kills[v].busy == 0 {
 					unbusy = append(unbusy, v)
 				}
 			}
-			// While a function has no busy kill, every kill is aimed at one:
-			// a fast load (200 payments in ~10 s on an idle machine) leaves
-			// room for only a few dozen kills.
-			aim := len(unbusy) > 0
-			if aim {
+			var n, busy int
+			var err error
+			if len(unbusy) > 0 {
 				fn = unbusy[rand.IntN(len(unbusy))]
-				seen := false
-				for range aimPolls {
-					kills[fn].polls++
-					busy, err := s.busyEnvironment(killCtx, fn)
-					if killCtx.Err() != nil {
-						return
-					}
-					if err != nil {
-						killErrs = append(killErrs, err)
-						break
-					}
-					if busy {
-						seen = true
-						break
-					}
-					time.Sleep(aimEvery)
-				}
-				if !seen {
-					continue
-				}
 				kills[fn].aimed++
+				n, busy, err = s.killInFlight(killCtx, fn, aimWait)
+				if err == nil && n == 0 {
+					kills[fn].missed++
+				}
+			} else {
+				n, busy, err = s.kill(killCtx, fn, 1)
 			}
-			n, busy, err := s.kill(killCtx, fn, 1)
 			if killCtx.Err() != nil {
 				return
 			}
@@ -237,17 +221,11 @@ func TestCrashFaultsOnTheRealBinaries(t *testing.T) {
 	for _, fn := range victims {
 		k := kills[fn]
 		line = append(line, fmt.Sprintf("%s %s", fn, k))
-		// Killing an idle warm environment crashes nothing: the api and
-		// the worker must have been killed mid-invocation at least once.
-		// The relay's batches take milliseconds, shorter than a status read
-		// and a kill over the admin API (14 aimed kills, 0 landed busy, in
-		// one run): it must be killed, and its busy count is reported;
-		// catching it mid-batch needs a kill the runner itself aims.
-		switch {
-		case k.busy == 0 && fn != "relay":
+		// Killing an idle warm environment crashes nothing: each function
+		// must have been killed mid-invocation at least once (the relay's
+		// millisecond batches too: the runner aims those kills).
+		if k.busy == 0 {
 			t.Errorf("no %s environment was killed mid-invocation (%s): the case did not crash it", fn, k)
-		case k.killed == 0:
-			t.Errorf("no %s environment was killed (%s)", fn, k)
 		}
 		if err == nil {
 			if d, db := after[fn].Killed-before[fn].Killed, after[fn].KilledBusy-before[fn].KilledBusy; d < int64(k.killed) || db < int64(k.busy) {

@@ -66,6 +66,13 @@ type Admin interface {
 	// idle warm environment crashes nothing, so a crash test counts busy.
 	// The runner replaces them on demand, as Lambda does.
 	Kill(function string, n int) (killed, busy int, err error)
+	// KillInFlight waits up to within for the function's next invocation
+	// and SIGKILLs its environment a few milliseconds after the invocation
+	// was handed to it, while it is still running: a kill aimed from inside
+	// the runner, for functions whose invocations are shorter than a
+	// status read and a kill. It returns 1 (and busy 1) when it killed one,
+	// 0 when no invocation ran long enough within the wait.
+	KillInFlight(function string, within time.Duration) (killed, busy int, err error)
 }
 
 // FunctionStatus describes one function's execution environments.

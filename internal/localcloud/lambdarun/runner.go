@@ -133,6 +133,41 @@ func (r *Runner) Kill(function string, n int) (killed, busy int, err error) {
 	return killed, busy, nil
 }
 
+// KillInFlight waits up to within for function's next invocation and kills
+// its environment while the invocation runs (see invoke.Admin). The kill
+// lands a random 0.5-4 ms after the invocation was handed to the
+// environment; an invocation that ends before it is let go and the aim
+// waits for the next.
+func (r *Runner) KillInFlight(function string, within time.Duration) (killed, busy int, err error) {
+	p, ok := r.pools[function]
+	if !ok {
+		return 0, 0, fmt.Errorf("%w: %s", invoke.ErrUnknownFunction, function)
+	}
+	a := &aim{done: make(chan struct{})}
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return 0, 0, ErrClosed
+	}
+	p.aims = append(p.aims, a)
+	p.mu.Unlock()
+	t := time.NewTimer(within)
+	defer t.Stop()
+	select {
+	case <-a.done:
+		return 1, 1, nil
+	case <-t.C:
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if a.hit {
+		return 1, 1, nil
+	}
+	a.cancelled = true
+	p.aims = slices.DeleteFunc(p.aims, func(x *aim) bool { return x == a })
+	return 0, 0, nil
+}
+
 // Status reports every function's environments and counters, sorted by
 // logical id.
 func (r *Runner) Status() []invoke.FunctionStatus {
@@ -175,6 +210,15 @@ type pool struct {
 	killed      int64
 	killedBusy  int64
 	closed      bool
+	// aims are KillInFlight requests waiting for an invocation to kill.
+	aims []*aim
+}
+
+// aim is one KillInFlight request.
+type aim struct {
+	done      chan struct{} // closed when it killed
+	hit       bool
+	cancelled bool // its wait ended first
 }
 
 type environment struct {
@@ -292,6 +336,13 @@ func (p *pool) invoke(payload []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	p.mu.Lock()
+	if len(p.aims) > 0 {
+		a := p.aims[0]
+		p.aims = p.aims[1:]
+		go p.fire(e, e.served, a)
+	}
+	p.mu.Unlock()
 	// The function's own timeout bounds the call, not the caller's context:
 	// an invocation runs to its end once it has started.
 	ctx, cancel := context.WithTimeout(context.Background(), p.fn.Timeout+timeoutGrace)
@@ -331,6 +382,30 @@ func (p *pool) release(e *environment, replace bool, cause error) {
 		p.run.Warn("environment replaced", "env", e.id, "pid", e.proc.PID, "err", cause)
 		go e.proc.Stop()
 	}
+}
+
+// fire is an aimed kill: moments after e took an invocation (its served
+// count then), kill e if that invocation still runs, or hand the aim back
+// for the next invocation.
+func (p *pool) fire(e *environment, served int64, a *aim) {
+	time.Sleep(time.Duration(500+rand.IntN(3500)) * time.Microsecond)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	switch {
+	case a.cancelled:
+		return
+	case e.gone || !e.busy || e.served != served:
+		p.aims = append([]*aim{a}, p.aims...)
+		return
+	}
+	p.remove(e)
+	e.proc.Kill()
+	p.killed++
+	p.killedBusy++
+	a.hit = true
+	close(a.done)
+	p.log.Warn("environment killed mid-invocation (aimed)", "env", e.id, "pid", e.proc.PID)
+	p.run.Info("environment killed mid-invocation (aimed)", "env", e.id, "pid", e.proc.PID)
 }
 
 func (p *pool) kill(n int) (killed, busyKilled int) {

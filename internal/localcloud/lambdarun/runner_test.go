@@ -174,6 +174,46 @@ func TestKillTakesBusyEnvironmentsFirst(t *testing.T) {
 	}
 }
 
+// An aimed kill waits for the next invocation and kills its environment
+// while it runs: the invocation answers Runtime.ExitError, the kill counts
+// busy, and the next call cold-starts. An aim whose wait ends first kills
+// nothing, then or later.
+func TestKillInFlightKillsTheNextInvocationMidRun(t *testing.T) {
+	r := newRunner(t, probeFunction(t, 1, 10*time.Second))
+	if n, b, err := r.KillInFlight("ProbeFunction", 100*time.Millisecond); n != 0 || b != 0 || err != nil {
+		t.Fatalf("an aim with no invocation = %d (%d busy), %v; want nothing", n, b, err)
+	}
+	pid := mustProbe(t, r, probeEvent{SleepMS: 100}).PID // not killed by the lapsed aim
+	type result struct{ n, b int }
+	aimed := make(chan result, 1)
+	go func() {
+		n, b, _ := r.KillInFlight("ProbeFunction", 10*time.Second)
+		aimed <- result{n, b}
+	}()
+	// The aim is registered before the call only eventually: keep calling
+	// until one is killed (each call sleeps 200 ms, far past the aim's delay).
+	var err error
+	for range 20 {
+		if _, err = callProbe(r, probeEvent{SleepMS: 200}); err != nil {
+			break
+		}
+	}
+	functionError(t, err, "Runtime.ExitError")
+	if got := <-aimed; got.n != 1 || got.b != 1 {
+		t.Fatalf("KillInFlight = %d (%d busy); want 1, busy", got.n, got.b)
+	}
+	waitDead(t, pid, 2*time.Second)
+	if s := status(t, r, "ProbeFunction"); s.Killed != 1 || s.KilledBusy != 1 {
+		t.Errorf("status killed %d (busy %d); want 1 (busy 1)", s.Killed, s.KilledBusy)
+	}
+	if again := mustProbe(t, r, probeEvent{}).PID; again == pid {
+		t.Errorf("after the aimed kill the function ran in the killed bootstrap %d", pid)
+	}
+	if _, _, err := r.KillInFlight("NoSuchFunction", time.Millisecond); !errors.Is(err, invoke.ErrUnknownFunction) {
+		t.Errorf("KillInFlight of an unknown function: %v", err)
+	}
+}
+
 // Killing an idle warm environment crashes no invocation: Kill says so
 // (busy 0), and only a kill mid-invocation counts as busy, in its answer
 // and in the status.

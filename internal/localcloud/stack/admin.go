@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/oncepay/oncepay/internal/localcloud/invoke"
 	"github.com/oncepay/oncepay/internal/localcloud/trigger"
@@ -36,6 +37,13 @@ type KillRequest struct {
 	Function string `json:"function"`
 	// N is how many environments to kill (1 when absent).
 	N *int `json:"n"`
+	// InFlight aims the kill from inside the runner: wait up to WithinMS
+	// (default 10 s) for the function's next invocation and kill its
+	// environment while it runs (invoke.Admin.KillInFlight). N must then be
+	// absent or 1. For functions whose invocations take milliseconds (the
+	// relay), which a status read and a kill never catch mid-run.
+	InFlight bool `json:"in_flight"`
+	WithinMS *int `json:"within_ms"`
 }
 
 // KillResponse answers POST /_local/kill.
@@ -50,10 +58,18 @@ type KillResponse struct {
 // maxKill bounds a kill request: more environments than any function has.
 const maxKill = 1000
 
+// An in-flight kill waits 10 s for an invocation unless told otherwise,
+// and a minute at most (the request holds its connection meanwhile).
+const (
+	defaultInFlightWait = 10 * time.Second
+	maxInFlightWaitMS   = 60_000
+)
+
 // Admin serves the local cloud's admin API:
 //
 //	GET  /_local/status  Status as JSON
 //	POST /_local/kill    {"function":"relay","n":1} -> KillResponse
+//	POST /_local/kill    {"function":"relay","in_flight":true,"within_ms":5000} -> KillResponse
 //
 // Bad input gets an RFC 9457 problem+json answer and changes nothing.
 type Admin struct {
@@ -139,6 +155,20 @@ func (a *Admin) kill(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, problem.BadRequest("n", fmt.Sprintf("n must be an integer in 1..%d.", maxKill)))
 		return
 	}
+	within := defaultInFlightWait
+	switch {
+	case req.InFlight && n != 1:
+		writeProblem(w, problem.BadRequest("n", "An in-flight kill kills one environment: n must be absent or 1."))
+		return
+	case req.WithinMS != nil && !req.InFlight:
+		writeProblem(w, problem.BadRequest("within_ms", "within_ms is the wait of an in-flight kill: set in_flight too."))
+		return
+	case req.WithinMS != nil && (*req.WithinMS < 1 || *req.WithinMS > maxInFlightWaitMS):
+		writeProblem(w, problem.BadRequest("within_ms", fmt.Sprintf("within_ms must be an integer in 1..%d.", maxInFlightWaitMS)))
+		return
+	case req.WithinMS != nil:
+		within = time.Duration(*req.WithinMS) * time.Millisecond
+	}
 	if strings.TrimSpace(req.Function) == "" {
 		writeProblem(w, problem.BadRequest("function", "function must name a function of the template (its logical id or short name)."))
 		return
@@ -158,7 +188,12 @@ func (a *Admin) kill(w http.ResponseWriter, r *http.Request) {
 		writeProblem(w, refused(fmt.Sprintf("no function runner: %s cannot be killed", id)))
 		return
 	}
-	killed, busy, err := a.Runner.Kill(id, n)
+	var killed, busy int
+	if req.InFlight {
+		killed, busy, err = a.Runner.KillInFlight(id, within)
+	} else {
+		killed, busy, err = a.Runner.Kill(id, n)
+	}
 	switch {
 	case errors.Is(err, invoke.ErrUnknownFunction):
 		p := problem.NotFound()

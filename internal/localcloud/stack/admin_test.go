@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/oncepay/oncepay/internal/localcloud/invoke"
 	"github.com/oncepay/oncepay/internal/localcloud/stack"
@@ -38,6 +39,16 @@ func (f *fakeAdmin) Kill(function string, n int) (killed, busy int, err error) {
 	}
 	f.kills = append(f.kills, fmt.Sprintf("%s x%d", function, n))
 	return n, min(f.busy, n), nil
+}
+
+func (f *fakeAdmin) KillInFlight(function string, within time.Duration) (killed, busy int, err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.err != nil {
+		return 0, 0, f.err
+	}
+	f.kills = append(f.kills, fmt.Sprintf("%s in flight within %s", function, within))
+	return 1, 1, nil
 }
 
 var functions = []string{"ApiFunction52E267E3", "RelayFunction3833AFCF", "ResolverFunction8C958500", "WorkerFunction9E8CCBFD"}
@@ -114,19 +125,39 @@ func TestAdminKillAnswerSaysHowManyKilledEnvironmentsWereBusy(t *testing.T) {
 	}
 }
 
+// An in-flight kill is the runner's own aim: the admin API passes the wait
+// through (10 s when absent).
+func TestAdminInFlightKillAsksTheRunnerToAim(t *testing.T) {
+	f := &fakeAdmin{}
+	srv := adminServer(t, f)
+	if code, _, m := post(t, srv, `{"function":"relay","in_flight":true,"within_ms":2500}`); code != 200 || m["killed"] != 1.0 || m["busy"] != 1.0 {
+		t.Fatalf("in-flight kill: %d %v", code, m)
+	}
+	if code, _, _ := post(t, srv, `{"function":"worker","in_flight":true,"n":1}`); code != 200 {
+		t.Fatalf("in-flight kill with n 1: %d", code)
+	}
+	if got := strings.Join(f.kills, ";"); got != "RelayFunction3833AFCF in flight within 2.5s;WorkerFunction9E8CCBFD in flight within 10s" {
+		t.Fatalf("kills = %v", got)
+	}
+}
+
 func TestAdminKillBadInputIsAProblemAndKillsNothing(t *testing.T) {
 	f := &fakeAdmin{}
 	srv := adminServer(t, f)
 	for body, want := range map[string]int{
-		`not json`:                          400,
-		`{"function":"relay","n":0}`:        400,
-		`{"function":"relay","n":-1}`:       400,
-		`{"function":"relay","n":"2"}`:      400,
-		`{"function":"relay","n":100000}`:   400,
-		`{"function":""}`:                   400,
-		`{"function":"relay","extra":true}`: 400,
-		`{"function":"relay"} {"x":1}`:      400,
-		`{"function":"nosuch"}`:             404,
+		`not json`:                                                400,
+		`{"function":"relay","n":0}`:                              400,
+		`{"function":"relay","n":-1}`:                             400,
+		`{"function":"relay","n":"2"}`:                            400,
+		`{"function":"relay","n":100000}`:                         400,
+		`{"function":""}`:                                         400,
+		`{"function":"relay","extra":true}`:                       400,
+		`{"function":"relay"} {"x":1}`:                            400,
+		`{"function":"nosuch"}`:                                   404,
+		`{"function":"relay","in_flight":true,"n":2}`:             400,
+		`{"function":"relay","within_ms":100}`:                    400,
+		`{"function":"relay","in_flight":true,"within_ms":0}`:     400,
+		`{"function":"relay","in_flight":true,"within_ms":60001}`: 400,
 	} {
 		code, ct, m := post(t, srv, body)
 		if code != want || ct != problem.ContentType || m["status"] != float64(want) || m["title"] == nil {

@@ -250,6 +250,11 @@ func (r *InProcess) Kill(function string, n int) (killed, busy int, err error) {
 	return 0, 0, fmt.Errorf("the in-process runner cannot kill %s: its handler runs inside the local-cloud service (the function runner kills environments)", function)
 }
 
+// KillInFlight is refused as Kill is.
+func (r *InProcess) KillInFlight(function string, _ time.Duration) (killed, busy int, err error) {
+	return r.Kill(function, 1)
+}
+
 // Close releases the handlers' pools.
 func (r *InProcess) Close() error {
 	for _, f := range r.fns {

@@ -105,7 +105,10 @@ func (r *fakeRunner) records(fn string) []string {
 
 func (r *fakeRunner) Status() []invoke.FunctionStatus    { return nil }
 func (r *fakeRunner) Kill(string, int) (int, int, error) { return 0, 0, nil }
-func (r *fakeRunner) Close() error                       { r.closed.Store(true); return nil }
+func (r *fakeRunner) KillInFlight(string, time.Duration) (int, int, error) {
+	return 0, 0, nil
+}
+func (r *fakeRunner) Close() error { r.closed.Store(true); return nil }
 
 // world is the template over resources of the test's own: its outbox
 // table, events queue and failure queues stand for the stack's.
