@@ -322,6 +322,9 @@ func TestCrashFaultsOnTheRealBinaries(t *testing.T) {
 		}
 		delta[p.who.merchant] += r.credited()
 		pushes := s.pushes.of(p.pid)
+		// Its intent is SENT now: nothing may push it again (the suite
+		// looks again at the end).
+		s.pushes.settled(p.pid, len(pushes))
 		alerts[len(pushes)]++
 		if len(pushes) == 0 {
 			t.Errorf("%s %s: no push reached the suite's queue", p.pid, r.Payment.State)
