@@ -92,6 +92,9 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	if cfg.AdminAddr == "" {
 		cfg.AdminAddr = DefaultAdminAddr
 	}
+	if err := loopbackOnly(cfg.AdminAddr); err != nil {
+		return nil, err
+	}
 	if cfg.Region == "" {
 		cfg.Region = "us-east-1"
 	}
@@ -277,4 +280,18 @@ func writeAtomic(path string, b []byte) error {
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// loopbackOnly refuses an admin address another machine could reach: the
+// admin API has no authentication (it kills environments and shows every
+// function's state), so it is the local user's only.
+func loopbackOnly(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("stack: admin address %q: %w", addr, err)
+	}
+	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		return fmt.Errorf("stack: admin address %q is not a loopback address: the admin API has no authentication, so it listens on 127.0.0.1 or ::1 only (%s)", addr, AdminAddrVar)
+	}
+	return nil
 }

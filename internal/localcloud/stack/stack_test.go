@@ -3,6 +3,7 @@ package stack_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"io"
 	"log/slog"
 	"net"
@@ -314,5 +315,29 @@ func TestInProcessStackCreditsAndNotifiesAnOutboxEventOnce(t *testing.T) {
 	}
 	if relayed < 1 || worked < 1 {
 		t.Fatalf("in-process invocations: relay %d, worker %d", relayed, worked)
+	}
+}
+
+// The admin API has no authentication: an address another machine could
+// reach is refused before anything starts.
+func TestTheAdminAPIListensOnLoopbackOnly(t *testing.T) {
+	started := false
+	newRunner := func(context.Context, *provision.Template, map[string]provision.Physical) (stack.Runner, error) {
+		started = true
+		return nil, errors.New("not reached")
+	}
+	for _, addr := range []string{"0.0.0.0:8071", ":8071", "10.0.0.5:8071", "[::]:8071", "example.com:8071"} {
+		_, err := stack.New(context.Background(), stack.Config{Template: &provision.Template{}, AdminAddr: addr, NewRunner: newRunner, Logger: quiet})
+		if err == nil || !strings.Contains(err.Error(), "loopback") {
+			t.Errorf("%s: err = %v, want a refusal naming loopback", addr, err)
+		}
+	}
+	if started {
+		t.Error("a refused address started the function runner")
+	}
+	for _, addr := range []string{"127.0.0.1:0", "[::1]:0", "localhost:0"} {
+		if _, err := stack.New(context.Background(), stack.Config{Template: &provision.Template{}, AdminAddr: addr, NewRunner: newRunner, Logger: quiet}); err != nil && strings.Contains(err.Error(), "loopback") {
+			t.Errorf("%s refused: %v", addr, err)
+		}
 	}
 }
