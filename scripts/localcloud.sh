@@ -139,7 +139,7 @@ ADMIN_ADDR=${ONCEPAY_ADMIN_ADDR:-127.0.0.1:8071}
 
 start_app() { # name addr binary args...
   local name=$1 addr=$2; shift 2
-  stop_pid "$name" >/dev/null
+  stop_pid "$name" 60 >/dev/null
   if port_open "${addr##*:}"; then
     die "$name: $addr is taken by a process this checkout did not start (another checkout's local cloud?); stop it first"
   fi
@@ -195,11 +195,18 @@ start_apps() {
   start_stack
 }
 
-stop_pid() { # name
-  local f=$PIDS/$1.pid
+stop_pid() { # name [grace seconds]
+  local f=$PIDS/$1.pid grace=${2:-5}
   if [ -f "$f" ]; then
     local pid; pid=$(cat "$f")
     if kill -0 "$pid" 2>/dev/null; then
+      if [ "$1" = stack ]; then
+        # The stack drains on SIGTERM: invocations in flight run to their
+        # end before it stops its environments (its children), so they get
+        # no signal of their own until the grace has passed.
+        kill "$pid" 2>/dev/null || true
+        for _ in $(seq $((grace * 10))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      fi
       # setsid may fork: the server can be a child of the recorded pid.
       pkill -TERM -P "$pid" 2>/dev/null || true
       kill "$pid" 2>/dev/null || true
@@ -221,7 +228,10 @@ case "${1:-}" in
     start_apps
     ;;
   down)
-    for n in stack frontdoor pspsim; do stop_pid "$n"; done
+    # The stack first, while the stores and the simulator it drains
+    # against still run (its drain is bounded at 55 s; 60 s here).
+    stop_pid stack 60
+    for n in frontdoor pspsim; do stop_pid "$n"; done
     rm -f "$PIDS/stack.sum"
     stop_pid dynamodb-local
     stop_pid moto

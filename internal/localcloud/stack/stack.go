@@ -182,12 +182,19 @@ func (s *Service) Run(ctx context.Context) error {
 	<-ctx.Done()
 	polling.Wait()
 	s.saveCheckpoints()
-	shut, done := context.WithTimeout(context.Background(), 5*time.Second)
+	// A stop drains: no new work is taken (the pollers and schedules have
+	// stopped, the servers stop accepting), and what is in flight runs to
+	// its end, up to drainTimeout, before the environments are stopped. A
+	// stop is not a crash (the admin API's kill is the crash).
+	shut, done := context.WithTimeout(context.Background(), drainTimeout)
 	defer done()
 	for _, srv := range s.servers {
 		_ = srv.Shutdown(shut)
 	}
 	serving.Wait()
+	if busy := s.drain(shut); busy > 0 {
+		s.cfg.Logger.Warn("stopping with invocations still in flight", "busy_environments", busy)
+	}
 	err := s.runner.Close()
 	s.cfg.Logger.Info("local cloud stack stopped")
 	select {
@@ -294,4 +301,33 @@ func loopbackOnly(addr string) error {
 		return fmt.Errorf("stack: admin address %q is not a loopback address: the admin API has no authentication, so it listens on 127.0.0.1 or ::1 only (%s)", addr, AdminAddrVar)
 	}
 	return nil
+}
+
+// drainTimeout bounds a stop's wait for invocations in flight: past every
+// function's timeout in the template (the api's 6 s, the relay's and the
+// worker's 30 s, the resolver's 50 s) but the migration's, which runs only
+// while the stack starts.
+const drainTimeout = 55 * time.Second
+
+// drain waits until no environment is busy or ctx ends, and returns how
+// many were still busy.
+func (s *Service) drain(ctx context.Context) int {
+	for {
+		busy := 0
+		for _, f := range s.runner.Status() {
+			for _, e := range f.Environments {
+				if e.Busy {
+					busy++
+				}
+			}
+		}
+		if busy == 0 {
+			return 0
+		}
+		select {
+		case <-ctx.Done():
+			return busy
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }

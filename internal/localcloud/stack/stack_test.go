@@ -341,3 +341,54 @@ func TestTheAdminAPIListensOnLoopbackOnly(t *testing.T) {
 		}
 	}
 }
+
+// busyRunner reports one busy environment until its invocation ends, and
+// remembers whether it was closed with it still busy.
+type busyRunner struct {
+	*fakeRunner
+	busyUntil    atomic.Int64 // unix nanoseconds
+	closedBusy   atomic.Bool
+	closedAtTime atomic.Int64
+}
+
+func (r *busyRunner) Status() []invoke.FunctionStatus {
+	busy := time.Now().UnixNano() < r.busyUntil.Load()
+	return []invoke.FunctionStatus{{Function: "WorkerFunction9E8CCBFD", MaxEnvironments: 1,
+		Environments: []invoke.Environment{{ID: "env-1", PID: 1, Busy: busy}}}}
+}
+
+func (r *busyRunner) Close() error {
+	r.closedBusy.Store(time.Now().UnixNano() < r.busyUntil.Load())
+	r.closedAtTime.Store(time.Now().UnixNano())
+	return r.fakeRunner.Close()
+}
+
+// A stop drains: an invocation in flight runs to its end before the
+// environments are stopped (a stop is not a crash).
+func TestAStopWaitsForTheInvocationsInFlightBeforeItStopsTheEnvironments(t *testing.T) {
+	w := newWorld(t)
+	r := &busyRunner{fakeRunner: &fakeRunner{calls: map[string][][]byte{}}}
+	svc := w.service(t, r, 1)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- svc.Run(ctx) }()
+	waitFor(t, 10*time.Second, "the admin API", func() bool {
+		resp, err := http.Get("http://" + svc.AdminAddr() + "/_local/status")
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err == nil
+	})
+	r.busyUntil.Store(time.Now().Add(1500 * time.Millisecond).UnixNano())
+	stopAt := time.Now()
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if r.closedBusy.Load() || !r.closed.Load() {
+		t.Fatalf("closed %v with the invocation still in flight %v", r.closed.Load(), r.closedBusy.Load())
+	}
+	if waited := time.Unix(0, r.closedAtTime.Load()).Sub(stopAt); waited < time.Second {
+		t.Fatalf("the runner was closed %s after the stop, before the 1.5 s invocation ended", waited)
+	}
+}
