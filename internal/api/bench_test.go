@@ -173,4 +173,7 @@ func BenchmarkReplay(b *testing.B) {
 	report(b, "replay", api)
 	b.ReportMetric(ms(api.pct(0.5))/ms(get.pct(0.5)), "ratio-p50")
 	b.ReportMetric(ms(api.pct(0.99))/ms(get.pct(0.99)), "ratio-p99")
+	// The target's ratio: a replay over what its claim is, bare.
+	b.ReportMetric(ms(api.pct(0.5))/ms(failedPut.pct(0.5)), "put-ratio-p50")
+	b.ReportMetric(ms(api.pct(0.99))/ms(failedPut.pct(0.99)), "put-ratio-p99")
 }
