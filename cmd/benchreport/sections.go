@@ -269,13 +269,13 @@ func writeTargets(out io.Writer, f figures) {
 	fmt.Fprintln(out, "| target | figure | this run | |")
 	fmt.Fprintln(out, "|---|---|---|---|")
 	if v, ok := f.get("FirstCall", "design-ratio-p50"); ok {
-		fmt.Fprintf(out, "| api ≤ 1.15x its design floor (five sequential round trips, bare) | FirstCall design-ratio-p50 | %.2fx | %s |\n", v, verdict(v <= 1.15))
+		fmt.Fprintf(out, "| api ≤ 1.15x its design floor (five sequential round trips, bare) | FirstCall design-ratio-p50 | %.3fx | %s |\n", v, verdict(v <= 1.15))
 	}
 	if v, ok := f.get("FirstCallPSP300", "design-ratio-p50"); ok {
-		fmt.Fprintf(out, "| api ≤ 1.15x its design floor, PSP at 300 ms (assumed) | FirstCallPSP300 design-ratio-p50 | %.2fx | %s |\n", v, verdict(v <= 1.15))
+		fmt.Fprintf(out, "| api ≤ 1.15x its design floor, PSP at 300 ms (assumed) | FirstCallPSP300 design-ratio-p50 | %.3fx | %s |\n", v, verdict(v <= 1.15))
 	}
 	if v, ok := f.get("Replay", "put-ratio-p50"); ok {
-		fmt.Fprintf(out, "| replay ≤ 1.10x a bare failing conditional put (ALL_OLD) | Replay put-ratio-p50 | %.2fx | %s |\n", v, verdict(v <= 1.10))
+		fmt.Fprintf(out, "| replay ≤ 1.10x a bare failing conditional put (ALL_OLD) | Replay put-ratio-p50 | %.3fx | %s |\n", v, verdict(v <= 1.10))
 	}
 	if v, ok := f.get("RequestCounts", "happy-writes"); ok {
 		fmt.Fprintf(out, "| ≤ 5 durable writes per payment (happy path) | RequestCounts happy-writes | %.0f | %s |\n", v, verdict(v <= 5))

@@ -20,7 +20,7 @@ func (oneEnv) Status() []invoke.FunctionStatus {
 		Environments: []invoke.Environment{{ID: "env-1", PID: 77, Busy: true, Started: time.Unix(0, 0), Served: 3}}}}
 }
 func (oneEnv) Kill(string, int) (int, int, error) { return 0, 0, nil }
-func (oneEnv) KillInFlight(string, time.Duration) (int, int, error) {
+func (oneEnv) KillInFlight(context.Context, string, time.Duration) (int, int, error) {
 	return 0, 0, nil
 }
 

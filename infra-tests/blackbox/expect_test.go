@@ -129,8 +129,10 @@ func (s *surface) expectOnce(ctx context.Context, t *testing.T, a actors, pid st
 	if _, err := s.pushes.await(ctx, pid, 1, 30*time.Second); err != nil {
 		t.Errorf("%s: no push reached the suite's queue: %v", pid, err)
 	}
-	// A second copy from a second send comes moments later; one from a
-	// redelivery or the sweep much later: TestMain looks again at the end.
+	// A second copy from a second send comes moments later; one from the
+	// sweep or a redelivery (after the queue's 180 s visibility timeout)
+	// much later: TestMain looks again at the end, and says how long each
+	// payment was watched.
 	time.Sleep(2 * time.Second)
 	pushes := s.pushes.of(pid)
 	for _, p := range pushes {

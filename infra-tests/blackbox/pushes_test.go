@@ -46,6 +46,13 @@ type checkedPushes struct {
 	at time.Time
 }
 
+// readErrors is how many receives failed.
+func (l *pushLog) readErrors() int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.errs
+}
+
 // settled records that a case saw n pushes about paymentID and checked them.
 func (l *pushLog) settled(paymentID string, n int) {
 	l.mu.Lock()

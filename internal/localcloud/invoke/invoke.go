@@ -20,8 +20,12 @@ import (
 // returns the function's answer. A handler that returned an error, panicked
 // or whose environment died answers *FunctionError (Lambda's
 // X-Amz-Function-Error), so a trigger can tell "the function failed" from
-// "the invocation never ran" (ErrThrottled, a cancelled context, a runner
-// error).
+// "the invocation never ran" (ErrThrottled, ErrPayloadTooLarge, a runner
+// error before the request was sent). A context that ends while the
+// invocation runs is NOT "never ran": the invocation goes on in its
+// environment (as on Lambda) and its outcome is unknown to the caller, so
+// callers that must know pass a context that does not end first (the
+// pollers and the front door do).
 type Invoker interface {
 	Invoke(ctx context.Context, function string, payload []byte) ([]byte, error)
 }
@@ -66,13 +70,14 @@ type Admin interface {
 	// idle warm environment crashes nothing, so a crash test counts busy.
 	// The runner replaces them on demand, as Lambda does.
 	Kill(function string, n int) (killed, busy int, err error)
-	// KillInFlight waits up to within for the function's next invocation
-	// and SIGKILLs its environment a few milliseconds after the invocation
-	// was handed to it, while it is still running: a kill aimed from inside
-	// the runner, for functions whose invocations are shorter than a
-	// status read and a kill. It returns 1 (and busy 1) when it killed one,
-	// 0 when no invocation ran long enough within the wait.
-	KillInFlight(function string, within time.Duration) (killed, busy int, err error)
+	// KillInFlight waits up to within (or until ctx ends) for the
+	// function's next invocation in a warm environment and SIGKILLs that
+	// environment a few milliseconds after the request was written to it,
+	// while the invocation still runs: a kill aimed from inside the runner,
+	// for functions whose invocations are shorter than a status read and a
+	// kill. It returns 1 (and busy 1) when it killed one, 0 when no
+	// invocation came, or none ran past the kill's delay, within the wait.
+	KillInFlight(ctx context.Context, function string, within time.Duration) (killed, busy int, err error)
 }
 
 // FunctionStatus describes one function's execution environments.

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"maps"
 	"math/rand/v2"
+	"net/http/httptrace"
 	"os"
 	"path"
 	"path/filepath"
@@ -133,12 +134,12 @@ func (r *Runner) Kill(function string, n int) (killed, busy int, err error) {
 	return killed, busy, nil
 }
 
-// KillInFlight waits up to within for function's next invocation and kills
-// its environment while the invocation runs (see invoke.Admin). The kill
-// lands a random 0.5-4 ms after the invocation was handed to the
-// environment; an invocation that ends before it is let go and the aim
-// waits for the next.
-func (r *Runner) KillInFlight(function string, within time.Duration) (killed, busy int, err error) {
+// KillInFlight waits up to within (or until ctx ends) for function's next
+// invocation in a warm environment and kills that environment while the
+// invocation runs (see invoke.Admin). The kill lands a random 0.5-4 ms
+// after the request was written to the environment; an invocation that
+// ends before it is let go and the aim waits for the next.
+func (r *Runner) KillInFlight(ctx context.Context, function string, within time.Duration) (killed, busy int, err error) {
 	p, ok := r.pools[function]
 	if !ok {
 		return 0, 0, fmt.Errorf("%w: %s", invoke.ErrUnknownFunction, function)
@@ -157,6 +158,7 @@ func (r *Runner) KillInFlight(function string, within time.Duration) (killed, bu
 	case <-a.done:
 		return 1, 1, nil
 	case <-t.C:
+	case <-ctx.Done():
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -336,16 +338,21 @@ func (p *pool) invoke(payload []byte) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	p.mu.Lock()
-	if len(p.aims) > 0 {
-		a := p.aims[0]
-		p.aims = p.aims[1:]
-		go p.fire(e, e.served, a)
-	}
-	p.mu.Unlock()
 	// The function's own timeout bounds the call, not the caller's context:
 	// an invocation runs to its end once it has started.
 	ctx, cancel := context.WithTimeout(context.Background(), p.fn.Timeout+timeoutGrace)
+	p.mu.Lock()
+	// An aimed kill takes a warm environment only (a cold one's first
+	// invocation would be killed in the runtime's init, before any handler
+	// code), and fires once the request is written to it.
+	if len(p.aims) > 0 && e.served > 0 {
+		a, served := p.aims[0], e.served
+		p.aims = p.aims[1:]
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+			WroteRequest: func(httptrace.WroteRequestInfo) { go p.fire(e, served, a) },
+		})
+	}
+	p.mu.Unlock()
 	out, err := e.proc.Invoke(ctx, payload)
 	cancel()
 	replace := false
@@ -384,9 +391,9 @@ func (p *pool) release(e *environment, replace bool, cause error) {
 	}
 }
 
-// fire is an aimed kill: moments after e took an invocation (its served
-// count then), kill e if that invocation still runs, or hand the aim back
-// for the next invocation.
+// fire is an aimed kill: moments after e was sent an invocation (its
+// served count then), kill e if that invocation still runs, or hand the aim
+// back for the next invocation.
 func (p *pool) fire(e *environment, served int64, a *aim) {
 	time.Sleep(time.Duration(500+rand.IntN(3500)) * time.Microsecond)
 	p.mu.Lock()

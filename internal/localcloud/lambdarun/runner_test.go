@@ -180,14 +180,14 @@ func TestKillTakesBusyEnvironmentsFirst(t *testing.T) {
 // nothing, then or later.
 func TestKillInFlightKillsTheNextInvocationMidRun(t *testing.T) {
 	r := newRunner(t, probeFunction(t, 1, 10*time.Second))
-	if n, b, err := r.KillInFlight("ProbeFunction", 100*time.Millisecond); n != 0 || b != 0 || err != nil {
+	if n, b, err := r.KillInFlight(context.Background(), "ProbeFunction", 100*time.Millisecond); n != 0 || b != 0 || err != nil {
 		t.Fatalf("an aim with no invocation = %d (%d busy), %v; want nothing", n, b, err)
 	}
 	pid := mustProbe(t, r, probeEvent{SleepMS: 100}).PID // not killed by the lapsed aim
 	type result struct{ n, b int }
 	aimed := make(chan result, 1)
 	go func() {
-		n, b, _ := r.KillInFlight("ProbeFunction", 10*time.Second)
+		n, b, _ := r.KillInFlight(context.Background(), "ProbeFunction", 10*time.Second)
 		aimed <- result{n, b}
 	}()
 	// The aim is registered before the call only eventually: keep calling
@@ -209,8 +209,43 @@ func TestKillInFlightKillsTheNextInvocationMidRun(t *testing.T) {
 	if again := mustProbe(t, r, probeEvent{}).PID; again == pid {
 		t.Errorf("after the aimed kill the function ran in the killed bootstrap %d", pid)
 	}
-	if _, _, err := r.KillInFlight("NoSuchFunction", time.Millisecond); !errors.Is(err, invoke.ErrUnknownFunction) {
+	if _, _, err := r.KillInFlight(context.Background(), "NoSuchFunction", time.Millisecond); !errors.Is(err, invoke.ErrUnknownFunction) {
 		t.Errorf("KillInFlight of an unknown function: %v", err)
+	}
+}
+
+// An aimed kill spares a cold environment's first invocation (it would die
+// in the runtime's init, before any handler code) and takes the next one,
+// and an aim whose caller goes away is disarmed.
+func TestKillInFlightTakesAWarmEnvironmentOnlyAndEndsWithItsContext(t *testing.T) {
+	r := newRunner(t, probeFunction(t, 1, 10*time.Second))
+	ctx, cancel := context.WithCancel(context.Background())
+	gone := make(chan struct{})
+	go func() {
+		defer close(gone)
+		_, _, _ = r.KillInFlight(ctx, "ProbeFunction", 10*time.Second)
+	}()
+	time.Sleep(50 * time.Millisecond) // the aim is armed
+	cancel()
+	<-gone
+	mustProbe(t, r, probeEvent{SleepMS: 100}) // cold, then warm: the disarmed aim kills neither
+	mustProbe(t, r, probeEvent{SleepMS: 100})
+	if s := status(t, r, "ProbeFunction"); s.Killed != 0 {
+		t.Fatalf("a disarmed aim killed %d environments", s.Killed)
+	}
+
+	r = newRunner(t, probeFunction(t, 1, 10*time.Second))
+	aimed := make(chan int, 1)
+	go func() {
+		n, _, _ := r.KillInFlight(context.Background(), "ProbeFunction", 10*time.Second)
+		aimed <- n
+	}()
+	time.Sleep(50 * time.Millisecond)
+	mustProbe(t, r, probeEvent{SleepMS: 200}) // the cold start is spared
+	_, err := callProbe(r, probeEvent{SleepMS: 200})
+	functionError(t, err, "Runtime.ExitError")
+	if n := <-aimed; n != 1 {
+		t.Fatalf("KillInFlight = %d, want 1", n)
 	}
 }
 

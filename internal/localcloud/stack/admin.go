@@ -1,10 +1,13 @@
 package stack
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"mime"
+	"net"
 	"net/http"
 	"slices"
 	"strings"
@@ -78,12 +81,49 @@ type Admin struct {
 	Runner    invoke.Admin
 	Mappings  []*trigger.Mapping
 	Schedules []*trigger.Schedule
+
+	// Stopping, when set, ends pending in-flight kills (the stack's stop).
+	Stopping context.Context
+}
+
+func (a *Admin) stopping() context.Context {
+	if a.Stopping == nil {
+		return context.Background()
+	}
+	return a.Stopping
 }
 
 // Register adds the admin routes to mux.
 func (a *Admin) Register(mux *http.ServeMux) {
-	mux.HandleFunc("/_local/status", a.status)
-	mux.HandleFunc("/_local/kill", a.kill)
+	mux.HandleFunc("/_local/status", localOnly(a.status))
+	mux.HandleFunc("/_local/kill", localOnly(a.kill))
+}
+
+// localOnly refuses what a web page in the user's browser could send to a
+// loopback port: a request whose Host is not a loopback address (DNS
+// rebinding: a page's own name resolved to 127.0.0.1), and a POST that is
+// not JSON (a form or a text/plain post needs no CORS preflight).
+func localOnly(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		host := r.Host
+		if h, _, err := net.SplitHostPort(host); err == nil {
+			host = h
+		}
+		host = strings.Trim(host, "[]")
+		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+			writeProblem(w, problem.Problem{Type: problem.TypeBase + "local-only", Title: "Forbidden", Status: http.StatusForbidden,
+				Detail: "The local cloud's admin API answers requests addressed to a loopback address (Host 127.0.0.1, ::1 or localhost) only."})
+			return
+		}
+		if r.Method == http.MethodPost {
+			if mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || mt != "application/json" {
+				writeProblem(w, problem.Problem{Type: problem.TypeBase + "unsupported-media-type", Title: "Unsupported Media Type", Status: http.StatusUnsupportedMediaType,
+					Detail: "The body must be JSON, sent with Content-Type: application/json."})
+				return
+			}
+		}
+		h(w, r)
+	}
 }
 
 // Status gathers the status of every part.
@@ -190,7 +230,13 @@ func (a *Admin) kill(w http.ResponseWriter, r *http.Request) {
 	}
 	var killed, busy int
 	if req.InFlight {
-		killed, busy, err = a.Runner.KillInFlight(id, within)
+		// The aim ends with its request (a client that stopped waiting
+		// must not leave a kill armed) or with the stack's stop.
+		ctx, cancel := context.WithCancel(r.Context())
+		stop := context.AfterFunc(a.stopping(), cancel)
+		killed, busy, err = a.Runner.KillInFlight(ctx, id, within)
+		stop()
+		cancel()
 	} else {
 		killed, busy, err = a.Runner.Kill(id, n)
 	}

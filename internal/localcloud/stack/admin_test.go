@@ -1,6 +1,7 @@
 package stack_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -41,7 +42,7 @@ func (f *fakeAdmin) Kill(function string, n int) (killed, busy int, err error) {
 	return n, min(f.busy, n), nil
 }
 
-func (f *fakeAdmin) KillInFlight(function string, within time.Duration) (killed, busy int, err error) {
+func (f *fakeAdmin) KillInFlight(_ context.Context, function string, within time.Duration) (killed, busy int, err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	if f.err != nil {
@@ -122,6 +123,48 @@ func TestAdminKillAnswerSaysHowManyKilledEnvironmentsWereBusy(t *testing.T) {
 	srv = adminServer(t, &fakeAdmin{})
 	if code, _, m := post(t, srv, `{"function":"worker"}`); code != 200 || m["killed"] != 1.0 || m["busy"] != 0.0 {
 		t.Fatalf("kill of an idle one: %d %v; want busy 0 present", code, m)
+	}
+}
+
+// What a web page could send to the loopback port kills nothing: a Host
+// that is not loopback (DNS rebinding) is 403, a POST that is not JSON (a
+// form or text/plain needs no preflight) is 415.
+func TestAdminRefusesWhatABrowserPageCouldSend(t *testing.T) {
+	f := &fakeAdmin{}
+	srv := adminServer(t, f)
+	for _, c := range []struct {
+		host, ctype string
+		want        int
+	}{
+		{"evil.example:8071", "application/json", 403},
+		{"", "text/plain", 415},
+		{"", "application/x-www-form-urlencoded", 415},
+		{"", "", 415},
+		{"localhost:8071", "application/json; charset=utf-8", 200},
+	} {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/_local/kill", strings.NewReader(`{"function":"relay"}`))
+		if c.host != "" {
+			req.Host = c.host
+		}
+		if c.ctype != "" {
+			req.Header.Set("Content-Type", c.ctype)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != c.want {
+			t.Errorf("Host %q, Content-Type %q: %d, want %d", c.host, c.ctype, resp.StatusCode, c.want)
+		}
+	}
+	if len(f.kills) != 1 {
+		t.Fatalf("kills = %v, want only the JSON one to a loopback host", f.kills)
+	}
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/_local/status", nil)
+	req.Host = "evil.example"
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 403 {
+		t.Fatalf("status read through a rebound name: %v %v", resp.StatusCode, err)
 	}
 }
 

@@ -251,7 +251,7 @@ func (r *InProcess) Kill(function string, n int) (killed, busy int, err error) {
 }
 
 // KillInFlight is refused as Kill is.
-func (r *InProcess) KillInFlight(function string, _ time.Duration) (killed, busy int, err error) {
+func (r *InProcess) KillInFlight(_ context.Context, function string, _ time.Duration) (killed, busy int, err error) {
 	return r.Kill(function, 1)
 }
 

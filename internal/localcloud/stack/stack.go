@@ -77,7 +77,8 @@ type Service struct {
 	admin     *Admin
 	listener  net.Listener
 	servers   []*http.Server
-	saved     map[string]string // mapping id -> the checkpoints last written
+	saved     map[string]string  // mapping id -> the checkpoints last written
+	stopAims  context.CancelFunc // ends the admin API's pending in-flight kills
 }
 
 // New builds every part from the template (nothing runs yet) and binds the
@@ -126,7 +127,9 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	for _, spec := range rspecs {
 		s.schedules = append(s.schedules, trigger.NewSchedule(spec, runner, cfg.Clients.Send, trigger.ScheduleOptions{TimeScale: cfg.TimeScale, Logger: cfg.Logger}))
 	}
-	s.admin = &Admin{Functions: cfg.Template.OfType("AWS::Lambda::Function"), Runner: runner, Mappings: s.mappings, Schedules: s.schedules}
+	stopping, stopAims := context.WithCancel(context.Background())
+	s.stopAims = stopAims
+	s.admin = &Admin{Functions: cfg.Template.OfType("AWS::Lambda::Function"), Runner: runner, Mappings: s.mappings, Schedules: s.schedules, Stopping: stopping}
 	mux := http.NewServeMux()
 	s.admin.Register(mux)
 	if cfg.Mount != nil {
@@ -180,17 +183,21 @@ func (s *Service) Run(ctx context.Context) error {
 	polling.Go(func() { s.saveCheckpointsEvery(ctx, 2*time.Second) })
 	s.cfg.Logger.Info("local cloud stack running", "admin", s.AdminAddr(), "mappings", len(s.mappings), "schedules", len(s.schedules))
 	<-ctx.Done()
-	polling.Wait()
-	s.saveCheckpoints()
-	// A stop drains: no new work is taken (the pollers and schedules have
-	// stopped, the servers stop accepting), and what is in flight runs to
-	// its end, up to drainTimeout, before the environments are stopped. A
+	// A stop drains: from the signal on no new work is taken (the pollers
+	// and schedules stop, every server stops accepting at once, pending
+	// aimed kills end), and what is in flight runs to its end, up to
+	// drainTimeout from the signal, before the environments are stopped. A
 	// stop is not a crash (the admin API's kill is the crash).
 	shut, done := context.WithTimeout(context.Background(), drainTimeout)
 	defer done()
+	s.stopAims()
+	var shutting sync.WaitGroup
 	for _, srv := range s.servers {
-		_ = srv.Shutdown(shut)
+		shutting.Go(func() { _ = srv.Shutdown(shut) })
 	}
+	polling.Wait()
+	s.saveCheckpoints()
+	shutting.Wait()
 	serving.Wait()
 	if busy := s.drain(shut); busy > 0 {
 		s.cfg.Logger.Warn("stopping with invocations still in flight", "busy_environments", busy)

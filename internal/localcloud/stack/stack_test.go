@@ -106,7 +106,7 @@ func (r *fakeRunner) records(fn string) []string {
 
 func (r *fakeRunner) Status() []invoke.FunctionStatus    { return nil }
 func (r *fakeRunner) Kill(string, int) (int, int, error) { return 0, 0, nil }
-func (r *fakeRunner) KillInFlight(string, time.Duration) (int, int, error) {
+func (r *fakeRunner) KillInFlight(context.Context, string, time.Duration) (int, int, error) {
 	return 0, 0, nil
 }
 func (r *fakeRunner) Close() error { r.closed.Store(true); return nil }

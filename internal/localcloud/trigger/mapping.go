@@ -196,6 +196,12 @@ func call(ctx context.Context, inv invoke.Invoker, function string, ev, resp any
 	switch {
 	case errors.As(err, &fe):
 		return err
+	case errors.Is(err, invoke.ErrPayloadTooLarge):
+		// Lambda's mappings never build a batch over the invocation's
+		// limit; a local batch that is fails as a batch (split where the
+		// mapping bisects, then discarded to its destination), instead of
+		// being retried in place forever as one that never ran.
+		return &invoke.FunctionError{Function: function, Type: "RequestEntityTooLargeException", Message: err.Error()}
 	case err != nil:
 		return fmt.Errorf("%w: %w", harness.ErrNotInvoked, err)
 	}

@@ -469,3 +469,20 @@ func TestWorkerMappingStoppedMidInvocationStillDeletesWhatTheWorkerProcessed(t *
 		t.Fatalf("%d processed messages came back after the stop", len(left))
 	}
 }
+
+// A batch over Lambda's invocation limit is a failed batch (retried, split,
+// discarded per the mapping), never one that "did not run" and is retried
+// in place forever.
+func TestABatchOverTheInvocationLimitFailsAsABatch(t *testing.T) {
+	inv := invokerFunc(func(context.Context, string, []byte) ([]byte, error) {
+		return nil, invoke.ErrPayloadTooLarge
+	})
+	_, serr := trigger.StreamHandler(inv, "RelayFunction")(context.Background(), events.DynamoDBEvent{})
+	_, qerr := trigger.QueueHandler(inv, "WorkerFunction")(context.Background(), events.SQSEvent{})
+	for _, err := range []error{serr, qerr} {
+		var fe *invoke.FunctionError
+		if !errors.As(err, &fe) || errors.Is(err, harness.ErrNotInvoked) || fe.Type != "RequestEntityTooLargeException" {
+			t.Errorf("err = %v, want a RequestEntityTooLargeException function error", err)
+		}
+	}
+}

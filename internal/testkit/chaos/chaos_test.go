@@ -150,12 +150,12 @@ func TestAViolationSeenOnlyUnderLoadFailsTheRun(t *testing.T) {
 // SUCCEEDED), 51 (a takeover after a charge met the PSP's 403 and recorded
 // FAILED over the charge), 36 (a relay that gave up on a re-driven event
 // again: the next re-drive waited five real minutes in the world, and a
-// failed push 30 s). Found in the checker: 20261814 (a pay answered 202 and
-// the resolve its Location names, in the same step, answered an honest
-// "nothing was run" for a read whose reply was lost; the checker blamed the
-// resolve for the row the pay had written).
+// failed push 30 s). Found in the checker: 20261814 and 20261944 (a pay
+// answered 202 and the resolve its Location names, in the same step,
+// answered an honest "nothing was run" for a read whose reply was lost; the
+// checker blamed the resolve for the row the pay had written).
 func TestSeedsThatFoundBugsStayFixed(t *testing.T) {
-	for _, seed := range []uint64{6, 36, 42, 51, 474, 658, 806, 20261814} {
+	for _, seed := range []uint64{6, 36, 42, 51, 474, 658, 806, 20261814, 20261944} {
 		sum := runMany(t, chaos.Config{First: seed, Runs: 1})
 		if sum.Runs != 1 {
 			// A seed that did not run checked nothing: never a pass.

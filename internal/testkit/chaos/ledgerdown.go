@@ -85,9 +85,10 @@ func (r *Runner) beforeStep(ctx context.Context, s *schedule) (beforeStep, error
 // checkNothingRan holds the step's "nothing was run" answers (503
 // ledger-unavailable) against the ledger: a payment (or a refund) with no
 // row before the step and one after it was written by the step's own
-// request — unless another request of the step for the same payment
-// answered otherwise (it may be the writer), a paused owner stays
-// frozen, and only a refund request writes a refund row — so that
+// request — unless the row is of a kind that request does not write, or
+// another request of its kind in the step saw the row (it may be the
+// writer), a paused owner stays frozen, and only a refund request writes a
+// refund row — so that
 // request's insert committed, and a client that believed it and tried
 // again under a new key would pay (or be refunded by the resolver) twice.
 // Run after observe, which brings the states up to date.
@@ -96,14 +97,35 @@ func (r *Runner) checkNothingRan(ctx context.Context, s *schedule, before before
 		return a.status == http.StatusServiceUnavailable && a.ptype == problem.TypeLedgerUnavailable
 	}
 	// A step may play more than one request for a payment (a pay, then the
-	// resolve its 202 names): a row written in the step is blamed on a
-	// "nothing was run" answer only when no other request of the step for
-	// that payment could have written it.
-	otherWriter := map[string]bool{}
+	// resolve its 202 names). The row's state says which family wrote it:
+	// a resolve writes only VOID rows (InsertVoid), the pay family only
+	// the others (InsertPending). A "nothing was run" answer is blamed
+	// unless the row is of the other family's kind, or another request of
+	// its own family in the step answered what only a writer (or a reader)
+	// of that row answers: 201, 202 or 402 for a pay, 200 VOID for a
+	// resolve. A 409, a 422, a crash or a "not confirmed" proves no row.
+	voidFamily := func(kind string) bool { return kind == "resolve" }
+	sawRow := map[string]map[bool]bool{} // pid -> family (void?) -> an answer that saw its row
 	for _, a := range s.answers[before.from:] {
-		if a.kind != "refund" && !nothingRan(a) {
-			otherWriter[a.p.pid] = true
+		if a.kind == "refund" {
+			continue
 		}
+		void := voidFamily(a.kind)
+		saw := (void && a.status == http.StatusOK && a.state == "VOID") ||
+			(!void && (a.status == http.StatusCreated || a.status == http.StatusAccepted || a.status == http.StatusPaymentRequired))
+		if saw {
+			if sawRow[a.p.pid] == nil {
+				sawRow[a.p.pid] = map[bool]bool{}
+			}
+			sawRow[a.p.pid][void] = true
+		}
+	}
+	otherWriter := func(a answer) bool {
+		void := voidFamily(a.kind)
+		if rowVoid := s.states[a.p.pid] == "VOID"; rowVoid != void {
+			return true // the other family's row: not this request's insert
+		}
+		return sawRow[a.p.pid][void]
 	}
 	var refunds map[string]refundRow
 	for _, a := range s.answers[before.from:] {
@@ -111,7 +133,7 @@ func (r *Runner) checkNothingRan(ctx context.Context, s *schedule, before before
 			continue
 		}
 		if a.kind != "refund" {
-			if before.states[a.p.pid] == "" && s.states[a.p.pid] != "" && !otherWriter[a.p.pid] {
+			if before.states[a.p.pid] == "" && s.states[a.p.pid] != "" && !otherWriter(a) {
 				s.violate("step %d %s %s/%s answered 503 ledger-unavailable (nothing was run), yet its payment's row was written in that step (%s)",
 					a.step, a.kind, a.p.caller, a.p.key, s.states[a.p.pid])
 			}
