@@ -164,22 +164,26 @@ func TestCrashFaultsOnTheRealBinaries(t *testing.T) {
 			if len(unbusy) > 0 {
 				fn = unbusy[rand.IntN(len(unbusy))]
 				kills[fn].aimed++
-				n, busy, err = s.killInFlight(killCtx, fn, aimWait)
+				// Not cancelled with the kills: the aim must have fired or
+				// lapsed on the stack before the other cases may run (an
+				// armed aim would kill one of their invocations), so the
+				// request runs to its answer (at most aimWait).
+				n, busy, err = s.killInFlight(ctx, fn, aimWait)
 				if err == nil && n == 0 {
 					kills[fn].missed++
 				}
 			} else {
-				n, busy, err = s.kill(killCtx, fn, 1)
+				n, busy, err = s.kill(ctx, fn, 1)
+			}
+			if err != nil {
+				killErrs = append(killErrs, err)
+			} else {
+				kills[fn].killed += n
+				kills[fn].busy += busy
 			}
 			if killCtx.Err() != nil {
 				return
 			}
-			if err != nil {
-				killErrs = append(killErrs, err)
-				continue
-			}
-			kills[fn].killed += n
-			kills[fn].busy += busy
 		}
 	}()
 
