@@ -19,8 +19,9 @@ import (
 )
 
 // coldStartEvents are invocations that change nothing: a route that does
-// not exist, an empty batch, an unsigned webhook, a resolver pass over an
-// empty ledger. A function's reply to them (a 404, an empty batch response,
+// not exist, an empty stream batch, an unsigned webhook, a resolver pass over
+// an empty ledger, a worker's notification sweep tick (Lambda never sends
+// an empty SQS batch, and the worker refuses one). A function's reply to them (a 404, an empty batch response,
 // a 400) is a successful invocation: what is timed is init plus one trip
 // through the handler.
 var coldStartEvents = map[string]any{
@@ -29,8 +30,9 @@ var coldStartEvents = map[string]any{
 	"resolver": map[string]any{},
 	"webhook": events.APIGatewayV2HTTPRequest{Version: "2.0", RouteKey: "POST /webhooks/psp", RawPath: "/webhooks/psp", Body: "{}",
 		RequestContext: events.APIGatewayV2HTTPRequestContext{HTTP: events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "POST", Path: "/webhooks/psp"}}},
-	"worker": events.SQSEvent{Records: []events.SQSMessage{}},
-	"relay":  events.DynamoDBEvent{Records: []events.DynamoDBEventRecord{}},
+	"worker": map[string]any{"version": "0", "id": "cold-start", "detail-type": "Scheduled Event", "source": "aws.events",
+		"account": "123456789012", "time": "2026-12-01T00:00:00Z", "region": "us-east-1", "resources": []string{}, "detail": map[string]any{}},
+	"relay": events.DynamoDBEvent{Records: []events.DynamoDBEventRecord{}},
 }
 
 // BenchmarkLambdaBootstrap reports, per function, the stripped linux/arm64
