@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -15,29 +13,11 @@ import (
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/localcloud/frontdoor"
 	"github.com/oncepay/oncepay/internal/localcloud/invoke"
-	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
 	"github.com/oncepay/oncepay/internal/testkit/apitest"
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
 	"github.com/oncepay/oncepay/internal/webhook"
 )
-
-// realTemplate is the synthesized template `make up` deploys; outside CI a
-// checkout without it skips, in CI its absence fails.
-func realTemplate(t *testing.T) string {
-	t.Helper()
-	root, err := localenv.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
-	p := filepath.Join(root, "cdk.out", "Oncepay.template.json")
-	if _, err := os.Stat(p); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI: %s missing (make synth): %v", p, err)
-		}
-		t.Skipf("%s missing (run `make synth`): %v", p, err)
-	}
-	return p
-}
 
 // lambdaHandler adapts a handler's Lambda entry point to invoke.Func as the
 // Lambda runtime would run it: the payload in, the answer marshalled out.
@@ -59,7 +39,7 @@ func lambdaHandler(h func(context.Context, json.RawMessage) (any, error)) func(c
 // webhook function with no token, where a forged signature is refused and a
 // genuine duplicate event is acknowledged without a second move.
 func TestTheRealTemplatesRoutesServeTheRealHandlers(t *testing.T) {
-	tmpl := realTemplate(t)
+	tmpl := testenv.TemplatePath(t)
 	w := apitest.New(t, config.Timing{})
 	const whsec = "whsec_frontdoor_template_test"
 	wh, err := webhook.New(webhook.Config{Secret: whsec}, webhook.Deps{Ledger: w.Ledger, Log: quiet})
@@ -163,7 +143,7 @@ func paymentIntent(t *testing.T, sim *pspsim.Sim, id string) string {
 // The fixture the other tests use is the real template's HTTP API: the same
 // routes, functions, authorizers, timeouts and throttling.
 func TestTheFixtureHasTheRealTemplatesRoutes(t *testing.T) {
-	real, err := frontdoor.LoadRoutes(realTemplate(t))
+	real, err := frontdoor.LoadRoutes(testenv.TemplatePath(t))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -18,7 +18,7 @@ import (
 // the runner with the local cloud's environment, one environment at most.
 func apiUnderTheRunner(b *testing.B) (*lambdarun.Runner, lambdarun.Function, []byte) {
 	b.Helper()
-	tpl := synthesized(b)
+	tpl := testenv.TemplatePath(b)
 	env := testenv.AWS(b)
 	cfg := lambdarun.Config{Bootstraps: b.TempDir(), Logs: b.TempDir(), DefaultMaxEnvironments: 1}
 	fns, err := lambdarun.FromTemplate(tpl, nil, cfg)

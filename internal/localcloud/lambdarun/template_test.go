@@ -12,21 +12,8 @@ import (
 
 	"github.com/oncepay/oncepay/internal/localcloud/invoke"
 	"github.com/oncepay/oncepay/internal/localcloud/lambdarun"
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
-
-// synthesized is the template `make synth` writes; missing, the test skips
-// outside CI and fails in it (make test synthesizes it first).
-func synthesized(t testing.TB) string {
-	t.Helper()
-	p := filepath.Join(root(t), "cdk.out", "Oncepay.template.json")
-	if _, err := os.Stat(p); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("no synthesized template (make synth): %v", err)
-		}
-		t.Skip("no synthesized template: run make synth")
-	}
-	return p
-}
 
 func byPrefix(t *testing.T, fns []lambdarun.Function, prefix string) lambdarun.Function {
 	t.Helper()
@@ -44,7 +31,7 @@ func byPrefix(t *testing.T, fns []lambdarun.Function, prefix string) lambdarun.F
 // name is not the package's), with its timeout and memory; the resolver's
 // reserved concurrency of 1 is its cap, the others get the local default.
 func TestFromTemplateMapsEveryFunctionToItsPackageAndConcurrency(t *testing.T) {
-	tpl := synthesized(t)
+	tpl := testenv.TemplatePath(t)
 	var b struct {
 		Resources map[string]struct{ Type string }
 	}
@@ -177,7 +164,7 @@ func TestFromTemplateRefusesAFunctionThatMapsToNoLambdasPackage(t *testing.T) {
 // the relay given an event that is not a stream batch answers its
 // handler's decoding error; a second Build changes nothing.
 func TestRealBootstrapFromTheTemplateAnswersItsHandlerError(t *testing.T) {
-	tpl := synthesized(t)
+	tpl := testenv.TemplatePath(t)
 	cfg := lambdarun.Config{Bootstraps: t.TempDir(), Logs: t.TempDir()}
 	var relayID string
 	{
@@ -225,7 +212,7 @@ func TestRealBootstrapFromTheTemplateAnswersItsHandlerError(t *testing.T) {
 // strings, and a reserved concurrency of 0 throttles every invocation (as
 // on Lambda) without starting anything.
 func TestReservedConcurrencyZeroThrottlesEveryInvocation(t *testing.T) {
-	tpl := synthesized(t)
+	tpl := testenv.TemplatePath(t)
 	fns, err := lambdarun.FromTemplate(tpl, nil, lambdarun.Config{})
 	if err != nil {
 		t.Fatal(err)

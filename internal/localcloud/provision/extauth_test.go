@@ -2,12 +2,11 @@ package provision_test
 
 import (
 	"encoding/json"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/oncepay/oncepay/internal/localcloud/provision"
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
 
 const (
@@ -19,20 +18,6 @@ const (
 	pspARN         = "arn:aws:secretsmanager:us-east-1:000000000000:secret:PspSecret-GhIjKl"
 	keyARN         = "arn:aws:kms:us-east-1:000000000000:key/0b1c2d3e"
 )
-
-// realTemplate reads the synthesized stack (cdk.out, built by make synth).
-func realTemplate(t *testing.T) *provision.Template {
-	t.Helper()
-	p := filepath.Join("..", "..", "..", "cdk.out", "Oncepay.template.json")
-	if _, err := os.Stat(p); err != nil {
-		t.Fatalf("the synthesized template: %v (run make synth)", err)
-	}
-	tpl, err := provision.ReadTemplate(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tpl
-}
 
 // callers builds the extension's table over tpl with the secrets and the
 // key at fixed local ARNs and a token per function ("token-<logical id>").
@@ -78,7 +63,7 @@ type provisionCaller struct {
 // the API, with neither, is refused, and no function reads the PSP secret
 // through the extension.
 func TestOnlyTheMigrationFunctionMayReadTheLedgerSecretThroughTheExtension(t *testing.T) {
-	cs := callers(t, realTemplate(t))
+	cs := callers(t, testenv.Template(t))
 	if len(cs) < 6 {
 		t.Fatalf("%d callers, want every function: %v", len(cs), cs)
 	}
@@ -138,14 +123,14 @@ func TestAMigrationPolicyWithoutTheGrantIsRefused(t *testing.T) {
 			return append(sts, map[string]any{"Effect": "Deny", "Action": "secretsmanager:Get*", "Resource": "*"})
 		},
 	} {
-		tpl := realTemplate(t)
+		tpl := testenv.Template(t)
 		editPolicy(t, tpl, edit)
 		if callers(t, tpl)[migrationFnID].read(ledgerARN) {
 			t.Errorf("%s: the migration function may still read the ledger secret", name)
 		}
 	}
 	// Wildcards grant as IAM's do.
-	tpl := realTemplate(t)
+	tpl := testenv.Template(t)
 	editPolicy(t, tpl, func(sts []any) []any {
 		sts = statementsWithout("secretsmanager:GetSecretValue")(sts)
 		return append(sts, map[string]any{"Effect": "Allow", "Action": "secretsmanager:Get*",
@@ -159,7 +144,7 @@ func TestAMigrationPolicyWithoutTheGrantIsRefused(t *testing.T) {
 // Function environments from before per-function tokens share one: the
 // table cannot tell the callers apart and says to provision again.
 func TestASharedSessionTokenIsAnError(t *testing.T) {
-	tpl := realTemplate(t)
+	tpl := testenv.Template(t)
 	envs := map[string]map[string]string{}
 	for _, id := range tpl.OfType("AWS::Lambda::Function") {
 		envs[id] = map[string]string{"AWS_SESSION_TOKEN": provision.LocalSessionToken}

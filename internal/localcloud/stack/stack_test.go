@@ -10,7 +10,6 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
-	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -27,7 +26,6 @@ import (
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/localcloud/harness"
 	"github.com/oncepay/oncepay/internal/localcloud/invoke"
-	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 	"github.com/oncepay/oncepay/internal/localcloud/provision"
 	"github.com/oncepay/oncepay/internal/localcloud/stack"
 	"github.com/oncepay/oncepay/internal/localcloud/trigger"
@@ -38,26 +36,6 @@ import (
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
-
-func stackTemplate(t *testing.T) *provision.Template {
-	t.Helper()
-	root, err := localenv.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(root, "cdk.out", "Oncepay.template.json")
-	if _, err := os.Stat(path); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI: the synthesized template is missing (make synth): %v", err)
-		}
-		t.Skipf("the synthesized template is missing (make synth): %v", err)
-	}
-	tpl, err := provision.ReadTemplate(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tpl
-}
 
 func byPrefix(t *testing.T, tpl *provision.Template, typ, prefix string) string {
 	t.Helper()
@@ -123,7 +101,7 @@ type world struct {
 }
 
 func newWorld(t *testing.T) world {
-	tpl := stackTemplate(t)
+	tpl := testenv.Template(t)
 	db := testenv.DynamoDB(t)
 	q := testenv.SQS(t)
 	table, stream := testenv.NewOutboxTable(t, db)

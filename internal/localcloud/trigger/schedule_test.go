@@ -22,7 +22,7 @@ import (
 // resolverRule is the template's resolver schedule, its dead-letter queue
 // (the target's and the function's) a queue of the test's own.
 func resolverRule(t *testing.T) (trigger.RuleSpec, *sqs.Client, testenv.Queue) {
-	tpl := stackTemplate(t)
+	tpl := testenv.Template(t)
 	q := testenv.SQS(t)
 	dlq := testenv.NewStandardQueue(t, q)
 	phys := placeholders(tpl)

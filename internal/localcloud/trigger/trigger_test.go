@@ -6,8 +6,6 @@ import (
 	"errors"
 	"io"
 	"log/slog"
-	"os"
-	"path/filepath"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -24,7 +22,6 @@ import (
 	"github.com/oncepay/oncepay/internal/eventsource"
 	"github.com/oncepay/oncepay/internal/localcloud/harness"
 	"github.com/oncepay/oncepay/internal/localcloud/invoke"
-	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 	"github.com/oncepay/oncepay/internal/localcloud/provision"
 	"github.com/oncepay/oncepay/internal/localcloud/trigger"
 	"github.com/oncepay/oncepay/internal/testkit/testenv"
@@ -33,28 +30,6 @@ import (
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 
 const region = "us-east-1"
-
-// stackTemplate reads the synthesized template (the contract); without it
-// the test skips, or fails in CI.
-func stackTemplate(t *testing.T) *provision.Template {
-	t.Helper()
-	root, err := localenv.Root()
-	if err != nil {
-		t.Fatal(err)
-	}
-	path := filepath.Join(root, "cdk.out", "Oncepay.template.json")
-	if _, err := os.Stat(path); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("CI: the synthesized template is missing (make synth): %v", err)
-		}
-		t.Skipf("the synthesized template is missing (make synth): %v", err)
-	}
-	tpl, err := provision.ReadTemplate(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return tpl
-}
 
 // logicalID is the one resource of typ whose logical id starts with prefix.
 func logicalID(t *testing.T, tpl *provision.Template, typ, prefix string) string {
@@ -88,7 +63,7 @@ func placeholders(tpl *provision.Template) map[string]provision.Physical {
 // template from eventsource.Default(). Both must say the same, or the
 // local mappings play other numbers than the deployed ones.
 func TestTemplateMappingsCarryTheSettingsTheCDKUses(t *testing.T) {
-	tpl := stackTemplate(t)
+	tpl := testenv.Template(t)
 	specs, err := trigger.Mappings(tpl, placeholders(tpl), region)
 	if err != nil {
 		t.Fatal(err)
@@ -182,7 +157,7 @@ type relayWorld struct {
 }
 
 func newRelayWorld(t *testing.T) relayWorld {
-	tpl := stackTemplate(t)
+	tpl := testenv.Template(t)
 	db := testenv.DynamoDB(t)
 	table, stream := testenv.NewOutboxTable(t, db)
 	q := testenv.SQS(t)
@@ -351,7 +326,7 @@ func (f invokerFunc) Invoke(ctx context.Context, fn string, payload []byte) ([]b
 // worker on its first receive (no receive spent, none nearer the DLQ), and
 // the worker's partial batch failure keeps only the reported message.
 func TestWorkerMappingThrottleIsRetriedInPlaceAndAPartialFailureKeepsOnlyTheReportedMessage(t *testing.T) {
-	tpl := stackTemplate(t)
+	tpl := testenv.Template(t)
 	q := testenv.SQS(t)
 	eventsQ := testenv.NewFIFOQueue(t, q, 30*time.Second, 5)
 	phys := placeholders(tpl)
@@ -425,7 +400,7 @@ func TestWorkerMappingThrottleIsRetriedInPlaceAndAPartialFailureKeepsOnlyTheRepo
 // still deletes what it processed: the restarted stack must not get the
 // message again after its visibility timeout.
 func TestWorkerMappingStoppedMidInvocationStillDeletesWhatTheWorkerProcessed(t *testing.T) {
-	tpl := stackTemplate(t)
+	tpl := testenv.Template(t)
 	q := testenv.SQS(t)
 	eventsQ := testenv.NewFIFOQueue(t, q, 2*time.Second, 5)
 	phys := placeholders(tpl)

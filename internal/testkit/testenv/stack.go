@@ -46,17 +46,8 @@ func LocalStack(t testing.TB) *Stack {
 	if err != nil {
 		t.Fatal(err)
 	}
-	path := filepath.Join(root, "cdk.out", "Oncepay.template.json")
-	if p := os.Getenv("ONCEPAY_TEMPLATE"); p != "" { // a template synthesized elsewhere
-		path = p
-	}
-	if _, err := os.Stat(path); err != nil {
-		unavailable(t, "the synthesized template (make up synthesizes it): %v", err)
-	}
-	tmpl, err := provision.ReadTemplate(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	path := TemplatePath(t)
+	tmpl := Template(t)
 	cc, err := pgx.ParseConfig(env.Get(stackenv.LedgerDSN))
 	if err != nil {
 		unavailable(t, "%s: %v", stackenv.LedgerDSN, err)
@@ -124,4 +115,33 @@ func AdminConn(t testing.TB) *pgx.Conn {
 	}
 	t.Cleanup(func() { _ = conn.Close(context.Background()) })
 	return conn
+}
+
+// TemplatePath is the synthesized template: cdk.out's, or the one
+// ONCEPAY_TEMPLATE names (synthesized elsewhere). Missing, the test skips
+// outside CI and fails in it (make up and make test synthesize it first).
+func TemplatePath(t testing.TB) string {
+	t.Helper()
+	path := os.Getenv("ONCEPAY_TEMPLATE")
+	if path == "" {
+		root, err := localenv.Root()
+		if err != nil {
+			t.Fatal(err)
+		}
+		path = filepath.Join(root, "cdk.out", "Oncepay.template.json")
+	}
+	if _, err := os.Stat(path); err != nil {
+		unavailable(t, "the synthesized template (make synth): %v", err)
+	}
+	return path
+}
+
+// Template reads TemplatePath's template.
+func Template(t testing.TB) *provision.Template {
+	t.Helper()
+	tpl, err := provision.ReadTemplate(TemplatePath(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tpl
 }
