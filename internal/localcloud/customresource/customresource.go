@@ -39,6 +39,7 @@ import (
 	"github.com/aws/aws-lambda-go/cfn"
 
 	"github.com/oncepay/oncepay/internal/localcloud/invoke"
+	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 	"github.com/oncepay/oncepay/internal/localcloud/provision"
 )
 
@@ -316,17 +317,7 @@ func writeRecords(stateDir string, recs map[string]Record) error {
 	if err != nil {
 		return err
 	}
-	if err := os.MkdirAll(stateDir, 0o755); err != nil {
-		return fmt.Errorf("customresource: %w", err)
-	}
-	path := filepath.Join(stateDir, StateFile)
-	if err := os.WriteFile(path+".tmp", append(b, '\n'), 0o600); err != nil {
-		return fmt.Errorf("customresource: write %s: %w", path, err)
-	}
-	if err := os.Rename(path+".tmp", path); err != nil {
-		return fmt.Errorf("customresource: %w", err)
-	}
-	return nil
+	return localenv.WriteFile(filepath.Join(stateDir, StateFile), append(b, '\n'))
 }
 
 func newUUID() string {

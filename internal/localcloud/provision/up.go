@@ -207,15 +207,7 @@ func WriteFunctionEnvs(stateDir string, envs map[string]map[string]string) error
 	if err != nil {
 		return err
 	}
-	path := filepath.Join(stateDir, FunctionEnvsFile)
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
-		return fmt.Errorf("localcloud: write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("localcloud: %w", err)
-	}
-	return nil
+	return localenv.WriteFile(filepath.Join(stateDir, FunctionEnvsFile), append(b, '\n'))
 }
 
 // ReadFunctionEnvs loads what the last Up resolved.
@@ -307,21 +299,21 @@ func (c Config) write(env localenv.Env, outputs map[string]string, phys map[stri
 	if err := os.MkdirAll(c.StateDir, 0o755); err != nil {
 		return fmt.Errorf("localcloud: %w", err)
 	}
-	if err := writeAtomic(filepath.Join(c.StateDir, "env"), []byte(env.Format())); err != nil {
+	if err := localenv.WriteFile(filepath.Join(c.StateDir, "env"), []byte(env.Format())); err != nil {
 		return err
 	}
 	out, err := json.MarshalIndent(map[string]map[string]string{c.StackName: outputs}, "", "  ")
 	if err != nil {
 		return err
 	}
-	if err := writeAtomic(filepath.Join(c.StateDir, "outputs.json"), append(out, '\n')); err != nil {
+	if err := localenv.WriteFile(filepath.Join(c.StateDir, "outputs.json"), append(out, '\n')); err != nil {
 		return err
 	}
 	res, err := json.MarshalIndent(phys, "", "  ")
 	if err != nil {
 		return err
 	}
-	return writeAtomic(filepath.Join(c.StateDir, ResourcesFile), append(res, '\n'))
+	return localenv.WriteFile(filepath.Join(c.StateDir, ResourcesFile), append(res, '\n'))
 }
 
 // ReadResources loads what the last Up provisioned.
@@ -338,20 +330,4 @@ func ReadResources(stateDir string) (map[string]Physical, error) {
 		return nil, fmt.Errorf("localcloud: %s: %w", ResourcesFile, err)
 	}
 	return phys, nil
-}
-
-// writeAtomic writes 0600: .local/env holds secrets (the PSP simulator's
-// webhook secret), and the other state files need no other reader.
-func writeAtomic(path string, b []byte) error {
-	tmp := path + ".tmp"
-	// WriteFile's mode applies only to a new file: a .tmp left from an
-	// older, wider-moded run is removed first.
-	_ = os.Remove(tmp)
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return fmt.Errorf("localcloud: write %s: %w", path, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return fmt.Errorf("localcloud: %w", err)
-	}
-	return nil
 }

@@ -25,6 +25,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/internal/localcloud/invoke"
+	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 	"github.com/oncepay/oncepay/internal/localcloud/provision"
 	"github.com/oncepay/oncepay/internal/localcloud/trigger"
 )
@@ -274,7 +275,7 @@ func (s *Service) saveCheckpoints() {
 			continue
 		}
 		if err == nil {
-			err = writeAtomic(s.checkpointPath(m.Spec.ID), b)
+			err = localenv.WriteFile(s.checkpointPath(m.Spec.ID), b)
 		}
 		if err == nil {
 			s.saved[m.Spec.ID] = string(b)
@@ -283,17 +284,6 @@ func (s *Service) saveCheckpoints() {
 			s.cfg.Logger.Warn("stream checkpoints not saved", "mapping", m.Spec.ID, "error", err.Error())
 		}
 	}
-}
-
-func writeAtomic(path string, b []byte) error {
-	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-		return err
-	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
 }
 
 // loopbackOnly refuses an admin address another machine could reach: the
