@@ -64,23 +64,23 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		printUsage(stderr)
 		return 2
 	}
-	if *dsn == "" || *phonePath == "" {
+	// Each default is read only when its flag is absent: the phone's path
+	// needs the checkout's root, the DSN the provisioned .local/env.
+	if *dsn == "" {
 		env, err := localenv.Load()
 		if err != nil {
 			fmt.Fprintln(stderr, "inspect:", err)
 			return 1
 		}
+		*dsn = env.Get(stackenv.LedgerDSN)
+	}
+	if *phonePath == "" {
 		root, err := localenv.Root()
 		if err != nil {
 			fmt.Fprintln(stderr, "inspect:", err)
 			return 1
 		}
-		if *dsn == "" {
-			*dsn = env.Get(stackenv.LedgerDSN)
-		}
-		if *phonePath == "" {
-			*phonePath = phone.DefaultPath(filepath.Join(root, ".local"))
-		}
+		*phonePath = phone.DefaultPath(filepath.Join(root, ".local"))
 	}
 	if *dsn == "" {
 		fmt.Fprintf(stderr, "inspect: no ledger DSN: %s is not in .local/env (run `make up`) and --dsn is not set\n", stackenv.LedgerDSN)

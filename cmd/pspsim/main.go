@@ -35,6 +35,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
+	"github.com/oncepay/oncepay/internal/stackenv"
 	"github.com/oncepay/oncepay/internal/webhook"
 )
 
@@ -113,9 +114,8 @@ func run() error {
 	return nil
 }
 
-// secretEnv names the signing secret (stackenv.PSPSimWebhookSecret once the
-// provisioner's names land there).
-const secretEnv = "PSPSIM_WEBHOOK_SECRET"
+// secretEnv names the signing secret, which the provisioner writes.
+const secretEnv = stackenv.PSPSimWebhookSecret
 
 // lookupSecret reads the signing secret from the process environment, else
 // from the local cloud's env file.

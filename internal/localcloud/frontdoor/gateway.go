@@ -25,6 +25,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/clock"
 	"github.com/oncepay/oncepay/internal/localcloud/invoke"
+	"github.com/oncepay/oncepay/internal/localcloud/provision"
 )
 
 // MaxGatewayBody is HTTP API's request payload limit (10 MB): a larger body
@@ -71,8 +72,8 @@ func WithLogger(l *slog.Logger) Option { return func(g *Gateway) { g.log = l } }
 // bucket and answers 429 past it, as API Gateway does).
 func WithoutThrottling() Option { return func(g *Gateway) { g.limiters = nil } }
 
-// WithAccountID sets requestContext.accountId (default 123456789012, the
-// account moto reports).
+// WithAccountID sets requestContext.accountId (default provision.AccountID,
+// the account moto reports).
 func WithAccountID(id string) Option { return func(g *Gateway) { g.account = id } }
 
 // FromTemplate builds the front door for the synthesized template at
@@ -97,7 +98,7 @@ func NewGateway(routes []Route, inv invoke.Invoker, secret []byte, opts ...Optio
 			return nil, fmt.Errorf("frontdoor: route %s needs a JWT and there is no token key", r.Key)
 		}
 	}
-	g := &Gateway{routes: routes, inv: inv, secret: secret, clock: clock.System{}, log: slog.Default(), account: "123456789012"}
+	g := &Gateway{routes: routes, inv: inv, secret: secret, clock: clock.System{}, log: slog.Default(), account: provision.AccountID}
 	g.limiters = make([]*rate.Limiter, len(routes))
 	for i, r := range routes {
 		if r.ThrottleRate > 0 || r.ThrottleBurst > 0 {

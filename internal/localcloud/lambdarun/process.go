@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -95,7 +96,7 @@ func startOnce(c ProcessConfig) (*Process, error) {
 	cmd := exec.Command(c.RIE, "--runtime-interface-emulator-address", addr,
 		"--runtime-api-address", fmt.Sprintf("127.0.0.1:%d", runtimePort), c.Bootstrap)
 	cmd.Env = c.Env
-	cmd.Dir = dirOf(c.Bootstrap)
+	cmd.Dir = filepath.Dir(c.Bootstrap)
 	out := c.Output
 	if out == nil {
 		out = io.Discard
@@ -180,15 +181,6 @@ func listensOn(pid int, ports ...int) bool {
 		}
 	}
 	return len(want) == 0
-}
-
-func dirOf(p string) string {
-	for i := len(p) - 1; i >= 0; i-- {
-		if os.IsPathSeparator(p[i]) {
-			return p[:i]
-		}
-	}
-	return "."
 }
 
 func freePort() (int, error) {

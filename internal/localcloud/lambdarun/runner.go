@@ -33,8 +33,6 @@ const timeoutGrace = 2 * time.Second
 // each, up to the function's concurrency, replaced when they die. It
 // implements invoke.Invoker and invoke.Admin and is safe for concurrent use.
 type Runner struct {
-	rie   string
-	log   *slog.Logger
 	pools map[string]*pool
 }
 
@@ -54,7 +52,7 @@ func New(fns []Function, cfg Config) (*Runner, error) {
 	if _, err := os.Stat(cfg.RIE); err != nil {
 		return nil, fmt.Errorf("lambdarun: aws-lambda-rie missing (make setup): %w", err)
 	}
-	r := &Runner{rie: cfg.RIE, log: cfg.Logger, pools: map[string]*pool{}}
+	r := &Runner{pools: map[string]*pool{}}
 	for _, f := range fns {
 		if _, dup := r.pools[f.LogicalID]; dup {
 			r.Close()

@@ -84,8 +84,11 @@ func secretKeys(t *Template, ev *Evaluator) (map[string]string, error) {
 			continue // not provisioned locally: nothing can read it anyway
 		}
 		key, err := resolveResources(t, ev, kid)
-		if err != nil || len(key) != 1 {
+		if err != nil {
 			return nil, fmt.Errorf("localcloud: secret %s: KmsKeyId %v: %w", id, kid, err)
+		}
+		if len(key) != 1 {
+			return nil, fmt.Errorf("localcloud: secret %s: KmsKeyId %v names %d keys, not one", id, kid, len(key))
 		}
 		a, _ := arn.(string)
 		out[a] = key[0]

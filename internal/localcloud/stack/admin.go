@@ -110,7 +110,7 @@ func localOnly(h http.HandlerFunc) http.HandlerFunc {
 			host = h
 		}
 		host = strings.Trim(host, "[]")
-		if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		if !isLoopbackHost(host) {
 			writeProblem(w, problem.Problem{Type: problem.TypeBase + "local-only", Title: "Forbidden", Status: http.StatusForbidden,
 				Detail: "The local cloud's admin API answers requests addressed to a loopback address (Host 127.0.0.1, ::1 or localhost) only."})
 			return

@@ -294,7 +294,7 @@ func loopbackOnly(addr string) error {
 	if err != nil {
 		return fmt.Errorf("stack: admin address %q: %w", addr, err)
 	}
-	if ip := net.ParseIP(host); host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+	if !isLoopbackHost(host) {
 		return fmt.Errorf("stack: admin address %q is not a loopback address: the admin API has no authentication, so it listens on 127.0.0.1 or ::1 only (%s)", addr, AdminAddrVar)
 	}
 	return nil
@@ -327,4 +327,11 @@ func (s *Service) drain(ctx context.Context) int {
 		case <-time.After(50 * time.Millisecond):
 		}
 	}
+}
+
+// isLoopbackHost says whether host (a name or an address, no port) is this
+// machine's loopback.
+func isLoopbackHost(host string) bool {
+	ip := net.ParseIP(host)
+	return host == "localhost" || (ip != nil && ip.IsLoopback())
 }
