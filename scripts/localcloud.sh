@@ -162,11 +162,16 @@ start_app() { # name addr binary args...
 }
 
 # The stack is restarted only when what it runs changed (its binary, the
-# template, the provisioned resources), so a second `make up` changes
-# nothing: its pollers keep their place and its schedules their rhythm.
+# template, the provisioned resources and function environments, and the
+# functions' own code: the stack builds their bootstraps when it starts, and
+# they are not part of its binary), so a second `make up` changes nothing:
+# its pollers keep their place and its schedules their rhythm.
 start_stack() {
   GOFLAGS=-buildvcs=false go build -o "$LOCAL/bin/localcloud" ./cmd/localcloud
-  local sum; sum=$(cat "$LOCAL/bin/localcloud" "$ROOT/cdk.out/Oncepay.template.json" "$LOCAL/resources.json" 2>/dev/null | sha256sum | cut -c1-16)
+  local fnsrc; fnsrc=$(go list -deps -f '{{with .Module}}{{if .Main}}{{range $.GoFiles}}{{$.Dir}}/{{.}} {{end}}{{end}}{{end}}' ./lambdas/...)
+  # shellcheck disable=SC2086 # one path per word
+  local sum; sum=$(cat "$LOCAL/bin/localcloud" "$ROOT/cdk.out/Oncepay.template.json" "$LOCAL/resources.json" \
+    "$LOCAL/functions.json" "$ROOT/Makefile" $fnsrc 2>/dev/null | sha256sum | cut -c1-16)
   if alive stack && [ "$(cat "$PIDS/stack.sum" 2>/dev/null)" = "$sum" ]; then
     say "stack already running on $ADMIN_ADDR (unchanged)"
     return
