@@ -31,7 +31,8 @@ import (
 )
 
 // Runner runs the template's functions: the function runner on the live
-// stack, InProcess until it lands, invoke.Func-based fakes in tests.
+// stack; InProcess (the handlers in this process) and invoke.Func-based
+// fakes in tests.
 type Runner interface {
 	invoke.Invoker
 	invoke.Admin
