@@ -87,6 +87,10 @@ const (
 	SNSDown                = "sns.publish-down"     // a worker publish failed in an SNS outage
 	KeyStoreDown           = "dynamodb.claims-down" // a key-record call failed in a DynamoDB outage
 	LedgerReplyLost        = "ledger.reply-lost"    // a ledger round trip ran, its reply was lost (any statement)
+	// PSPError5xxAfterChargeRefund is error_5xx_after_charge fired on a
+	// refund key: the only way the refund path's look-up (the charge's list
+	// of refunds) runs.
+	PSPError5xxAfterChargeRefund = "psp.error_5xx_after_charge(refund)"
 	// Outcomes, not faults the runner arms: the give-up paths.
 	// RelayGaveUp: the stream mapping discarded records after every retry
 	// (the outbox sweep must re-drive them). QueueDeadLettered: five failed
@@ -104,7 +108,8 @@ var Points = []string{APIAfterClaim, APIAfterPendingInsert, APIAfterPSPReply, AP
 	PSPLoseReply, PSPError5xx, PSPDropBefore, PSPUnauthorized, PSPForbidden, WebhookDuplicate, WebhookDrop,
 	PSPError5xxAfterCharge, PSPRefundPending, PSPRefundFail, PSPRefundFailLater, PSPSearchLag, PSPRequiresAction,
 	PSPUnknownMethod, PSPMethodReused, WebhookDelay, WebhookSecondEvent,
-	QueueRedelivery, SQSDown, SNSDown, KeyStoreDown, LedgerReplyLost, RelayGaveUp}
+	QueueRedelivery, SQSDown, SNSDown, KeyStoreDown, LedgerReplyLost, LedgerDown, RelayGaveUp,
+	PSPError5xxAfterChargeRefund}
 
 // netStatements are the statement kinds an ambiguous commit is armed on
 // ("" is any statement): the API's and the resolver's settle transactions
@@ -923,7 +928,7 @@ func (r *Runner) countPSPFired(s *schedule) {
 		}
 	}
 	if fired := s.refund5xxArmed - refundLeft; fired > 0 {
-		s.covered[PSPError5xxAfterCharge+"(refund)"] += fired
+		s.covered[PSPError5xxAfterChargeRefund] += fired
 	}
 	s.noteFiredByKey(rules)
 	for kind, armed := range s.pspArmed {

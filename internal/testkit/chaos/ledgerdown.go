@@ -22,9 +22,6 @@ import (
 // LedgerDown counts the ledger calls an outage failed.
 const LedgerDown = "ledger.down"
 
-// The coverage report requires it like the other outages.
-func init() { Points = append(Points, LedgerDown) }
-
 // ledgerOutage takes the ledger down for its next few calls.
 func (r *Runner) ledgerOutage(s *schedule) error {
 	n := 1 + s.rng.IntN(12)
