@@ -2,6 +2,7 @@ package refund_test
 
 import (
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"testing"
@@ -133,6 +134,7 @@ type saved500 struct {
 	creates, finds int
 	found          psp.Result
 	findBy         [3]string
+	findErrs       int // look-ups that fail before the list answers
 }
 
 func (s *saved500) Refund(context.Context, psp.RefundRequest) (psp.Result, error) {
@@ -151,7 +153,29 @@ func (s *saved500) RetrieveRefund(_ context.Context, id string) (psp.Result, err
 func (s *saved500) FindRefund(_ context.Context, pi, charge, paymentID string) (psp.Result, error) {
 	s.finds++
 	s.findBy = [3]string{pi, charge, paymentID}
+	if s.findErrs > 0 {
+		s.findErrs--
+		return psp.Result{}, errors.New("psp: list refunds: connection reset")
+	}
 	return s.found, nil
+}
+
+// A look-up that fails says nothing either: the refund stays open with no
+// PSP id, and the next attempt replays the same key (the saved 500) and
+// looks again, settling from the list: never a second refund, never a
+// guess.
+func TestARefundWhoseLookUpFailsStaysOpenAndTheNextAttemptLooksAgain(t *testing.T) {
+	st, _, row := openRefund(t, "ch_1")
+	p := &saved500{found: psp.Result{Outcome: psp.Succeeded, RefundID: "re_9"}, findErrs: 1}
+	a := refund.Attempter{Ledger: st, PSP: p, Log: slog.New(slog.NewTextHandler(io.Discard, nil))}
+	got, err := a.Attempt(context.Background(), row, time.Now())
+	if err != nil || got.State != ledger.RefundUnknown || got.PSPRefund != "" || p.creates != 1 || p.finds != 1 {
+		t.Fatalf("after the failed look-up: %+v %v (%d creates, %d finds); want open, no PSP id", got, err, p.creates, p.finds)
+	}
+	got, err = a.Attempt(context.Background(), got, time.Now())
+	if err != nil || got.State != ledger.RefundSucceeded || got.PSPRefund != "re_9" || p.creates != 2 || p.finds != 2 {
+		t.Fatalf("the next attempt: %+v %v (%d creates, %d finds); want settled from the list after one replay", got, err, p.creates, p.finds)
+	}
 }
 
 // A 5xx under the refund key says nothing about whether the refund ran: the
