@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"maps"
+	"net/http"
 	"net/http/httptest"
 	"net/url"
 	"os"
@@ -253,5 +254,56 @@ func TestAnOlderLocalCloudsLedgerIsHandedToTheMasterUser(t *testing.T) {
 	out, err := w.driver.Run(ctx)
 	if err != nil || len(out) != 1 || out[0].Request != cfn.RequestCreate || out[0].Data["Applied"] != "[]" {
 		t.Fatalf("Create on the older ledger: %+v, %v; want a Create that applied nothing", out, err)
+	}
+}
+
+// What CloudFormation does with a function that misbehaves, the driver does
+// too, and records nothing (the next run sends Create again): an invocation
+// that fails before any response, a response PUT that is not a valid
+// response, and no response within the resource's ServiceTimeout.
+func TestAMisbehavingCustomResourceFunctionFailsTheResourceAndRecordsNothing(t *testing.T) {
+	w := newWorld(t, false)
+	put := func(ev cfn.Event, body string) error {
+		req, err := http.NewRequest(http.MethodPut, ev.ResponseURL, strings.NewReader(body))
+		if err != nil {
+			return err
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+		}
+		return err
+	}
+	for _, c := range []struct {
+		name, timeout, want string
+		fn                  func(cfn.Event) error
+	}{
+		{"fails before a response", "", "invoke " + migrationFn, func(cfn.Event) error { return errors.New("Runtime.ExitError") }},
+		{"malformed response", "", "malformed response", func(ev cfn.Event) error {
+			return put(ev, `{"Status":"MAYBE","RequestId":"`+ev.RequestID+`"}`)
+		}},
+		{"no response", "1", "no response from " + migrationFn + " at the ResponseURL within 1s", func(cfn.Event) error { return nil }},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			props := w.st.Template.Resources[schemaCR].Properties
+			if c.timeout != "" {
+				props["ServiceTimeout"] = c.timeout
+				defer delete(props, "ServiceTimeout")
+			}
+			w.driver.Invoker = invoke.Func{migrationFn: func(_ context.Context, payload []byte) ([]byte, error) {
+				var ev cfn.Event
+				if err := json.Unmarshal(payload, &ev); err != nil {
+					return nil, err
+				}
+				return nil, c.fn(ev)
+			}}
+			_, err := w.driver.Run(context.Background())
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("Run: %v; want an error naming %q", err, c.want)
+			}
+			if _, err := os.Stat(filepath.Join(w.st.Config.StateDir, customresource.StateFile)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the failed Create was recorded: %v", err)
+			}
+		})
 	}
 }
