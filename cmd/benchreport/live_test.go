@@ -24,7 +24,7 @@ func TestLiveSectionComparesWithTheInProcessFigures(t *testing.T) {
 	md := out.String()
 	want := []string{
 		"## Live stack: tap -> push",
-		"| rate /s | taps | push p50 ms | push p99 ms | p50 live / in-process | p99 live / in-process | push p99 ms, all taps | answer p50 / p99 ms | 429 | 5xx | lost | no answer |",
+		"| rate /s | taps | push p50 ms | push p99 ms | p50 live / in-process | p99 live / in-process | push p99 ms, all taps | answer p50 / p99 ms | 429 | 5xx | lost | no answer or other |",
 		"| 1 | 20 | 600 | 1500 | 2.00x | 3.00x | 1500 | 40 / 90 | 0 | 0 | 0 | 0 |",
 		"| 50 | 500 | 900 | 2500 | 3.00x | 5.00x | 30000 | — / — | 0 | 40 | 3 | 0 |",
 		"| 5 (ramp) | 100 | 400 | 800 | 1.33x | 1.60x | 800 | — / — | 0 | 0 | 0 | 0 |",
@@ -66,6 +66,20 @@ func TestLiveSectionSaysWhenTheRampNeverPassed(t *testing.T) {
 		if !strings.Contains(md, w) {
 			t.Errorf("report lacks %q", w)
 		}
+	}
+}
+
+// A 50/s phase the throttle refused taps in is said to have measured the
+// door too, never "the door refuses none of them".
+func TestLiveSectionSaysWhenThe50sPhaseWasRefused(t *testing.T) {
+	in := strings.NewReplacer("0 r50-429s", "7 r50-429s").Replace(liveLine)
+	var out strings.Builder
+	if err := run(strings.NewReader(in), &out, "make bench", "", nil); err != nil {
+		t.Fatal(err)
+	}
+	md := out.String()
+	if !strings.Contains(md, "this run's 50/s phase had 7 refused") || strings.Contains(md, "refused none of them") {
+		t.Fatalf("the 50/s sentence does not say the phase was refused:\n%s", md)
 	}
 }
 
