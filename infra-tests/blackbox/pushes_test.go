@@ -96,6 +96,11 @@ func (l *pushLog) lateCopies(minWatch time.Duration) (late []string, checked int
 // subscribe makes the queue, subscribes it to topicArn and starts the
 // reader; TestMain's closers stop it and delete both.
 func subscribe(ctx context.Context, sqsc *sqs.Client, snsc *sns.Client, topicArn string) (*pushLog, error) {
+	// A subscription a killed run left behind makes moto refuse every
+	// publish to the topic: drop those first.
+	if _, err := testenv.DropDeadSubscriptions(ctx, snsc, sqsc, topicArn); err != nil {
+		return nil, err
+	}
 	name := "oncepay-blackbox-" + testenv.RandomID(6)
 	q, err := sqsc.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)})
 	if err != nil {

@@ -81,7 +81,7 @@ func BenchmarkLiveTapToPush(b *testing.B) {
 		b.Fatal(err)
 	}
 	sq, sn := testenv.SQS(b), testenv.SNS(b)
-	if n, err := dropDeadSubscriptions(context.Background(), sn, sq, topic); err != nil {
+	if n, err := testenv.DropDeadSubscriptions(context.Background(), sn, sq, topic); err != nil {
 		b.Fatal(err)
 	} else if n > 0 {
 		b.Logf("dropped %d subscriptions of the push topic to deleted queues (a killed run's)", n)

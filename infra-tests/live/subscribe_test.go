@@ -70,7 +70,7 @@ func TestARunDropsTheSubscriptionAKilledRunLeft(t *testing.T) {
 		t.Fatal("moto publishes to a topic subscribed to a deleted queue: the scenario is gone")
 	}
 	testenv.Messages(t, sqsc, keep.URL) // moto delivered the failed publish to the live queue first
-	if n, err := dropDeadSubscriptions(ctx, snsc, sqsc, topic); err != nil || n != 2 {
+	if n, err := testenv.DropDeadSubscriptions(ctx, snsc, sqsc, topic); err != nil || n != 2 {
 		t.Fatalf("dropped %d (%v), want the 2 dead ones", n, err)
 	}
 	if _, err := snsc.Publish(ctx, &sns.PublishInput{TopicArn: &topic, Message: aws.String(`{}`)}); err != nil {

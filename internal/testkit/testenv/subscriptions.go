@@ -1,4 +1,4 @@
-package live
+package testenv
 
 import (
 	"context"
@@ -12,17 +12,18 @@ import (
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
 )
 
-// dropDeadSubscriptions unsubscribes every SQS subscription of topic whose
+// DropDeadSubscriptions unsubscribes every SQS subscription of topic whose
 // queue no longer exists and returns how many it dropped. moto fails every
 // Publish to a topic with such a subscription, so one left by a run killed
-// before its cleanup would stop the live stack's pushes (and this run's).
-func dropDeadSubscriptions(ctx context.Context, n *sns.Client, q *sqs.Client, topic string) (int, error) {
+// before its cleanup would stop the live stack's pushes (and this run's):
+// a test that subscribes a queue of its own to a live topic calls it first.
+func DropDeadSubscriptions(ctx context.Context, n *sns.Client, q *sqs.Client, topic string) (int, error) {
 	dropped := 0
 	p := sns.NewListSubscriptionsByTopicPaginator(n, &sns.ListSubscriptionsByTopicInput{TopicArn: &topic})
 	for p.HasMorePages() {
 		page, err := p.NextPage(ctx)
 		if err != nil {
-			return dropped, fmt.Errorf("live: list subscriptions of %s: %w", topic, err)
+			return dropped, fmt.Errorf("testenv: list subscriptions of %s: %w", topic, err)
 		}
 		for _, s := range page.Subscriptions {
 			if aws.ToString(s.Protocol) != "sqs" {
@@ -39,7 +40,7 @@ func dropDeadSubscriptions(ctx context.Context, n *sns.Client, q *sqs.Client, to
 				continue // alive, or not known to be gone
 			}
 			if _, err := n.Unsubscribe(ctx, &sns.UnsubscribeInput{SubscriptionArn: s.SubscriptionArn}); err != nil {
-				return dropped, fmt.Errorf("live: unsubscribe %s: %w", aws.ToString(s.SubscriptionArn), err)
+				return dropped, fmt.Errorf("testenv: unsubscribe %s: %w", aws.ToString(s.SubscriptionArn), err)
 			}
 			dropped++
 		}
