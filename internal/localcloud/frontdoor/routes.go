@@ -1,11 +1,8 @@
 package frontdoor
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
-	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -41,43 +38,24 @@ type Route struct {
 // its upper bound.
 const maxIntegrationTimeout = 30 * time.Second
 
-type cfnTemplate struct {
-	Resources map[string]cfnResource `json:"Resources"`
-}
-
-type cfnResource struct {
-	Type       string         `json:"Type"`
-	Properties map[string]any `json:"Properties"`
-}
-
 // LoadRoutes reads the HTTP API's routes from the synthesized template at
 // path. Every route must target an AWS_PROXY integration of a Lambda
 // function in the same template with payload format 2.0, and be authorized
 // by JWT or NONE: anything else is an error here, never a route served
 // differently from AWS.
 func LoadRoutes(path string) ([]Route, error) {
-	b, err := os.ReadFile(path)
+	t, err := provision.ReadTemplate(path)
 	if err != nil {
-		return nil, fmt.Errorf("frontdoor: read template: %w", err)
-	}
-	var t cfnTemplate
-	if err := json.Unmarshal(b, &t); err != nil {
-		return nil, fmt.Errorf("frontdoor: parse template %s: %w", path, err)
+		return nil, fmt.Errorf("frontdoor: %w", err)
 	}
 	return routesOf(t)
 }
 
-func routesOf(t cfnTemplate) ([]Route, error) {
-	var ids []string
-	for id, r := range t.Resources {
-		if r.Type == "AWS::ApiGatewayV2::Route" {
-			ids = append(ids, id)
-		}
-	}
+func routesOf(t *provision.Template) ([]Route, error) {
+	ids := t.OfType("AWS::ApiGatewayV2::Route")
 	if len(ids) == 0 {
 		return nil, errors.New("frontdoor: the template declares no AWS::ApiGatewayV2::Route")
 	}
-	slices.Sort(ids)
 	rate, burst, perRoute, err := stageThrottling(t)
 	if err != nil {
 		return nil, err
@@ -103,7 +81,7 @@ func routesOf(t cfnTemplate) ([]Route, error) {
 	return routes, nil
 }
 
-func routeOf(t cfnTemplate, id string, p map[string]any) (Route, string, error) {
+func routeOf(t *provision.Template, id string, p map[string]any) (Route, string, error) {
 	key, _ := p["RouteKey"].(string)
 	r := Route{Key: key}
 	if err := r.parseKey(); err != nil {
@@ -197,7 +175,7 @@ type throttle struct {
 // stageThrottling reads the $default stage's route throttling. Any other
 // stage would put its name in front of every path, which the front door
 // does not play.
-func stageThrottling(t cfnTemplate) (float64, int, map[string]throttle, error) {
+func stageThrottling(t *provision.Template) (float64, int, map[string]throttle, error) {
 	var rate float64
 	var burst int
 	per := map[string]throttle{}
