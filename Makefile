@@ -91,7 +91,11 @@ fuzz: ## every Go fuzzer in the tree for FUZZTIME each (new inputs that fail are
 	@for f in $$(grep -rl --include='*_test.go' '^func Fuzz' internal cmd); do \
 	  for name in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' $$f | cut -c6-); do \
 	    echo "fuzz: $$name ($$(dirname $$f), $(FUZZTIME))"; \
-	    go test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) ./$$(dirname $$f) >/dev/null || { go test -run "^$$name$$" ./$$(dirname $$f); exit 1; }; \
+	    if ! go test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) ./$$(dirname $$f) >.local/fuzz.out 2>&1; then \
+	      go test -run "^$$name$$" ./$$(dirname $$f) || exit 1; \
+	      echo "fuzz: $$name stopped with no failing input kept (the engine's own stop; its last lines below): once more"; tail -n 5 .local/fuzz.out; \
+	      go test -run '^$$' -fuzz "^$$name$$" -fuzztime $(FUZZTIME) ./$$(dirname $$f) >/dev/null || { go test -run "^$$name$$" ./$$(dirname $$f); exit 1; }; \
+	    fi; \
 	  done; \
 	done
 
