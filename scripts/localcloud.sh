@@ -8,6 +8,9 @@
 #                        and the stack (`localcloud serve`: the template's
 #                        functions, mappings and schedules, admin API on :8071)
 #   localcloud.sh status print what runs, and the stack's functions and triggers
+#   localcloud.sh restart-dynamodb  a fresh, empty DynamoDB Local (the chaos
+#                        runner's -fresh-every: its writes slow as the stream
+#                        records of deleted tables pile up)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -248,6 +251,10 @@ case "${1:-}" in
       rm -f "$PIDS/postgres.pid"
     fi
     ;;
+  restart-dynamodb)
+    stop_pid dynamodb-local
+    start_ddb
+    ;;
   status)
     port_open "$DDB_PORT" && say "dynamodb-local :$DDB_PORT up" || say "dynamodb-local :$DDB_PORT down"
     port_open "$MOTO_PORT" && say "moto :$MOTO_PORT up" || say "moto :$MOTO_PORT down"
@@ -262,5 +269,5 @@ case "${1:-}" in
       say "stack $ADMIN_ADDR down"
     fi
     ;;
-  *) die "usage: $0 up|apps|down|status" ;;
+  *) die "usage: $0 up|apps|down|status|restart-dynamodb" ;;
 esac

@@ -138,6 +138,31 @@ func TestAViolationSeenOnlyUnderLoadFailsTheRun(t *testing.T) {
 	}
 }
 
+// A long run in batches plays every seed once, runs Between only between
+// batches (after every world of the batch is closed), and ends at the
+// first error Between returns, with the schedules already played counted.
+func TestBatchesRunBetweenAndStopAtItsError(t *testing.T) {
+	var progress strings.Builder
+	calls := 0
+	cfg := chaos.UnderLoad(chaos.Config{First: 910, Runs: 5, Workers: 1, BatchRuns: 2, Progress: &progress, ProgressEvery: 1,
+		Between: func(context.Context) error { calls++; return nil }})
+	sum := runMany(t, cfg)
+	if sum.Runs != 5 || calls != 2 {
+		t.Fatalf("played %d schedules with %d calls between; want 5 and 2", sum.Runs, calls)
+	}
+	for i := 1; i <= 5; i++ {
+		if !strings.Contains(progress.String(), fmt.Sprintf("chaos: %d/5 schedules", i)) {
+			t.Fatalf("no progress line for schedule %d:\n%s", i, progress.String())
+		}
+	}
+	stop := errors.New("emulator did not come back")
+	cfg.Progress, cfg.Between = nil, func(context.Context) error { return stop }
+	sum, err := chaos.RunMany(ctx, cfg)
+	if !errors.Is(err, stop) || sum.Runs != 2 {
+		t.Fatalf("Between's error: got %v after %d schedules; want it after 2", err, sum.Runs)
+	}
+}
+
 // Seeds that found bugs stay fixed: 42 (a dead key reuse's fingerprint
 // locked the payment out), 474 and 806 (quiescence declared before any
 // deadline passed, leaving a charged PENDING row unresolved), 658 (a 422

@@ -140,6 +140,13 @@ type Config struct {
 	ProgressEvery int
 	// World shapes each world; Serial is always set (a schedule must replay).
 	World story.Options
+	// Between, when set, runs after every BatchRuns schedules, once every
+	// world of the batch is closed and before the next batch builds its
+	// own: a long run restarts the emulators there (DynamoDB Local keeps
+	// the stream records of deleted tables and its writes slow tenfold
+	// over a few thousand schedules). An error ends the run.
+	Between   func(ctx context.Context) error
+	BatchRuns int
 
 	// underLoad, a test-only switch, replaces every schedule with one that
 	// plays nothing and reports a violation when it is played beside other
@@ -150,10 +157,34 @@ type Config struct {
 }
 
 // RunMany plays cfg.Runs schedules on cfg.Workers worlds side by side and
-// sums them up. A seed's schedule does not depend on which world played it.
+// sums them up, in batches of cfg.BatchRuns with cfg.Between run between
+// them. A seed's schedule does not depend on which world played it.
 func RunMany(ctx context.Context, cfg Config) (Summary, error) {
 	start := time.Now()
-	workers, first, runs, trace := max(cfg.Workers, 1), cfg.First, cfg.Runs, cfg.Trace
+	batch := cfg.Runs
+	if cfg.Between != nil && cfg.BatchRuns > 0 {
+		batch = cfg.BatchRuns
+	}
+	var sum Summary
+	var err error
+	for off := 0; off < cfg.Runs && err == nil && ctx.Err() == nil; off += batch {
+		if off > 0 {
+			if err = cfg.Between(ctx); err != nil {
+				err = fmt.Errorf("chaos: between batches after %d schedules: %w", off, err)
+				break
+			}
+		}
+		err = runBatch(ctx, cfg, &sum, cfg.First+uint64(off), min(batch, cfg.Runs-off), start)
+	}
+	sum.Elapsed = time.Since(start)
+	sort.Slice(sum.Failed, func(i, j int) bool { return sum.Failed[i].Seed < sum.Failed[j].Seed })
+	return sum, err
+}
+
+// runBatch plays n schedules from seed first on fresh worlds, adding to sum,
+// and closes its worlds before it returns.
+func runBatch(ctx context.Context, cfg Config, sum *Summary, first uint64, n int, start time.Time) error {
+	workers, runs, trace := max(cfg.Workers, 1), cfg.Runs, cfg.Trace
 	opts := cfg.World
 	opts.Serial = true
 	if opts.Balances == nil {
@@ -171,7 +202,13 @@ func RunMany(ctx context.Context, cfg Config) (Summary, error) {
 				}
 				return
 			}
-			defer func() { r.w.Close() }()
+			open := true
+			closeWorld := func() {
+				if open {
+					r.w.Close()
+					open = false
+				}
+			}
 			played := 0
 			for seed := range seeds {
 				var res Result
@@ -192,13 +229,14 @@ func RunMany(ctx context.Context, cfg Config) (Summary, error) {
 				// them. Either way, go on in a fresh world. A schedule's
 				// outcome does not depend on the world's history.
 				if err == nil && (res.NotQuiet || played%WorldSchedules == 0) {
-					r.w.Close()
+					closeWorld()
 					var next *Runner
 					if next, err = newWorld(ctx, opts); err == nil {
-						r = next
+						r, open = next, true
 					}
 				}
 				if err != nil {
+					closeWorld()
 					if res.Seed != 0 {
 						results <- res // what it saw before it broke
 					}
@@ -209,12 +247,13 @@ func RunMany(ctx context.Context, cfg Config) (Summary, error) {
 				}
 				results <- res
 			}
+			closeWorld() // before the batch ends: Between may restart what it uses
 			errs <- nil
 		}()
 	}
 	go func() {
 		defer close(seeds)
-		for i := range runs {
+		for i := range n {
 			select {
 			case seeds <- first + uint64(i):
 			case <-ctx.Done():
@@ -222,7 +261,6 @@ func RunMany(ctx context.Context, cfg Config) (Summary, error) {
 			}
 		}
 	}()
-	var sum Summary
 	var firstErr error
 	for done := 0; done < workers; {
 		select {
@@ -249,7 +287,5 @@ func RunMany(ctx context.Context, cfg Config) (Summary, error) {
 			}
 		}
 	}
-	sum.Elapsed = time.Since(start)
-	sort.Slice(sum.Failed, func(i, j int) bool { return sum.Failed[i].Seed < sum.Failed[j].Seed })
-	return sum, firstErr
+	return firstErr
 }
