@@ -43,7 +43,9 @@ func run() int {
 	// No Env: an environment-agnostic stack needs no lookups (no network at
 	// synth) and deploys to whatever account and region the CLI targets.
 	props.Description = jsii.String(fmt.Sprintf("oncepay: idempotency keys and effectively-once payments (%s)", props.Profile))
-	oncepay.NewStack(app, "Oncepay", props)
+	// The profile names the stack (Profile.StackName): leaving out
+	// -c oncepay:profile=prod cannot redeploy the prod stack as a sandbox.
+	oncepay.NewStack(app, props.Profile.StackName(), props)
 
 	// cdk synth fails on a finding at error level; the stack tests fail on
 	// any finding.

@@ -117,7 +117,7 @@ func synthVariant(t *testing.T, name string, profile oncepay.Profile, extra map[
 	if props.Profile != profile {
 		t.Fatalf("context gave profile %q, want %q", props.Profile, profile)
 	}
-	stack := oncepay.NewStack(app, "Oncepay", props)
+	stack := oncepay.NewStack(app, props.Profile.StackName(), props) // as cdk/main.go names it
 	oncepay.AddNagPacks(app)
 	s := &synthesized{stack: stack}
 	check(t, "synthesize", func() {

@@ -172,6 +172,10 @@ func (c *Ledger) addProxy(props *LedgerProps) {
 	})
 	c.Cluster.GrantConnect(c.ProxyRole, jsii.String(LedgerAppUser))
 	c.Proxy = awsrds.NewDatabaseProxy(c.Construct, jsii.String("Proxy"), &awsrds.DatabaseProxyProps{
+		// A physical name unique to this construct's path: CDK's default is
+		// the id, "Proxy", so a second stack in the account collides and a
+		// replacement fails on its own name.
+		DbProxyName: awscdk.Names_UniqueResourceName(c.Construct, &awscdk.UniqueResourceNameOptions{MaxLength: jsii.Number(60)}),
 		ProxyTarget:       awsrds.ProxyTarget_FromCluster(c.Cluster),
 		Vpc:               props.Vpc,
 		VpcSubnets:        &awsec2.SubnetSelection{SubnetType: awsec2.SubnetType_PRIVATE_WITH_EGRESS},

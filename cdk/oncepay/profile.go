@@ -35,6 +35,18 @@ func ParseProfile(s string) (Profile, error) {
 	return "", fmt.Errorf("oncepay: unknown profile %q (want %q or %q)", s, ProfileSandbox, ProfileProd)
 }
 
+// StackName is the stack's name for the profile. The profile is part of the
+// stack's identity: a deploy that leaves out -c oncepay:profile=prod names
+// the sandbox stack, Oncepay, so it can never turn OncepayProd into a
+// sandbox (protection off, Retain -> Delete, backups 35 -> 7 days, reader
+// and proxy deleted) in place.
+func (p Profile) StackName() string {
+	if p.IsProd() {
+		return "OncepayProd"
+	}
+	return "Oncepay"
+}
+
 // IsProd reports whether data must survive the stack.
 func (p Profile) IsProd() bool { return p == ProfileProd }
 
