@@ -175,7 +175,7 @@ func (c *Ledger) addProxy(props *LedgerProps) {
 		// A physical name unique to this construct's path: CDK's default is
 		// the id, "Proxy", so a second stack in the account collides and a
 		// replacement fails on its own name.
-		DbProxyName: awscdk.Names_UniqueResourceName(c.Construct, &awscdk.UniqueResourceNameOptions{MaxLength: jsii.Number(60)}),
+		DbProxyName:       awscdk.Names_UniqueResourceName(c.Construct, &awscdk.UniqueResourceNameOptions{MaxLength: jsii.Number(60)}),
 		ProxyTarget:       awsrds.ProxyTarget_FromCluster(c.Cluster),
 		Vpc:               props.Vpc,
 		VpcSubnets:        &awsec2.SubnetSelection{SubnetType: awsec2.SubnetType_PRIVATE_WITH_EGRESS},
