@@ -99,8 +99,17 @@ fuzz: ## every Go fuzzer in the tree for FUZZTIME each (new inputs that fail are
 	  done; \
 	done
 
-test-cfn: $(TEMPLATE) ## cfn-lint over the synthesized template
+# The prod and ALB variants are linted too: what only they hold (the proxy,
+# the reader, the endpoints, the listener) must deploy as well.
+test-cfn: $(TEMPLATE) ## cfn-lint over the synthesized templates (sandbox, prod, ALB)
 	@cfn-lint $(TEMPLATE)
+	@rm -rf cdk.out.variants && mkdir -p cdk.out.variants
+	@$(CDK) synth --lookups=false --quiet -o cdk.out.variants/prod -c oncepay:profile=prod >/dev/null
+	@$(CDK) synth --lookups=false --quiet -o cdk.out.variants/alb \
+	  -c oncepay:albCertificateArn=arn:aws:acm:eu-west-1:111111111111:certificate/00000000-0000-0000-0000-000000000000 \
+	  -c oncepay:albDomainName=pay.example.com -c oncepay:albCognitoDomainPrefix=oncepay-lint >/dev/null
+	@cfn-lint cdk.out.variants/prod/OncepayProd.template.json cdk.out.variants/alb/$(STACK).template.json
+	@echo "test-cfn: sandbox, prod and ALB templates lint clean"
 
 test: setup up lint test-unit test-race fuzz test-cfn ## the README's test command: installs, starts, lints and runs everything
 	@echo "== summary of the test run (skips fail CI; the chaos line counts faults that fired)"

@@ -3,6 +3,7 @@ package oncepay_test
 import (
 	"regexp"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/oncepay/oncepay/cdk/oncepay"
@@ -81,5 +82,92 @@ func TestTheLedgerProxyNameIsUniqueToItsStack(t *testing.T) {
 func TestProfilesNameDifferentStacks(t *testing.T) {
 	if s, p := oncepay.ProfileSandbox.StackName(), oncepay.ProfileProd.StackName(); s != "Oncepay" || p == s {
 		t.Errorf("stack names: sandbox %q, prod %q", s, p)
+	}
+}
+
+// The ALB variant watches its own 5xx: a Lambda target that fails behind
+// the ALB shows there, not in the HTTP API's metrics.
+func TestTheAlbVariantAlarmsOnItsOwn5xx(t *testing.T) {
+	s := synthALB(t)
+	a, ok := s.stack.Monitoring.Alarms[oncepay.AlarmAlb5xx]
+	if !ok {
+		t.Fatal("no ALB 5xx alarm")
+	}
+	p := s.resource(t, s.logicalID(t, a))["Properties"].(map[string]any)
+	if p["Namespace"] != "AWS/ApplicationELB" || p["MetricName"] != "HTTPCode_ELB_5XX_Count" || p["Threshold"] != 1.0 {
+		t.Errorf("ALB 5xx alarm: %s", show(p))
+	}
+	if _, ok := synth(t, oncepay.ProfileSandbox).stack.Monitoring.Alarms[oncepay.AlarmAlb5xx]; ok {
+		t.Error("an ALB alarm in a stack without an ALB")
+	}
+}
+
+// The ledger exports its PostgreSQL log (failed logins, DDL) into a group
+// the stack creates first, with the profile's retention: RDS would make one
+// of its own that never expires.
+func TestTheLedgerExportsItsLogWithRetention(t *testing.T) {
+	for name, s := range map[string]*synthesized{"sandbox": synth(t, oncepay.ProfileSandbox), "prod": synth(t, oncepay.ProfileProd)} {
+		l := s.stack.Data.Ledger
+		cl := s.resource(t, s.logicalID(t, l.Cluster))
+		props := cl["Properties"].(map[string]any)
+		id, _ := props["DBClusterIdentifier"].(string)
+		if !jsonEqual(props["EnableCloudwatchLogsExports"], []string{"postgresql"}) || id == "" || id != strings.ToLower(id) {
+			t.Errorf("%s: cluster exports %v, identifier %q", name, props["EnableCloudwatchLogsExports"], id)
+		}
+		lg := s.resource(t, s.logicalID(t, l.PostgresLogs))["Properties"].(map[string]any)
+		if lg["LogGroupName"] != "/aws/rds/cluster/"+id+"/postgresql" || lg["RetentionInDays"] == nil {
+			t.Errorf("%s: log group %s", name, show(lg))
+		}
+		deps, _ := cl["DependsOn"].([]any)
+		if !slices.Contains(deps, any(s.logicalID(t, l.PostgresLogs))) {
+			t.Errorf("%s: the cluster does not wait for its log group: DependsOn %v", name, deps)
+		}
+		pg := s.resourcesOfType("AWS::RDS::DBClusterParameterGroup")
+		found := false
+		for _, r := range pg {
+			if params, _ := r["Properties"].(map[string]any)["Parameters"].(map[string]any); params["log_statement"] == "ddl" {
+				found = true
+			}
+		}
+		if !found {
+			t.Errorf("%s: no parameter group logs DDL", name)
+		}
+	}
+}
+
+// Every VPC has DynamoDB's gateway endpoint (free); prod adds interface
+// endpoints for SNS and Secrets Manager, the sandbox none (they cost by
+// the hour).
+func TestVpcEndpointsPerProfile(t *testing.T) {
+	for name, want := range map[oncepay.Profile][]string{
+		oncepay.ProfileSandbox: {},
+		oncepay.ProfileProd:    {"secretsmanager", "sns"},
+	} {
+		s := synth(t, name)
+		var gateway, iface []string
+		for _, r := range s.resourcesOfType("AWS::EC2::VPCEndpoint") {
+			p := r["Properties"].(map[string]any)
+			svc := show(p["ServiceName"])
+			switch p["VpcEndpointType"] {
+			case "Gateway":
+				gateway = append(gateway, svc)
+			case "Interface":
+				if p["PrivateDnsEnabled"] != true {
+					t.Errorf("%s: endpoint %s without private DNS", name, svc)
+				}
+				iface = append(iface, svc)
+			}
+		}
+		if len(gateway) != 1 || !strings.Contains(gateway[0], "dynamodb") {
+			t.Errorf("%s: gateway endpoints %v, want DynamoDB's", name, gateway)
+		}
+		if len(iface) != len(want) {
+			t.Errorf("%s: interface endpoints %v, want %v", name, iface, want)
+		}
+		for _, w := range want {
+			if !slices.ContainsFunc(iface, func(s string) bool { return strings.Contains(s, "."+w) }) {
+				t.Errorf("%s: no %s interface endpoint in %v", name, w, iface)
+			}
+		}
 	}
 }

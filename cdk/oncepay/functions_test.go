@@ -400,6 +400,22 @@ func TestAlarms(t *testing.T) {
 		oncepay.AlarmChargedButClosed:   {metrics.Namespace, oncepay.MetricWebhookSucceededOnFailed, "Sum", map[string]any{"Function": oncepay.FnWebhook}, 1},
 		oncepay.AlarmNotifStuck:         {metrics.Namespace, oncepay.MetricNotifStuck, "Maximum", map[string]any{"Function": oncepay.FnWorker}, 1},
 		oncepay.AlarmOutboxRedriven:     {metrics.Namespace, oncepay.MetricOutboxRedriven, "Sum", map[string]any{"Function": oncepay.FnResolver}, 1},
+
+		oncepay.AlarmApiErrors:        {"AWS/Lambda", "Errors", "Sum", map[string]any{"FunctionName": fnName(st.Api.Function)}, 1},
+		oncepay.AlarmWebhookErrors:    {"AWS/Lambda", "Errors", "Sum", map[string]any{"FunctionName": fnName(st.Webhook)}, 1},
+		oncepay.AlarmApiThrottles:     {"AWS/Lambda", "Throttles", "Sum", map[string]any{"FunctionName": fnName(st.Api.Function)}, 1},
+		oncepay.AlarmWebhookThrottles: {"AWS/Lambda", "Throttles", "Sum", map[string]any{"FunctionName": fnName(st.Webhook)}, 1},
+		oncepay.AlarmWorkerThrottles:  {"AWS/Lambda", "Throttles", "Sum", map[string]any{"FunctionName": fnName(st.Worker.Function)}, 1},
+		oncepay.AlarmHttpApi5xx:       {"AWS/ApiGateway", "5xx", "Sum", map[string]any{"ApiId": ref(s.logicalID(t, st.Api.HttpApi))}, 1},
+		// Half the 5 s payment deadline.
+		oncepay.AlarmHttpApiLatency: {"AWS/ApiGateway", "Latency", "p99", map[string]any{"ApiId": ref(s.logicalID(t, st.Api.HttpApi))}, 2500},
+		oncepay.AlarmEventsOldest:   {"AWS/SQS", "ApproximateAgeOfOldestMessage", "Maximum", map[string]any{"QueueName": queueName(st.Data.Events.Queue)}, oncepay.EventsOldestMaxSeconds},
+		oncepay.AlarmLedgerCapacity: {"AWS/RDS", "ACUUtilization", "Maximum", map[string]any{"DBClusterIdentifier": ref(s.logicalID(t, st.Data.Ledger.Cluster))}, 90},
+		// 4 ACUs: 8 GiB / 9,531,392 = 901 connections; alarm at 80%.
+		oncepay.AlarmLedgerConnections:   {"AWS/RDS", "DatabaseConnections", "Maximum", map[string]any{"DBClusterIdentifier": ref(s.logicalID(t, st.Data.Ledger.Cluster))}, 720},
+		oncepay.AlarmClaimsReadThrottle:  {"AWS/DynamoDB", "ReadThrottleEvents", "Sum", map[string]any{"TableName": ref(s.logicalID(t, st.Data.Claims.Table))}, 1},
+		oncepay.AlarmClaimsWriteThrottle: {"AWS/DynamoDB", "WriteThrottleEvents", "Sum", map[string]any{"TableName": ref(s.logicalID(t, st.Data.Claims.Table))}, 1},
+		oncepay.AlarmOutboxWriteThrottle: {"AWS/DynamoDB", "WriteThrottleEvents", "Sum", map[string]any{"TableName": ref(s.logicalID(t, st.Data.Outbox.Table))}, 1},
 	}
 	if oncepay.MetricOutboxRedriven != outbox.MetricRedriven {
 		t.Errorf("the alarm watches %q, the sweep emits %q", oncepay.MetricOutboxRedriven, outbox.MetricRedriven)
@@ -422,7 +438,7 @@ func TestAlarms(t *testing.T) {
 				dims = append(dims, map[string]any{"Name": k, "Value": v})
 			}
 			got := map[string]any{
-				"Namespace": p["Namespace"], "MetricName": p["MetricName"], "Statistic": p["Statistic"],
+				"Namespace": p["Namespace"], "MetricName": p["MetricName"], "Statistic": firstOf(p["Statistic"], p["ExtendedStatistic"]),
 				"Dimensions": p["Dimensions"], "Threshold": p["Threshold"], "ComparisonOperator": p["ComparisonOperator"],
 				"EvaluationPeriods": p["EvaluationPeriods"], "Period": p["Period"], "TreatMissingData": p["TreatMissingData"],
 				"AlarmActions": p["AlarmActions"], "OKActions": p["OKActions"],
@@ -452,6 +468,17 @@ func TestAlarms(t *testing.T) {
 			}))}),
 		}))
 	})
+}
+
+// firstOf is the first non-nil value: an alarm on a percentile has an
+// ExtendedStatistic, not a Statistic.
+func firstOf(vs ...any) any {
+	for _, v := range vs {
+		if v != nil {
+			return v
+		}
+	}
+	return nil
 }
 
 // TestLedgerAccess: IAM database auth for one user, the port open only from

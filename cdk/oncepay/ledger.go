@@ -2,12 +2,14 @@ package oncepay
 
 import (
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsrds"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
@@ -46,8 +48,17 @@ type LedgerProps struct {
 	// of the writer: connection pooling for bursts of Lambda instances and
 	// faster failover. The handlers then connect to the proxy.
 	Proxy bool
+	// LogRetention of the exported PostgreSQL log; "" means one year.
+	LogRetention awslogs.RetentionDays
 	// Override sees the final cluster props before the cluster is created.
 	Override func(*awsrds.DatabaseClusterProps)
+}
+
+func (p *LedgerProps) logRetention() awslogs.RetentionDays {
+	if p.LogRetention == "" {
+		return awslogs.RetentionDays_ONE_YEAR
+	}
+	return p.LogRetention
 }
 
 // Ledger is the payments database: journal, outbox intents, inbox, credits.
@@ -63,6 +74,12 @@ type Ledger struct {
 	Proxy              awsrds.DatabaseProxy
 	ProxyRole          awsiam.Role
 	ProxySecurityGroup awsec2.SecurityGroup
+	// MaxCapacity is the cluster's maximum ACUs, as deployed (after
+	// Override): the connections alarm is sized from it.
+	MaxCapacity float64
+	// PostgresLogs receives the cluster's exported PostgreSQL log (failed
+	// logins, DDL); created before the cluster so its retention holds.
+	PostgresLogs awslogs.LogGroup
 }
 
 // NewLedger creates the cluster, its secret and its security group.
@@ -114,15 +131,18 @@ func NewLedger(scope constructs.Construct, id string, props *LedgerProps) *Ledge
 		IamAuthentication:       jsii.Bool(true),
 		StorageEncrypted:        jsii.Bool(true),
 		StorageEncryptionKey:    c.Key,
-		// TLS for every login, not only IAM ones (which require it anyway).
-		Parameters:         &map[string]*string{"rds.force_ssl": jsii.String("1")},
-		Backup:             &awsrds.BackupProps{Retention: backup},
-		CopyTagsToSnapshot: jsii.Bool(true),
-		DeletionProtection: jsii.Bool(props.deletionProtection()),
-		RemovalPolicy:      props.removalPolicy(),
-		Vpc:                props.Vpc,
-		VpcSubnets:         &awsec2.SubnetSelection{SubnetType: awsec2.SubnetType_PRIVATE_WITH_EGRESS},
-		SecurityGroups:     &[]awsec2.ISecurityGroup{c.SecurityGroup},
+		// TLS for every login, not only IAM ones (which require it anyway);
+		// DDL in the exported log beside the failed logins PostgreSQL logs
+		// anyway (FATAL), so a schema change outside a migration is seen.
+		Parameters:            &map[string]*string{"rds.force_ssl": jsii.String("1"), "log_statement": jsii.String("ddl")},
+		CloudwatchLogsExports: jsii.Strings("postgresql"),
+		Backup:                &awsrds.BackupProps{Retention: backup},
+		CopyTagsToSnapshot:    jsii.Bool(true),
+		DeletionProtection:    jsii.Bool(props.deletionProtection()),
+		RemovalPolicy:         props.removalPolicy(),
+		Vpc:                   props.Vpc,
+		VpcSubnets:            &awsec2.SubnetSelection{SubnetType: awsec2.SubnetType_PRIVATE_WITH_EGRESS},
+		SecurityGroups:        &[]awsec2.ISecurityGroup{c.SecurityGroup},
 	}
 	if len(readers) > 0 {
 		cp.Readers = &readers
@@ -130,7 +150,22 @@ func NewLedger(scope constructs.Construct, id string, props *LedgerProps) *Ledge
 	if props.Override != nil {
 		props.Override(cp)
 	}
+	// RDS creates /aws/rds/cluster/<id>/postgresql itself, never expiring,
+	// unless the group exists first; CDK's own retention option would add
+	// a custom-resource function. So the identifier is set (unique to the
+	// path, lower case as RDS stores it) and the group made before the
+	// cluster.
+	if cp.ClusterIdentifier == nil {
+		cp.ClusterIdentifier = jsii.String(strings.ToLower(*awscdk.Names_UniqueResourceName(c.Construct, &awscdk.UniqueResourceNameOptions{MaxLength: jsii.Number(63)})))
+	}
+	c.PostgresLogs = awslogs.NewLogGroup(c.Construct, jsii.String("PostgresLogs"), &awslogs.LogGroupProps{
+		LogGroupName:  jsii.String("/aws/rds/cluster/" + *cp.ClusterIdentifier + "/postgresql"),
+		Retention:     props.logRetention(),
+		RemovalPolicy: props.removalPolicy(),
+	})
+	c.MaxCapacity = *cp.ServerlessV2MaxCapacity
 	c.Cluster = awsrds.NewDatabaseCluster(c.Construct, jsii.String("Cluster"), cp)
+	c.Cluster.Node().AddDependency(c.PostgresLogs)
 	// The secret, security group and parameter group follow a retained
 	// cluster: without its password or parameters it is a recovery job, and
 	// deleting them while the cluster uses them fails anyway.

@@ -1,12 +1,15 @@
 package oncepay
 
 import (
+	"math"
 	"sort"
 	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatchactions"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awselasticloadbalancingv2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
@@ -54,7 +57,47 @@ const (
 	AlarmNotifStuck          = "NotifStuck"
 	AlarmOutboxRedriven      = "OutboxRedriven"
 	RelayIteratorAgeMaxMilli = 60_000 // a minute behind the outbox is an outage of the event path
+
+	AlarmApiErrors           = "ApiErrors"
+	AlarmWebhookErrors       = "WebhookErrors"
+	AlarmApiThrottles        = "ApiThrottles"
+	AlarmWebhookThrottles    = "WebhookThrottles"
+	AlarmWorkerThrottles     = "WorkerThrottles"
+	AlarmHttpApi5xx          = "HttpApi5xx"
+	AlarmHttpApiLatency      = "HttpApiLatencyP99"
+	AlarmAlb5xx              = "Alb5xx"
+	AlarmEventsOldest        = "EventsOldestMessageAge"
+	AlarmLedgerCapacity      = "LedgerCapacity"
+	AlarmLedgerConnections   = "LedgerConnections"
+	AlarmClaimsReadThrottle  = "ClaimsReadThrottles"
+	AlarmClaimsWriteThrottle = "ClaimsWriteThrottles"
+	AlarmOutboxWriteThrottle = "OutboxWriteThrottles"
+
+	// EventsOldestMaxSeconds: a FIFO group whose head waits five minutes
+	// holds that merchant's credits back (a poison event retried, a worker
+	// down); the DLQ takes it after five receives.
+	EventsOldestMaxSeconds = 300
+	// LedgerCapacityMaxPercent of the cluster's maximum ACUs: the next
+	// burst has nowhere to scale to.
+	LedgerCapacityMaxPercent = 90
 )
+
+// LedgerMaxConnections is Aurora PostgreSQL's max_connections for a
+// Serverless v2 writer at maxACU: LEAST(DBInstanceClassMemory/9531392, 5000)
+// with 2 GiB per ACU (the engine sizes it for the maximum capacity).
+func LedgerMaxConnections(maxACU float64) float64 {
+	return min(float64(int64(maxACU*2*(1<<30))/9531392), 5000)
+}
+
+// LedgerConnectionsAlarmFraction of LedgerMaxConnections: past it, a burst
+// of cold starts is refused logins (each Lambda instance holds a pool).
+const LedgerConnectionsAlarmFraction = 0.8
+
+// HttpApiLatencyAlarm is the HTTP API's p99 that alarms: half the payment
+// deadline, where a slow tail starts to turn into refusals and 202s.
+func HttpApiLatencyAlarm(deadline time.Duration) float64 {
+	return float64((deadline / 2).Milliseconds())
+}
 
 // Monitoring is the alarm topic, the alarms and the dashboard.
 type Monitoring struct {
@@ -117,6 +160,9 @@ func newMonitoring(s *Stack) *Monitoring {
 		s.Relay.Function.Function.Metric(jsii.String("IteratorAge"), &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")}),
 		RelayIteratorAgeMaxMilli)
 
+	c.frontDoorAlarms(s, period, errs)
+	c.storeAlarms(s, period)
+
 	c.Dashboard = awscloudwatch.NewDashboard(c.Construct, jsii.String("Dashboard"), &awscloudwatch.DashboardProps{
 		DefaultInterval: awscdk.Duration_Hours(jsii.Number(3)),
 	})
@@ -174,4 +220,48 @@ func (c *Monitoring) alarm(id, desc string, m awscloudwatch.IMetric, threshold f
 	a.AddAlarmAction(action)
 	a.AddOkAction(action)
 	c.Alarms[id] = a
+}
+
+// frontDoorAlarms watch what a caller meets: the functions on the request
+// path failing or throttled, the HTTP API's (or the ALB's) 5xx and its tail.
+func (c *Monitoring) frontDoorAlarms(s *Stack, period awscdk.Duration, errs func(*GoFunction) awscloudwatch.IMetric) {
+	throttles := func(fn *GoFunction) awscloudwatch.IMetric {
+		return fn.Function.MetricThrottles(&awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Sum")})
+	}
+	c.alarm(AlarmApiErrors, "The api function failed invocations (a crash or timeout: the caller got a 5xx from the front door; a retry with the same key is safe).", errs(s.Api.Function), 1)
+	c.alarm(AlarmWebhookErrors, "The webhook function failed invocations: the PSP retries its events for days, but a settled outcome waits on them.", errs(s.Webhook), 1)
+	c.alarm(AlarmApiThrottles, "The api function was throttled (the account's or its reserved concurrency): callers got 429/503 and will retry.", throttles(s.Api.Function), 1)
+	c.alarm(AlarmWebhookThrottles, "The webhook function was throttled: the PSP's deliveries are retried later.", throttles(s.Webhook), 1)
+	c.alarm(AlarmWorkerThrottles, "The worker function was throttled: credits and pushes wait in the events queue.", throttles(s.Worker.Function), 1)
+	if h := s.Api.HttpApi; h != nil {
+		c.alarm(AlarmHttpApi5xx, "The HTTP API answered 5xx (integration errors, timeouts, the api's own 503s): see the api's logs by payment_id.",
+			h.MetricServerError(&awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Sum")}), 1)
+		c.alarm(AlarmHttpApiLatency, "The HTTP API's p99 latency passed half the payment deadline: a slow ledger, PSP or claim table; next come refusals and 202s.",
+			h.MetricLatency(&awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("p99")}), HttpApiLatencyAlarm(s.Timing.Deadline))
+	}
+	if a := s.Alb; a != nil {
+		c.alarm(AlarmAlb5xx, "The ALB answered 5xx itself (a target failed, timed out or was throttled).",
+			a.LoadBalancer.Metrics().HttpCodeElb(awselasticloadbalancingv2.HttpCodeElb_ELB_5XX_COUNT, &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Sum")}), 1)
+	}
+}
+
+// storeAlarms watch the stores: the events queue's head waiting, the
+// ledger near its capacity or connection limit, the tables throttled.
+func (c *Monitoring) storeAlarms(s *Stack, period awscdk.Duration) {
+	opts := func(stat string) *awscloudwatch.MetricOptions {
+		return &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String(stat)}
+	}
+	c.alarm(AlarmEventsOldest, "An event has waited five minutes in the events queue: its merchant's later credits wait behind it (FIFO). Look at the worker's errors; the DLQ takes it after five receives.",
+		s.Data.Events.Queue.MetricApproximateAgeOfOldestMessage(opts("Maximum")), EventsOldestMaxSeconds)
+	l := s.Data.Ledger
+	c.alarm(AlarmLedgerCapacity, "The ledger is at 90% of its maximum ACUs: raise MaxCapacity before a burst has nowhere to scale.",
+		l.Cluster.Metric(jsii.String("ACUUtilization"), opts("Maximum")), LedgerCapacityMaxPercent)
+	c.alarm(AlarmLedgerConnections, "The ledger's connections passed 80% of max_connections: cold starts will be refused logins. Use the proxy (prod) or fewer concurrent functions.",
+		l.Cluster.MetricDatabaseConnections(opts("Maximum")), math.Floor(LedgerConnectionsAlarmFraction*LedgerMaxConnections(l.MaxCapacity)))
+	tableMetric := func(t awsdynamodb.Table, name string) awscloudwatch.IMetric {
+		return t.Metric(jsii.String(name), opts("Sum"))
+	}
+	c.alarm(AlarmClaimsReadThrottle, "The claim table throttled reads: replays and status reads slowed or fell back to the ledger.", tableMetric(s.Data.Claims.Table, "ReadThrottleEvents"), 1)
+	c.alarm(AlarmClaimsWriteThrottle, "The claim table throttled writes: first calls fell back to the ledger's unique key (KeyStoreDegraded) or were refused.", tableMetric(s.Data.Claims.Table, "WriteThrottleEvents"), 1)
+	c.alarm(AlarmOutboxWriteThrottle, "The outbox table throttled writes: events wait in the ledger for the resolver's sweep.", tableMetric(s.Data.Outbox.Table, "WriteThrottleEvents"), 1)
 }

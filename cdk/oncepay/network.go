@@ -17,6 +17,10 @@ type NetworkProps struct {
 	// LogRetention of the flow-log group; "" means one year.
 	LogRetention awslogs.RetentionDays
 	Override     func(*awsec2.VpcProps)
+	// InterfaceEndpoints the VPC's functions reach AWS through instead of
+	// the NAT (each costs per hour and AZ; the prod profile takes SNS and
+	// Secrets Manager). DynamoDB's gateway endpoint, free, is always made.
+	InterfaceEndpoints []awsec2.InterfaceVpcEndpointAwsService
 }
 
 // Network is a two-AZ VPC: public subnets hold only the NAT gateways, the
@@ -70,5 +74,24 @@ func NewNetwork(scope constructs.Construct, id string, props *NetworkProps) *Net
 		props.Override(vp)
 	}
 	c.Vpc = awsec2.NewVpc(c.Construct, jsii.String("Vpc"), vp)
+	// The api, webhook, resolver and worker call DynamoDB from the private
+	// subnets on every payment: through the gateway endpoint, not the NAT
+	// (no per-GB NAT charge, and the claim table stays reachable when the
+	// NAT is not).
+	c.Vpc.AddGatewayEndpoint(jsii.String("DynamoDB"), &awsec2.GatewayVpcEndpointOptions{
+		Service: awsec2.GatewayVpcEndpointAwsService_DYNAMODB(),
+		Subnets: &[]*awsec2.SubnetSelection{{SubnetType: awsec2.SubnetType_PRIVATE_WITH_EGRESS}},
+	})
+	for _, svc := range props.InterfaceEndpoints {
+		ep := c.Vpc.AddInterfaceEndpoint(svc.ShortName(), &awsec2.InterfaceVpcEndpointOptions{
+			Service:           svc,
+			PrivateDnsEnabled: jsii.Bool(true),
+			Subnets:           &awsec2.SubnetSelection{SubnetType: awsec2.SubnetType_PRIVATE_WITH_EGRESS},
+		})
+		for _, sg := range *ep.Connections().SecurityGroups() {
+			suppress(cfn(sg), "CdkNagValidationFailure",
+				"The endpoint's security group admits HTTPS from the VPC's own CIDR (a GetAtt of the VPC, which cdk-nag cannot resolve to check AwsSolutions-EC23): no address outside the VPC.")
+		}
+	}
 	return c
 }

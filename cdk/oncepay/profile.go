@@ -7,6 +7,7 @@ import (
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscognito"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
@@ -45,6 +46,17 @@ func (p Profile) StackName() string {
 		return "OncepayProd"
 	}
 	return "Oncepay"
+}
+
+// InterfaceEndpoints the VPC gets. The sandbox has none (about $7 a month
+// per endpoint and AZ; its calls to SNS and Secrets Manager cross the NAT);
+// prod takes SNS (the worker's pushes) and Secrets Manager (the migration's
+// admin secret), so neither waits on the NAT.
+func (p Profile) InterfaceEndpoints() []awsec2.InterfaceVpcEndpointAwsService {
+	if p.IsProd() {
+		return []awsec2.InterfaceVpcEndpointAwsService{awsec2.InterfaceVpcEndpointAwsService_SNS(), awsec2.InterfaceVpcEndpointAwsService_SECRETS_MANAGER()}
+	}
+	return []awsec2.InterfaceVpcEndpointAwsService{}
 }
 
 // IsProd reports whether data must survive the stack.

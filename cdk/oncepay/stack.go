@@ -122,6 +122,9 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) *Stack {
 	if dp.Network.NatGateways == nil {
 		dp.Network.NatGateways = jsii.Number(profile.NatGateways())
 	}
+	if dp.Network.InterfaceEndpoints == nil {
+		dp.Network.InterfaceEndpoints = profile.InterfaceEndpoints()
+	}
 	if dp.Ledger.Readers == 0 {
 		dp.Ledger.Readers = profile.LedgerReaders()
 	}
