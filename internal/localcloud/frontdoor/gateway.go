@@ -23,6 +23,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 	"golang.org/x/time/rate"
 
+	"github.com/oncepay/oncepay/internal/apispec"
 	"github.com/oncepay/oncepay/internal/clock"
 	"github.com/oncepay/oncepay/internal/localcloud/invoke"
 	"github.com/oncepay/oncepay/internal/localcloud/provision"
@@ -135,6 +136,13 @@ func (g *Gateway) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	log := g.log.With("request_id", reqID, "method", r.Method)
 
 	path := gatewayPath(r)
+	if r.Method == http.MethodGet && path == apispec.Path {
+		// The HTTP contract, for a client generator or a reader: local only
+		// (the deployed HTTP API routes nothing but the payment routes).
+		w.Header().Set("Content-Type", "application/yaml")
+		_, _ = w.Write(apispec.YAML)
+		return
+	}
 	i, params := g.selectRoute(r.Method, path)
 	if i < 0 {
 		log.Info("no route", "path", path)

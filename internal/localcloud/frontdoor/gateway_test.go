@@ -19,6 +19,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/oncepay/oncepay/internal/apispec"
 	"github.com/oncepay/oncepay/internal/clock"
 	"github.com/oncepay/oncepay/internal/localcloud/frontdoor"
 	"github.com/oncepay/oncepay/internal/localcloud/invoke"
@@ -309,6 +310,23 @@ func TestTheGatewaysOwnAnswersNeverReachTheFunction(t *testing.T) {
 	// Exactly 10 MB is within the limit.
 	if a := send(t, srv, "POST", "/webhooks/psp", make([]byte, frontdoor.MaxGatewayBody), nil); a.status != 200 || len(webhook.calls()) != 1 {
 		t.Fatalf("a 10 MB body: %d, webhook ran %d times", a.status, len(webhook.calls()))
+	}
+}
+
+// The local front door serves the HTTP contract (internal/apispec) without
+// a token; it reaches no function.
+func TestTheFrontDoorServesTheOpenAPIDocument(t *testing.T) {
+	api, webhook := &recorder{}, &recorder{}
+	srv := door(t, api, webhook)
+	a := send(t, srv, "GET", apispec.Path, nil, nil)
+	if a.status != 200 || a.header.Get("Content-Type") != "application/yaml" || a.body != string(apispec.YAML) {
+		t.Fatalf("GET %s: %d %q, %d bytes", apispec.Path, a.status, a.header.Get("Content-Type"), len(a.body))
+	}
+	if !strings.HasPrefix(a.body, "openapi: 3.1") {
+		t.Fatalf("not an OpenAPI 3.1 document: %.40q", a.body)
+	}
+	if n, m := len(api.calls()), len(webhook.calls()); n+m != 0 {
+		t.Fatalf("the functions ran %d+%d times", n, m)
 	}
 }
 

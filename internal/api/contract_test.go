@@ -1,0 +1,267 @@
+package api_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/pb33f/libopenapi"
+	validator "github.com/pb33f/libopenapi-validator"
+
+	"github.com/oncepay/oncepay/internal/api"
+	"github.com/oncepay/oncepay/internal/apispec"
+	"github.com/oncepay/oncepay/internal/idem"
+	"github.com/oncepay/oncepay/internal/ids"
+	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
+)
+
+// specValidator is the OpenAPI document, built once: validating it costs
+// more than a request.
+var specValidator = sync.OnceValues(func() (validator.Validator, error) {
+	doc, err := libopenapi.NewDocument(apispec.YAML)
+	if err != nil {
+		return nil, fmt.Errorf("parse the spec: %w", err)
+	}
+	v, errs := validator.NewValidator(doc)
+	if len(errs) > 0 {
+		return nil, fmt.Errorf("build the validator: %v", errs)
+	}
+	return v, nil
+})
+
+// The document itself is valid OpenAPI 3.1.
+func TestTheSpecIsAValidOpenAPIDocument(t *testing.T) {
+	v, err := specValidator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if ok, errs := v.ValidateDocument(); !ok {
+		for _, e := range errs {
+			t.Error(e.Error())
+		}
+	}
+}
+
+// checkAgainstSpec validates a request the handler served and its answer
+// against the spec, as a client on the wire would see them. A request the
+// spec refuses on purpose (a 400's, a 413's) has only its answer checked.
+func checkAgainstSpec(t *testing.T, row string, req api.Request, resp api.Response) {
+	t.Helper()
+	for _, e := range specErrors(t, req, resp, !refusesInput(resp.Status)) {
+		t.Errorf("%s: %d %s: %s", row, resp.Status, resp.Body, e)
+	}
+}
+
+func refusesInput(status int) bool {
+	return status == http.StatusBadRequest || status == http.StatusRequestEntityTooLarge
+}
+
+// specErrors is what the validator finds wrong with the pair (the request
+// too when withRequest).
+func specErrors(t *testing.T, req api.Request, resp api.Response, withRequest bool) []string {
+	t.Helper()
+	v, err := specValidator()
+	if err != nil {
+		t.Fatal(err)
+	}
+	u := &url.URL{Scheme: "http", Host: "127.0.0.1:8080", Path: req.Path}
+	hr, err := http.NewRequest(req.Method, u.String(), bytes.NewReader(req.Body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	hr.Header = req.Headers.Clone()
+	hr.Header.Set("Authorization", "Bearer a-token-the-gateway-verified")
+	hres := &http.Response{
+		StatusCode: resp.Status, Header: resp.Headers.Clone(), Request: hr,
+		Body: io.NopCloser(bytes.NewReader(resp.Body)), ContentLength: int64(len(resp.Body)),
+	}
+	validate := v.ValidateHttpResponse
+	if withRequest {
+		validate = v.ValidateHttpRequestResponse
+	}
+	var out []string
+	if ok, errs := validate(hr, hres); !ok {
+		for _, e := range errs {
+			out = append(out, fmt.Sprintf("%s (%s)", e.Message, e.Reason))
+			for _, se := range e.SchemaValidationErrors {
+				out = append(out, fmt.Sprintf("  %s: %s", se.FieldPath, se.Reason))
+			}
+		}
+	}
+	return out
+}
+
+// The check can fail: answers the spec does not describe are caught.
+func TestTheSpecCheckCatchesAnswersItDoesNotDescribe(t *testing.T) {
+	req := api.Request{Method: http.MethodPost, Path: "/payments", Headers: http.Header{"Idempotency-Key": {"K1"}, "Content-Type": {"application/json"}}, Body: []byte(body3000)}
+	js := http.Header{"Content-Type": {"application/json"}}
+	for name, resp := range map[string]api.Response{
+		"an undeclared status":         {Status: http.StatusTeapot, Headers: js, Body: []byte(`{}`)},
+		"a payment without its id":     {Status: http.StatusCreated, Headers: js, Body: []byte(`{"state":"SUCCEEDED"}`)},
+		"a state the route never says": {Status: http.StatusCreated, Headers: js, Body: []byte(`{"payment_id":"pay_1","state":"MAYBE"}`)},
+		"a problem of an unknown type": {Status: http.StatusConflict, Headers: http.Header{"Content-Type": {"application/problem+json"}}, Body: []byte(`{"type":"about:blank","title":"x","status":409}`)},
+		"a 202 whose Location is elsewhere": {Status: http.StatusAccepted, Headers: http.Header{"Content-Type": {"application/json"}, "Location": {"https://evil.example/x"}},
+			Body: []byte(`{"payment_id":"pay_1","state":"PROCESSING"}`)},
+	} {
+		if errs := specErrors(t, req, resp, true); len(errs) == 0 {
+			t.Errorf("%s passed the spec check", name)
+		}
+	}
+}
+
+// contractWorld sends requests through the handler and keeps each one's
+// row of the answer table, for the spec check.
+type contractWorld struct {
+	*world
+	t *testing.T
+}
+
+func (c contractWorld) send(row, path, key, body string, arrival time.Time) api.Response {
+	h := http.Header{}
+	if key != "" {
+		h.Set("Idempotency-Key", key)
+	}
+	if body != "" {
+		h.Set("Content-Type", "application/json")
+	}
+	req := api.Request{Method: http.MethodPost, Path: path, Headers: h, Body: []byte(body), Caller: "u1", Arrival: arrival}
+	resp := c.h.Serve(context.Background(), req)
+	checkAgainstSpec(c.t, row, req, resp)
+	return resp
+}
+
+func (c contractWorld) pay(row, key, body string) api.Response {
+	return c.send(row, "/payments", key, body, c.clock.Now())
+}
+
+// Every row of the answer table (README "The HTTP contract"), produced by
+// the real handler over real parts and validated against the OpenAPI
+// document: status, content type, body schema and headers. A row whose
+// status the spec does not declare, or whose body or headers it does not
+// describe, fails here.
+func TestTheAnswerTableMatchesTheSpec(t *testing.T) {
+	seen := map[string]int{}
+	expect := func(t *testing.T, row string, r api.Response, status int, header string) {
+		t.Helper()
+		seen[row] = r.Status
+		if r.Status != status {
+			t.Errorf("%s: %d %s, want %d", row, r.Status, r.Body, status)
+		}
+		if header != "" && r.Headers.Get(header) == "" {
+			t.Errorf("%s: no %s header: %v", row, header, r.Headers)
+		}
+	}
+	declined := strings.Replace(body3000, "pm_card_visa", "pm_card_chargeDeclined", 1)
+
+	t.Run("pay", func(t *testing.T) {
+		c := contractWorld{newWorld(t), t}
+		expect(t, "first request, PSP charged in time", c.pay("201", "K1", body3000), http.StatusCreated, "")
+		expect(t, "repeat, final answer stored", c.pay("201 replay", "K1", body3000), http.StatusCreated, "Idempotent-Replayed")
+		expect(t, "first request, definite decline", c.pay("402", "K2", declined), http.StatusPaymentRequired, "")
+		expect(t, "same key, different fingerprint", c.pay("422", "K1", strings.Replace(body3000, "3000", "3001", 1)), http.StatusUnprocessableEntity, "")
+		expect(t, "missing key", c.pay("400", "", body3000), http.StatusBadRequest, "")
+		expect(t, "invalid body", c.pay("400", "K3", `{"amount":-1}`), http.StatusBadRequest, "")
+		expect(t, "body too large", c.pay("413", "K4", `{"pad":"`+strings.Repeat("x", 20000)+`"}`), http.StatusRequestEntityTooLarge, "")
+		expect(t, "request older than the deadline", c.send("503", "/payments", "K5", body3000, c.clock.Now().Add(-c.timing.Deadline-time.Millisecond)), http.StatusServiceUnavailable, "")
+		noCaller := api.Request{Method: http.MethodPost, Path: "/payments", Headers: http.Header{"Idempotency-Key": {"K6"}, "Content-Type": {"application/json"}}, Body: []byte(body3000), Arrival: c.clock.Now()}
+		r := c.h.Serve(context.Background(), noCaller)
+		checkAgainstSpec(t, "401", noCaller, r)
+		expect(t, "no caller", r, http.StatusUnauthorized, "")
+		c.clock.Advance(2 * time.Hour)
+		if _, found := c.record("u1", "K1"); found {
+			t.Fatal("the key record should read as expired")
+		}
+		expect(t, "key record expired, ledger row exists", c.pay("201 from the ledger", "K1", body3000), http.StatusCreated, "Idempotent-Replayed")
+	})
+
+	t.Run("lost reply", func(t *testing.T) {
+		c := contractWorld{newWorld(t), t}
+		pid := ids.PaymentID(ids.Scope("u1", "K1"))
+		if err := c.sim.AddFault(pspsim.Fault{Match: pspsim.Match{IdempotencyKey: ids.ChargeKey(pid)}, Kind: pspsim.FaultLoseReply, DelayMS: 3000}); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, "PSP reply not in time", c.pay("202", "K1", body3000), http.StatusAccepted, "Location")
+		c.clock.Advance(10 * time.Second)
+		expect(t, "repeat, pointer stored", c.pay("202 replay", "K1", body3000), http.StatusAccepted, "Idempotent-Replayed")
+		expect(t, "resolve of an open payment", c.send("resolve 202", "/payments/K1/resolve", "", "", c.clock.Now()), http.StatusAccepted, "Location")
+	})
+
+	t.Run("in flight and takeover", func(t *testing.T) {
+		c := contractWorld{newWorld(t), t}
+		crashed := false
+		c.hooks.AfterPendingInsert = func(context.Context) error {
+			if !crashed {
+				crashed = true
+				return api.ErrCrash
+			}
+			return nil
+		}
+		c.rebuild()
+		c.h.Serve(context.Background(), api.Request{Method: http.MethodPost, Path: "/payments", Headers: http.Header{"Idempotency-Key": {"K1"}, "Content-Type": {"application/json"}}, Body: []byte(body3000), Caller: "u1", Arrival: c.clock.Now()})
+		expect(t, "repeat while the original runs", c.pay("409", "K1", body3000), http.StatusConflict, "Retry-After")
+		c.clock.Advance(c.timing.Deadline + 2*c.timing.Margin + time.Second)
+		expect(t, "repeat after the owner's lease + margin", c.pay("201 takeover", "K1", body3000), http.StatusCreated, "")
+	})
+
+	t.Run("voided key", func(t *testing.T) {
+		c := contractWorld{newWorld(t), t}
+		expect(t, "resolve of an absent key", c.send("resolve 200 VOID", "/payments/K1/resolve", "", "", c.clock.Now()), http.StatusOK, "")
+		expect(t, "key voided by a resolve call", c.pay("409 voided", "K1", body3000), http.StatusConflict, "")
+		c.pay("201", "K2", body3000)
+		expect(t, "resolve of a known payment", c.send("resolve 201", "/payments/K2/resolve", "", "", c.clock.Now()), http.StatusCreated, "")
+		expect(t, "resolve of a key outside the alphabet", c.send("resolve 400", "/payments/K%20/resolve", "", "", c.clock.Now()), http.StatusBadRequest, "")
+	})
+
+	t.Run("key store down", func(t *testing.T) {
+		c := contractWorld{newWorld(t), t}
+		c.claims = idem.NewStore(unreachableDynamo(), "idem")
+		c.rebuild()
+		expect(t, "key store unavailable", c.pay("201 degraded", "K1", body3000), http.StatusCreated, "")
+	})
+
+	t.Run("ledger down", func(t *testing.T) {
+		c := contractWorld{newWorld(t), t}
+		pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/x?sslmode=disable&connect_timeout=1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pool.Close()
+		c.ledger = ledger.New(pool)
+		c.rebuild()
+		expect(t, "ledger unavailable", c.pay("503 ledger", "K1", body3000), http.StatusServiceUnavailable, "")
+	})
+
+	t.Run("PSP refuses the request", func(t *testing.T) {
+		c := contractWorld{newWorld(t), t}
+		c.refuseCharges(401)
+		expect(t, "PSP invalid request", c.pay("502", "K1", body3000), http.StatusBadGateway, "")
+	})
+
+	t.Run("refund", func(t *testing.T) {
+		c := contractWorld{newWorld(t), t}
+		c.pay("201", "K1", body3000)
+		c.pay("402", "K2", declined)
+		expect(t, "refund of a succeeded payment", c.send("refund 201", "/payments/K1/refund", "R1", "", c.clock.Now()), http.StatusCreated, "")
+		expect(t, "refund repeat", c.send("refund 201 replay", "/payments/K1/refund", "R1", "", c.clock.Now()), http.StatusCreated, "Idempotent-Replayed")
+		expect(t, "refund of an unknown payment", c.send("refund 404", "/payments/K9/refund", "R2", "", c.clock.Now()), http.StatusNotFound, "")
+		expect(t, "refund of a declined payment", c.send("refund 409", "/payments/K2/refund", "R3", "", c.clock.Now()), http.StatusConflict, "")
+		expect(t, "refund without a key", c.send("refund 400", "/payments/K1/refund", "", "", c.clock.Now()), http.StatusBadRequest, "")
+	})
+
+	var rows []string
+	for r, s := range seen {
+		rows = append(rows, fmt.Sprintf("%d %s", s, r))
+	}
+	sort.Strings(rows)
+	t.Logf("%d rows checked against the spec:\n%s", len(rows), strings.Join(rows, "\n"))
+}
