@@ -252,7 +252,13 @@ case "${1:-}" in
     fi
     ;;
   restart-dynamodb)
+    # Only for a run of the emulators alone (the chaos runner's worlds make
+    # their own tables): a live stack holds provisioned tables and a stream
+    # ARN from its start, which a fresh DynamoDB Local would not have.
+    alive stack && die "restart-dynamodb: the live stack runs (make down first): its tables and stream would be gone"
+    alive dynamodb-local || die "restart-dynamodb: no DynamoDB Local of this checkout runs on :$DDB_PORT (pid file $PIDS/dynamodb-local.pid)"
     stop_pid dynamodb-local
+    port_open "$DDB_PORT" && die "restart-dynamodb: :$DDB_PORT still answers after the stop"
     start_ddb
     ;;
   status)

@@ -13,10 +13,6 @@ import (
 	"github.com/aws/jsii-runtime-go"
 )
 
-// FixedResponseContentTypes are the only content types ELBv2 accepts in a
-// fixed-response action (FixedResponseActionConfig.ContentType).
-var FixedResponseContentTypes = []string{"text/plain", "text/css", "text/html", "application/javascript", "application/json"}
-
 // AlbProps configures the ALB front door, the alternative to the HTTP API.
 type AlbProps struct {
 	// CertificateArn of an ACM certificate for DomainName (required: the
@@ -103,8 +99,9 @@ func NewAlbFrontDoor(scope constructs.Construct, id string, props *AlbFrontDoorP
 		Protocol:     awselasticloadbalancingv2.ApplicationProtocol_HTTPS,
 		Certificates: &[]awselasticloadbalancingv2.IListenerCertificate{awselasticloadbalancingv2.ListenerCertificate_FromArn(jsii.String(props.CertificateArn))},
 		SslPolicy:    awselasticloadbalancingv2.SslPolicy_RECOMMENDED_TLS,
-		// ELB refuses any content type outside FixedResponseContentTypes
-		// (application/problem+json included) at deploy time, not at synth.
+		// ELB accepts only text/plain, text/css, text/html,
+		// application/javascript and application/json here, and refuses
+		// problem+json at deploy time, not at synth.
 		DefaultAction: awselasticloadbalancingv2.ListenerAction_FixedResponse(jsii.Number(404), &awselasticloadbalancingv2.FixedResponseOptions{
 			ContentType: jsii.String("application/json"),
 			MessageBody: jsii.String(`{"type":"about:blank","title":"Not Found","status":404}`),

@@ -86,9 +86,6 @@ func NewDataPlane(scope constructs.Construct, id string, props *DataPlaneProps) 
 	if ledger.Vpc == nil {
 		ledger.Vpc = c.Vpc
 	}
-	if ledger.LogRetention == "" {
-		ledger.LogRetention = props.LogRetention
-	}
 	c.Ledger = NewLedger(c.Construct, "Ledger", &ledger)
 	return c
 }

@@ -21,6 +21,11 @@ func variants(t *testing.T) map[string]*synthesized {
 	}
 }
 
+// elbContentTypes are the content types ELBv2 accepts in a fixed response
+// (FixedResponseActionConfig), written here rather than read from the
+// package, so the check does not trust the code it checks.
+var elbContentTypes = []string{"text/plain", "text/css", "text/html", "application/javascript", "application/json"}
+
 // ELB accepts five content types in a fixed response; problem+json, what
 // the API answers with, is not one of them.
 func TestFixedResponsesUseAContentTypeELBAccepts(t *testing.T) {
@@ -37,8 +42,8 @@ func TestFixedResponsesUseAContentTypeELBAccepts(t *testing.T) {
 							continue
 						}
 						seen++
-						if ct, _ := fr["ContentType"].(string); !slices.Contains(oncepay.FixedResponseContentTypes, ct) {
-							t.Errorf("%s: %s: fixed-response content type %q; ELB accepts only %v", name, id, ct, oncepay.FixedResponseContentTypes)
+						if ct, _ := fr["ContentType"].(string); !slices.Contains(elbContentTypes, ct) {
+							t.Errorf("%s: %s: fixed-response content type %q; ELB accepts only %v", name, id, ct, elbContentTypes)
 						}
 					}
 				}
@@ -102,29 +107,20 @@ func TestTheAlbVariantAlarmsOnItsOwn5xx(t *testing.T) {
 	}
 }
 
-// The ledger exports its PostgreSQL log (failed logins, DDL) into a group
-// the stack creates first, with the profile's retention: RDS would make one
-// of its own that never expires.
-func TestTheLedgerExportsItsLogWithRetention(t *testing.T) {
+// The ledger exports its PostgreSQL log (failed logins, and DDL by its
+// parameter group), with no fixed cluster identifier: prod retains the
+// cluster, and a fixed name would fail the redeploy after a destroy.
+func TestTheLedgerExportsItsLog(t *testing.T) {
 	for name, s := range map[string]*synthesized{"sandbox": synth(t, oncepay.ProfileSandbox), "prod": synth(t, oncepay.ProfileProd)} {
-		l := s.stack.Data.Ledger
-		cl := s.resource(t, s.logicalID(t, l.Cluster))
-		props := cl["Properties"].(map[string]any)
-		id, _ := props["DBClusterIdentifier"].(string)
-		if !jsonEqual(props["EnableCloudwatchLogsExports"], []string{"postgresql"}) || id == "" || id != strings.ToLower(id) {
-			t.Errorf("%s: cluster exports %v, identifier %q", name, props["EnableCloudwatchLogsExports"], id)
+		props := s.resource(t, s.logicalID(t, s.stack.Data.Ledger.Cluster))["Properties"].(map[string]any)
+		if !jsonEqual(props["EnableCloudwatchLogsExports"], []string{"postgresql"}) {
+			t.Errorf("%s: cluster exports %v", name, props["EnableCloudwatchLogsExports"])
 		}
-		lg := s.resource(t, s.logicalID(t, l.PostgresLogs))["Properties"].(map[string]any)
-		if lg["LogGroupName"] != "/aws/rds/cluster/"+id+"/postgresql" || lg["RetentionInDays"] == nil {
-			t.Errorf("%s: log group %s", name, show(lg))
+		if id, ok := props["DBClusterIdentifier"]; ok {
+			t.Errorf("%s: a fixed cluster identifier %v", name, id)
 		}
-		deps, _ := cl["DependsOn"].([]any)
-		if !slices.Contains(deps, any(s.logicalID(t, l.PostgresLogs))) {
-			t.Errorf("%s: the cluster does not wait for its log group: DependsOn %v", name, deps)
-		}
-		pg := s.resourcesOfType("AWS::RDS::DBClusterParameterGroup")
 		found := false
-		for _, r := range pg {
+		for _, r := range s.resourcesOfType("AWS::RDS::DBClusterParameterGroup") {
 			if params, _ := r["Properties"].(map[string]any)["Parameters"].(map[string]any); params["log_statement"] == "ddl" {
 				found = true
 			}

@@ -410,7 +410,7 @@ func TestAlarms(t *testing.T) {
 		// Half the 5 s payment deadline.
 		oncepay.AlarmHttpApiLatency: {"AWS/ApiGateway", "Latency", "p99", map[string]any{"ApiId": ref(s.logicalID(t, st.Api.HttpApi))}, 2500},
 		oncepay.AlarmEventsOldest:   {"AWS/SQS", "ApproximateAgeOfOldestMessage", "Maximum", map[string]any{"QueueName": queueName(st.Data.Events.Queue)}, oncepay.EventsOldestMaxSeconds},
-		oncepay.AlarmLedgerCapacity: {"AWS/RDS", "ACUUtilization", "Maximum", map[string]any{"DBClusterIdentifier": ref(s.logicalID(t, st.Data.Ledger.Cluster))}, 90},
+		oncepay.AlarmLedgerCapacity: {"AWS/RDS", "ACUUtilization", "Maximum", map[string]any{"DBInstanceIdentifier": ref(s.logicalID(t, st.Data.Ledger.Cluster.Node().FindChild(jsii.String("Writer"))))}, 90},
 		// 4 ACUs: 8 GiB / 9,531,392 = 901 connections; alarm at 80%.
 		oncepay.AlarmLedgerConnections:   {"AWS/RDS", "DatabaseConnections", "Maximum", map[string]any{"DBClusterIdentifier": ref(s.logicalID(t, st.Data.Ledger.Cluster))}, 720},
 		oncepay.AlarmClaimsReadThrottle:  {"AWS/DynamoDB", "ReadThrottleEvents", "Sum", map[string]any{"TableName": ref(s.logicalID(t, st.Data.Claims.Table))}, 1},

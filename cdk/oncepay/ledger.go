@@ -2,14 +2,13 @@ package oncepay
 
 import (
 	"fmt"
-	"strings"
+	"math"
 	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsrds"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
@@ -48,17 +47,12 @@ type LedgerProps struct {
 	// of the writer: connection pooling for bursts of Lambda instances and
 	// faster failover. The handlers then connect to the proxy.
 	Proxy bool
-	// LogRetention of the exported PostgreSQL log; "" means one year.
-	LogRetention awslogs.RetentionDays
+	// ConnectionsAlarm is the connection count that alarms; 0 means 80% of
+	// LedgerMaxConnections(MaxCapacity), an estimate (check it against
+	// `SHOW max_connections` once deployed).
+	ConnectionsAlarm float64
 	// Override sees the final cluster props before the cluster is created.
 	Override func(*awsrds.DatabaseClusterProps)
-}
-
-func (p *LedgerProps) logRetention() awslogs.RetentionDays {
-	if p.LogRetention == "" {
-		return awslogs.RetentionDays_ONE_YEAR
-	}
-	return p.LogRetention
 }
 
 // Ledger is the payments database: journal, outbox intents, inbox, credits.
@@ -77,9 +71,16 @@ type Ledger struct {
 	// MaxCapacity is the cluster's maximum ACUs, as deployed (after
 	// Override): the connections alarm is sized from it.
 	MaxCapacity float64
-	// PostgresLogs receives the cluster's exported PostgreSQL log (failed
-	// logins, DDL); created before the cluster so its retention holds.
-	PostgresLogs awslogs.LogGroup
+	// ConnectionsAlarm is LedgerProps.ConnectionsAlarm, as given.
+	ConnectionsAlarm float64
+}
+
+// connectionsAlarm is the threshold of the connections alarm.
+func (c *Ledger) connectionsAlarm() float64 {
+	if c.ConnectionsAlarm > 0 {
+		return c.ConnectionsAlarm
+	}
+	return math.Floor(LedgerConnectionsAlarmFraction * LedgerMaxConnections(c.MaxCapacity))
 }
 
 // NewLedger creates the cluster, its secret and its security group.
@@ -150,22 +151,13 @@ func NewLedger(scope constructs.Construct, id string, props *LedgerProps) *Ledge
 	if props.Override != nil {
 		props.Override(cp)
 	}
-	// RDS creates /aws/rds/cluster/<id>/postgresql itself, never expiring,
-	// unless the group exists first; CDK's own retention option would add
-	// a custom-resource function. So the identifier is set (unique to the
-	// path, lower case as RDS stores it) and the group made before the
-	// cluster.
-	if cp.ClusterIdentifier == nil {
-		cp.ClusterIdentifier = jsii.String(strings.ToLower(*awscdk.Names_UniqueResourceName(c.Construct, &awscdk.UniqueResourceNameOptions{MaxLength: jsii.Number(63)})))
-	}
-	c.PostgresLogs = awslogs.NewLogGroup(c.Construct, jsii.String("PostgresLogs"), &awslogs.LogGroupProps{
-		LogGroupName:  jsii.String("/aws/rds/cluster/" + *cp.ClusterIdentifier + "/postgresql"),
-		Retention:     props.logRetention(),
-		RemovalPolicy: props.removalPolicy(),
-	})
-	c.MaxCapacity = *cp.ServerlessV2MaxCapacity
+	// RDS creates /aws/rds/cluster/<id>/postgresql itself, never expiring
+	// (docs/deploy.md: set its retention once). Making the group here would
+	// need a fixed cluster identifier, and prod retains both: a redeploy
+	// after a destroy, or any replacement, would then fail on the names.
+	// CDK's own retention option adds a custom-resource function instead.
+	c.MaxCapacity, c.ConnectionsAlarm = *cp.ServerlessV2MaxCapacity, props.ConnectionsAlarm
 	c.Cluster = awsrds.NewDatabaseCluster(c.Construct, jsii.String("Cluster"), cp)
-	c.Cluster.Node().AddDependency(c.PostgresLogs)
 	// The secret, security group and parameter group follow a retained
 	// cluster: without its password or parameters it is a recovery job, and
 	// deleting them while the cluster uses them fails anyway.

@@ -1,7 +1,6 @@
 package oncepay
 
 import (
-	"math"
 	"sort"
 	"time"
 
@@ -82,9 +81,12 @@ const (
 	LedgerCapacityMaxPercent = 90
 )
 
-// LedgerMaxConnections is Aurora PostgreSQL's max_connections for a
-// Serverless v2 writer at maxACU: LEAST(DBInstanceClassMemory/9531392, 5000)
-// with 2 GiB per ACU (the engine sizes it for the maximum capacity).
+// LedgerMaxConnections estimates Aurora PostgreSQL's max_connections for a
+// Serverless v2 writer at maxACU from the provisioned formula,
+// LEAST(DBInstanceClassMemory/9531392, 5000), at a nominal 2 GiB per ACU.
+// An estimate, not AWS's table (which reserves memory and caps low minimums
+// lower): check `SHOW max_connections` after a deploy and set
+// LedgerProps.ConnectionsAlarm when they differ.
 func LedgerMaxConnections(maxACU float64) float64 {
 	return min(float64(int64(maxACU*2*(1<<30))/9531392), 5000)
 }
@@ -254,10 +256,17 @@ func (c *Monitoring) storeAlarms(s *Stack, period awscdk.Duration) {
 	c.alarm(AlarmEventsOldest, "An event has waited five minutes in the events queue: its merchant's later credits wait behind it (FIFO). Look at the worker's errors; the DLQ takes it after five receives.",
 		s.Data.Events.Queue.MetricApproximateAgeOfOldestMessage(opts("Maximum")), EventsOldestMaxSeconds)
 	l := s.Data.Ledger
-	c.alarm(AlarmLedgerCapacity, "The ledger is at 90% of its maximum ACUs: raise MaxCapacity before a burst has nowhere to scale.",
-		l.Cluster.Metric(jsii.String("ACUUtilization"), opts("Maximum")), LedgerCapacityMaxPercent)
-	c.alarm(AlarmLedgerConnections, "The ledger's connections passed 80% of max_connections: cold starts will be refused logins. Use the proxy (prod) or fewer concurrent functions.",
-		l.Cluster.MetricDatabaseConnections(opts("Maximum")), math.Floor(LedgerConnectionsAlarmFraction*LedgerMaxConnections(l.MaxCapacity)))
+	// The writer's own ACUUtilization: the cluster's figure averages in an
+	// idle reader, behind which a writer at its maximum would hide.
+	writer := l.Cluster.Node().FindChild(jsii.String("Writer")).Node().DefaultChild().(awscdk.CfnResource)
+	c.alarm(AlarmLedgerCapacity, "The ledger's writer is at 90% of its maximum ACUs: raise MaxCapacity before a burst has nowhere to scale.",
+		awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
+			Namespace: jsii.String("AWS/RDS"), MetricName: jsii.String("ACUUtilization"),
+			DimensionsMap: &map[string]*string{"DBInstanceIdentifier": writer.Ref()},
+			Statistic:     jsii.String("Maximum"), Period: period,
+		}), LedgerCapacityMaxPercent)
+	c.alarm(AlarmLedgerConnections, "The ledger's connections passed 80% of max_connections (an estimate from its maximum ACUs unless LedgerProps.ConnectionsAlarm is set): cold starts will be refused logins. Use the proxy (prod) or fewer concurrent functions.",
+		l.Cluster.MetricDatabaseConnections(opts("Maximum")), l.connectionsAlarm())
 	tableMetric := func(t awsdynamodb.Table, name string) awscloudwatch.IMetric {
 		return t.Metric(jsii.String(name), opts("Sum"))
 	}

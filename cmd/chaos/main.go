@@ -7,7 +7,9 @@
 // schedules, once that batch's worlds are closed, it runs -fresh (by
 // default a restart of DynamoDB Local, whose writes slow tenfold as the
 // stream records of deleted tables pile up). Every world makes its own
-// tables, so no schedule sees the restart.
+// tables, so no schedule sees the restart. It is for the emulators alone
+// (`scripts/localcloud.sh up`): the restart refuses while the live stack
+// runs, whose provisioned tables and stream it would take away.
 package main
 
 import (
@@ -18,6 +20,7 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 
 	"github.com/oncepay/oncepay/internal/testkit/chaos"
 )
@@ -29,7 +32,7 @@ func main() {
 	trace := flag.Bool("trace", false, "print every schedule's steps")
 	progress := flag.Int("progress", 100, "print a progress line to stderr every N schedules (0: none)")
 	freshEvery := flag.Int("fresh-every", 0, "run -fresh after every N schedules (0: never)")
-	fresh := flag.String("fresh", "bash scripts/localcloud.sh restart-dynamodb", "the command -fresh-every runs (through sh -c)")
+	fresh := flag.String("fresh", "bash "+filepath.Join(moduleRoot(), "scripts", "localcloud.sh")+" restart-dynamodb", "the command -fresh-every runs (through sh -c)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
@@ -61,5 +64,23 @@ func main() {
 	if err := sum.Err(); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
+	}
+}
+
+// moduleRoot is the nearest directory at or above the working directory
+// holding go.mod (the working directory itself when there is none), so the
+// default -fresh command finds the scripts from anywhere in the checkout.
+func moduleRoot() string {
+	wd, err := os.Getwd()
+	if err != nil {
+		return "."
+	}
+	for dir := wd; ; dir = filepath.Dir(dir) {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir
+		}
+		if filepath.Dir(dir) == dir {
+			return wd
+		}
 	}
 }

@@ -112,9 +112,22 @@ func TestTheSpecCheckCatchesAnswersItDoesNotDescribe(t *testing.T) {
 		"a problem of an unknown type": {Status: http.StatusConflict, Headers: http.Header{"Content-Type": {"application/problem+json"}}, Body: []byte(`{"type":"about:blank","title":"x","status":409}`)},
 		"a 202 whose Location is elsewhere": {Status: http.StatusAccepted, Headers: http.Header{"Content-Type": {"application/json"}, "Location": {"https://evil.example/x"}},
 			Body: []byte(`{"payment_id":"pay_1","state":"PROCESSING"}`)},
+		"a 202 without its Location": {Status: http.StatusAccepted, Headers: http.Header{"Content-Type": {"application/json"}, "Retry-After": {"1"}}, Body: []byte(`{"payment_id":"pay_1","state":"PROCESSING"}`)},
+		"a 201 that says FAILED":     {Status: http.StatusCreated, Headers: js, Body: []byte(`{"payment_id":"pay_1","state":"FAILED","decline_code":"card_declined"}`)},
+		"a 402 that says SUCCEEDED":  {Status: http.StatusPaymentRequired, Headers: js, Body: []byte(`{"payment_id":"pay_1","state":"SUCCEEDED"}`)},
 	} {
 		if errs := specErrors(t, req, resp, true); len(errs) == 0 {
 			t.Errorf("%s passed the spec check", name)
+		}
+	}
+	// A key outside the alphabet is outside the spec too.
+	for _, key := range []string{"K 1", "a/b", `"K1"`, "..", strings.Repeat("k", 256)} {
+		bad := req
+		bad.Headers = req.Headers.Clone()
+		bad.Headers.Set("Idempotency-Key", key)
+		ok := api.Response{Status: http.StatusCreated, Headers: js, Body: []byte(`{"payment_id":"pay_1","state":"SUCCEEDED"}`)}
+		if errs := specErrors(t, bad, ok, true); len(errs) == 0 {
+			t.Errorf("key %.20q passed the spec check", key)
 		}
 	}
 }

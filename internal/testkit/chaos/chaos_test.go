@@ -145,7 +145,13 @@ func TestBatchesRunBetweenAndStopAtItsError(t *testing.T) {
 	var progress strings.Builder
 	calls := 0
 	cfg := chaos.UnderLoad(chaos.Config{First: 910, Runs: 5, Workers: 1, BatchRuns: 2, Progress: &progress, ProgressEvery: 1,
-		Between: func(context.Context) error { calls++; return nil }})
+		Between: func(context.Context) error {
+			calls++
+			if n := chaos.OpenWorlds(); n != 0 {
+				t.Errorf("Between ran with %d worlds open", n)
+			}
+			return nil
+		}})
 	sum := runMany(t, cfg)
 	if sum.Runs != 5 || calls != 2 {
 		t.Fatalf("played %d schedules with %d calls between; want 5 and 2", sum.Runs, calls)
@@ -154,6 +160,28 @@ func TestBatchesRunBetweenAndStopAtItsError(t *testing.T) {
 		if !strings.Contains(progress.String(), fmt.Sprintf("chaos: %d/5 schedules", i)) {
 			t.Fatalf("no progress line for schedule %d:\n%s", i, progress.String())
 		}
+	}
+	// Each seed once: the progress lines name no seed, but a violation
+	// line does, and under load every schedule reports one when played
+	// beside another world; alone (Workers 1) none. So play the batches
+	// with two workers and count each seed's violation line.
+	var twice strings.Builder
+	cfg2 := chaos.UnderLoad(chaos.Config{First: 920, Runs: 5, Workers: 2, BatchRuns: 2, Progress: &twice, ProgressEvery: 100,
+		Between: func(context.Context) error { return nil }})
+	if _, err := chaos.RunMany(ctx, cfg2); err != nil {
+		t.Fatal(err)
+	}
+	for seed := 920; seed < 925; seed++ {
+		if n := strings.Count(twice.String(), fmt.Sprintf("chaos: seed %d:", seed)); n != 1 {
+			t.Errorf("seed %d played %d times", seed, n)
+		}
+	}
+	// A run cut short (an interrupt between batches) is an error, never a
+	// clean summary of fewer schedules.
+	cut, cancel := context.WithCancel(ctx)
+	cfg.Progress, cfg.Between = nil, func(context.Context) error { cancel(); return nil }
+	if sum, err := chaos.RunMany(cut, cfg); err == nil || sum.Runs >= 5 {
+		t.Errorf("an interrupted run: %d schedules, err %v; want an error and fewer than 5", sum.Runs, err)
 	}
 	stop := errors.New("emulator did not come back")
 	cfg.Progress, cfg.Between = nil, func(context.Context) error { return stop }

@@ -6,3 +6,6 @@ func UnderLoad(cfg Config) Config {
 	cfg.underLoad = true
 	return cfg
 }
+
+// OpenWorlds is how many worlds RunMany has open now.
+func OpenWorlds() int64 { return openWorlds.Load() }

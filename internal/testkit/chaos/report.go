@@ -6,6 +6,7 @@ import (
 	"io"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/oncepay/oncepay/internal/testkit/story"
@@ -176,10 +177,17 @@ func RunMany(ctx context.Context, cfg Config) (Summary, error) {
 		}
 		err = runBatch(ctx, cfg, &sum, cfg.First+uint64(off), min(batch, cfg.Runs-off), start)
 	}
+	if err == nil && sum.Runs < cfg.Runs {
+		err = fmt.Errorf("chaos: stopped after %d of %d schedules: %w", sum.Runs, cfg.Runs, context.Cause(ctx))
+	}
 	sum.Elapsed = time.Since(start)
 	sort.Slice(sum.Failed, func(i, j int) bool { return sum.Failed[i].Seed < sum.Failed[j].Seed })
 	return sum, err
 }
+
+// openWorlds counts the worlds RunMany has open, for the test that Between
+// sees none.
+var openWorlds atomic.Int64
 
 // runBatch plays n schedules from seed first on fresh worlds, adding to sum,
 // and closes its worlds before it returns.
@@ -202,11 +210,13 @@ func runBatch(ctx context.Context, cfg Config, sum *Summary, first uint64, n int
 				}
 				return
 			}
+			openWorlds.Add(1)
 			open := true
 			closeWorld := func() {
 				if open {
 					r.w.Close()
 					open = false
+					openWorlds.Add(-1)
 				}
 			}
 			played := 0
@@ -233,6 +243,7 @@ func runBatch(ctx context.Context, cfg Config, sum *Summary, first uint64, n int
 					var next *Runner
 					if next, err = newWorld(ctx, opts); err == nil {
 						r, open = next, true
+						openWorlds.Add(1)
 					}
 				}
 				if err != nil {

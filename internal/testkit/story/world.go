@@ -251,9 +251,12 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 		w.log = quiet
 	}
 	w.Table = &Table{clock: w.Clock, t0: t0}
+	// The world being built, kept apart from the named result: a failed
+	// step returns nil, and closing that would panic instead of cleaning up.
+	built := w
 	defer func() {
 		if err != nil {
-			w.Close()
+			built.Close()
 		}
 	}()
 
