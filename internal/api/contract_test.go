@@ -13,7 +13,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/pb33f/libopenapi"
 	validator "github.com/pb33f/libopenapi-validator"
 
@@ -21,7 +20,6 @@ import (
 	"github.com/oncepay/oncepay/internal/apispec"
 	"github.com/oncepay/oncepay/internal/idem"
 	"github.com/oncepay/oncepay/internal/ids"
-	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
 )
 
@@ -211,14 +209,7 @@ func TestTheAnswerTableMatchesTheSpec(t *testing.T) {
 
 	t.Run("in flight and takeover", func(t *testing.T) {
 		c := contractWorld{newWorld(t), t}
-		crashed := false
-		c.hooks.AfterPendingInsert = func(context.Context) error {
-			if !crashed {
-				crashed = true
-				return api.ErrCrash
-			}
-			return nil
-		}
+		c.hooks.AfterPendingInsert = crashOnce()
 		c.rebuild()
 		c.h.Serve(context.Background(), api.Request{Method: http.MethodPost, Path: "/payments", Headers: http.Header{"Idempotency-Key": {"K1"}, "Content-Type": {"application/json"}}, Body: []byte(body3000), Caller: "u1", Arrival: c.clock.Now()})
 		expect(t, "repeat while the original runs", c.pay("409", "K1", body3000), http.StatusConflict, "Retry-After")
@@ -244,12 +235,7 @@ func TestTheAnswerTableMatchesTheSpec(t *testing.T) {
 
 	t.Run("ledger down", func(t *testing.T) {
 		c := contractWorld{newWorld(t), t}
-		pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/x?sslmode=disable&connect_timeout=1")
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer pool.Close()
-		c.ledger = ledger.New(pool)
+		c.ledger = unreachableLedger(t)
 		c.rebuild()
 		expect(t, "ledger unavailable", c.pay("503 ledger", "K1", body3000), http.StatusServiceUnavailable, "")
 	})

@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/api"
 	"github.com/oncepay/oncepay/internal/config"
@@ -358,12 +357,7 @@ func TestKeyStoreDownThePaymentStillHappensOnce(t *testing.T) {
 
 func TestLedgerDownIs503AndNoPSPCall(t *testing.T) {
 	w := newWorld(t)
-	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/x?sslmode=disable&connect_timeout=1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	w.ledger = ledger.New(pool)
+	w.ledger = unreachableLedger(t)
 	w.rebuild()
 	r := w.pay("u1", "K1", body3000)
 	if a := expectStatus(t, r, http.StatusServiceUnavailable); !strings.HasSuffix(a.Type, "/ledger-unavailable") {

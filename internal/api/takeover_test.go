@@ -83,14 +83,7 @@ func (w *world) intents(pid string) []string {
 // before it writes anything more: the row stays PENDING with one charge.
 func crashAfterCharging(t *testing.T, w *world, key string) string {
 	t.Helper()
-	crashed := false
-	w.hooks.AfterPSPReply = func(context.Context) error {
-		if !crashed {
-			crashed = true
-			return api.ErrCrash
-		}
-		return nil
-	}
+	w.hooks.AfterPSPReply = crashOnce()
 	w.rebuild()
 	if r := w.pay("u1", key, body3000); r.Status != http.StatusInternalServerError {
 		t.Fatalf("crashed owner answered %d %s", r.Status, r.Body)

@@ -147,3 +147,26 @@ func unreachableDynamo() *dynamodb.Client {
 		Credentials: aws.AnonymousCredentials{}, RetryMaxAttempts: 1,
 	})
 }
+
+// crashOnce is a crash point that crashes its first pass only.
+func crashOnce() func(context.Context) error {
+	crashed := false
+	return func(context.Context) error {
+		if !crashed {
+			crashed = true
+			return api.ErrCrash
+		}
+		return nil
+	}
+}
+
+// unreachableLedger is a ledger whose pool connects nowhere.
+func unreachableLedger(t *testing.T) *ledger.Store {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), "postgres://postgres@127.0.0.1:1/x?sslmode=disable&connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return ledger.New(pool)
+}
