@@ -10,7 +10,6 @@ import (
 	"testing"
 	"time"
 
-
 	"github.com/oncepay/oncepay/internal/api"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/idem"
