@@ -119,7 +119,7 @@ func TestTheSpecCheckCatchesAnswersItDoesNotDescribe(t *testing.T) {
 		}
 	}
 	// A key outside the alphabet is outside the spec too.
-	for _, key := range []string{"K 1", "a/b", `"K1"`, "..", strings.Repeat("k", 256)} {
+	for _, key := range []string{"K 1", "a/b", `"K1`, `"K1";a=1`, `".."`, "..", strings.Repeat("k", 256), `"` + strings.Repeat("k", 256) + `"`} {
 		bad := req
 		bad.Headers = req.Headers.Clone()
 		bad.Headers.Set("Idempotency-Key", key)

@@ -47,8 +47,10 @@ func (h *Handler) pay(ctx context.Context, r Request) Response {
 		h.d.Log.Info("refused: older than the deadline", "arrival", r.Arrival, "age_ms", now.Sub(r.Arrival).Milliseconds())
 		return problemResponse(problem.DeadlineExceeded())
 	}
-	key := r.Headers.Get("Idempotency-Key")
-	if err := payment.ValidateKey(key); err != nil {
+	// Both forms of the header, `"K1"` (the IETF draft's) and `K1`, name
+	// the key K1 and so the same scope.
+	key, err := payment.KeyFromHeader(r.Headers.Get("Idempotency-Key"))
+	if err != nil {
 		return badRequest(err)
 	}
 	if len(r.Body) > payment.MaxBodyBytes {

@@ -42,6 +42,37 @@ func TestFirstPaymentChargesOnceAndTheRepeatReplays(t *testing.T) {
 	}
 }
 
+// TestBothFormsOfTheKeyNameOneScope (issue 17 item 9): the IETF draft's
+// structured-field form `"K1"` and Stripe's bare `K1` are one key, so a
+// retry that changes form replays; a malformed structured value is a 400
+// that runs nothing.
+func TestBothFormsOfTheKeyNameOneScope(t *testing.T) {
+	w := newWorld(t)
+	first := w.pay("u1", `"K1"`, body3000)
+	a := expectStatus(t, first, http.StatusCreated)
+	if a.PaymentID != ids.PaymentID(ids.Scope("u1", "K1")) {
+		t.Fatalf("the quoted key's payment %q is not K1's", a.PaymentID)
+	}
+	for _, k := range []string{"K1", ` "K1"`} {
+		again := w.pay("u1", k, body3000)
+		if again.Status != http.StatusCreated || string(again.Body) != string(first.Body) || !replayedHeader(again) {
+			t.Errorf("retry with %q: %d %s replayed=%v, want the replay", k, again.Status, again.Body, replayedHeader(again))
+		}
+	}
+	for _, k := range []string{`"K2`, `"K2";v=1`, `"K2", "K3"`, `"K 2"`} {
+		r := w.pay("u1", k, body3000)
+		if r.Status != http.StatusBadRequest || r.Headers.Get("Content-Type") != "application/problem+json" {
+			t.Errorf("key %q: %d %s, want a 400 problem", k, r.Status, r.Body)
+		}
+	}
+	if n := len(w.charges()); n != 1 {
+		t.Errorf("%d charges, want 1", n)
+	}
+	if n := w.countRows(`SELECT count(*) FROM payments`); n != 1 {
+		t.Errorf("%d payment rows, want 1", n)
+	}
+}
+
 func TestSixtyFourConcurrentDuplicatesMakeOneCharge(t *testing.T) {
 	w := newWorld(t)
 	w.timing = config.Default() // 64 requests share one process's small pool: give them the real deadline

@@ -65,8 +65,8 @@ func (h *Handler) refund(ctx context.Context, r Request, paymentKey string) Resp
 	if now.After(deadline) {
 		return problemResponse(problem.DeadlineExceeded())
 	}
-	refundKey := r.Headers.Get("Idempotency-Key")
-	if err := payment.ValidateKey(refundKey); err != nil {
+	refundKey, err := payment.KeyFromHeader(r.Headers.Get("Idempotency-Key"))
+	if err != nil {
 		return badRequest(err)
 	}
 	pid := ids.PaymentID(ids.Scope(r.Caller, paymentKey))

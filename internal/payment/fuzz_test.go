@@ -321,3 +321,50 @@ func percentSpelling(s string, mask uint64) string {
 	}
 	return b.String()
 }
+
+// FuzzKeyFromHeader: a header value starting with a quote is read as an
+// RFC 8941 String (httpsfv) and any other as the bare key; whatever is
+// accepted is a valid key, the quoted spelling of every valid key reads
+// back as that key (both forms, one scope), and a refusal is a FieldError
+// on the header that never holds the value.
+func FuzzKeyFromHeader(f *testing.F) {
+	for _, s := range []string{"K1", `"K1"`, ` "K1" `, `"K1";a=1`, `"K1`, `"a b"`, `"a\"b"`, `"a\\b"`, `""`, `"K1", "K2"`, `"é"`, `"."`, "\"K1\"\t"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		key, err := KeyFromHeader(v)
+		if err != nil {
+			var fe *FieldError
+			if !errors.As(err, &fe) || fe.Field != FieldKey {
+				t.Fatalf("KeyFromHeader(%q) = %v, want a FieldError on %s", v, err, FieldKey)
+			}
+			if inner := strings.Trim(v, " \t\""); len(inner) >= 8 && strings.Contains(fe.Error(), inner) {
+				t.Fatalf("the refusal of %q echoes it: %v", v, err)
+			}
+			return
+		}
+		if ValidateKey(key) != nil {
+			t.Fatalf("KeyFromHeader(%q) accepted the invalid key %q", v, key)
+		}
+		// A valid key has nothing to escape: its quoted form is "key".
+		if back, err := KeyFromHeader(`"` + key + `"`); err != nil || back != key {
+			t.Fatalf("the structured form of %q reads %q, %v", key, back, err)
+		}
+		if back, err := KeyFromHeader(key); err != nil || back != key {
+			t.Fatalf("the bare form of %q reads %q, %v", key, back, err)
+		}
+	})
+}
+
+func TestKeyFromHeaderReadsBothFormsAsOneKey(t *testing.T) {
+	for v, want := range map[string]string{"K1": "K1", `"K1"`: "K1", ` "K1" `: "K1", "\"0192f0c4-5b7e\"": "0192f0c4-5b7e"} {
+		if got, err := KeyFromHeader(v); err != nil || got != want {
+			t.Errorf("KeyFromHeader(%q) = %q, %v; want %q", v, got, err, want)
+		}
+	}
+	for _, v := range []string{`"K1`, `"K1";a=1`, `"K1", "K2"`, `"a b"`, `"a\"b"`, `""`, `"."`, `"K1"x`, `"\u00e9"`} {
+		if got, err := KeyFromHeader(v); err == nil {
+			t.Errorf("KeyFromHeader(%q) = %q, want a 400", v, got)
+		}
+	}
+}

@@ -1,6 +1,11 @@
 package payment
 
-import "fmt"
+import (
+	"fmt"
+	"strings"
+
+	"github.com/dunglas/httpsfv"
+)
 
 // FieldKey is the Field of a FieldError about the Idempotency-Key header.
 const FieldKey = "Idempotency-Key"
@@ -55,4 +60,35 @@ func inKeyAlphabet(c byte) bool {
 		return true
 	}
 	return c == '-' || c == '.' || c == '_' || c == '~'
+}
+
+// KeyFromHeader returns the key an Idempotency-Key header value carries, in
+// either of its two forms: the IETF draft's (draft-ietf-httpapi-idempotency-
+// key-header: an RFC 8941 structured-field String, quoted on the wire,
+// `"K1"`) or the bare form Stripe's clients send (`K1`). Both name the same
+// key, so a client that switches forms keeps its scope. A value that starts
+// with a quote is the structured form and must parse as one String with no
+// parameters (the draft defines none, and one this server ignored could
+// change a key's meaning); the key inside must pass ValidateKey either way.
+func KeyFromHeader(v string) (string, error) {
+	v = strings.Trim(v, " \t") // optional whitespace around a field value
+	if !strings.HasPrefix(v, `"`) {
+		return v, ValidateKey(v)
+	}
+	// httpsfv is RFC 8941's parser (the one the httpwg test suite runs
+	// against); a bare key is not parsed by it, since a bare `123` or
+	// `a:b` would read as an Integer or fail as a Token.
+	item, err := httpsfv.UnmarshalItem([]string{v})
+	if err != nil {
+		// Fixed text: the parser's message names positions of the value.
+		return "", fieldErr(FieldKey, "starts with a quote but is not a structured-field String (RFC 8941)")
+	}
+	s, ok := item.Value.(string)
+	switch {
+	case !ok:
+		return "", fieldErr(FieldKey, "starts with a quote but is not a structured-field String (RFC 8941)")
+	case item.Params != nil && len(item.Params.Names()) > 0:
+		return "", fieldErr(FieldKey, "a structured-field key must have no parameters")
+	}
+	return s, ValidateKey(s)
 }
