@@ -102,7 +102,12 @@ func subscribe(ctx context.Context, sqsc *sqs.Client, snsc *sns.Client, topicArn
 		return nil, err
 	}
 	name := "oncepay-blackbox-" + testenv.RandomID(6)
-	q, err := sqsc.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name)})
+	// A short visibility timeout: a receive whose reply is lost (CI saw
+	// two pushes go missing with a receive's reply) hands its pushes out
+	// again two seconds later, not after SQS's default 30 s, past the
+	// case's look. The reader counts each SQS message once.
+	q, err := sqsc.CreateQueue(ctx, &sqs.CreateQueueInput{QueueName: aws.String(name),
+		Attributes: map[string]string{string(sqstypes.QueueAttributeNameVisibilityTimeout): "2"}})
 	if err != nil {
 		return nil, fmt.Errorf("create the suite's push queue: %w", err)
 	}

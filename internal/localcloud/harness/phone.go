@@ -3,6 +3,7 @@ package harness
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -25,13 +26,24 @@ type PushQueueAPI interface {
 // PushQueue reads the pushes a topic delivers to a subscribed SQS queue:
 // each message is the notify.Data document of the message's "sqs" key, raw
 // or inside SNS's notification envelope.
+//
+// A push is one SQS message, returned once: a message received again (its
+// visibility ran out before the delete landed, or a receive's reply was
+// lost and the queue handed it out anew) is deleted and not counted twice,
+// so a reader over a queue with a short visibility timeout loses no push to
+// a lost reply and invents none.
 type PushQueue struct {
 	api PushQueueAPI
 	url string
+
+	mu   sync.Mutex
+	seen map[string]bool // SQS message ids returned so far
 }
 
 // NewPushQueue returns a reader of the queue at url.
-func NewPushQueue(api PushQueueAPI, url string) *PushQueue { return &PushQueue{api: api, url: url} }
+func NewPushQueue(api PushQueueAPI, url string) *PushQueue {
+	return &PushQueue{api: api, url: url, seen: map[string]bool{}}
+}
 
 // Collect receives and deletes every push now in the queue and returns them
 // in the order received. It blocks until a receive comes back empty.
@@ -64,20 +76,33 @@ func (q *PushQueue) receive(ctx context.Context, waitSeconds int32) ([]notify.Da
 	if len(out.Messages) == 0 {
 		return nil, nil
 	}
+	// Every message is deleted and every push in the batch returned, even
+	// when one message is no push: stopping at it would leave the rest to
+	// come back after the visibility timeout, late or after a case looked.
 	var pushes []notify.Data
+	var bad []error
 	var del []sqstypes.DeleteMessageBatchRequestEntry
+	q.mu.Lock()
 	for i, m := range out.Messages {
+		del = append(del, sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), ReceiptHandle: m.ReceiptHandle})
+		if id := aws.ToString(m.MessageId); id != "" {
+			if q.seen[id] {
+				continue
+			}
+			q.seen[id] = true
+		}
 		d, err := decodePush(aws.ToString(m.Body))
 		if err != nil {
-			return pushes, err
+			bad = append(bad, err)
+			continue
 		}
 		pushes = append(pushes, d)
-		del = append(del, sqstypes.DeleteMessageBatchRequestEntry{Id: aws.String(fmt.Sprint(i)), ReceiptHandle: m.ReceiptHandle})
 	}
+	q.mu.Unlock()
 	if _, err := q.api.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(q.url), Entries: del}); err != nil {
-		return pushes, fmt.Errorf("harness: delete pushes: %w", err)
+		bad = append(bad, fmt.Errorf("harness: delete pushes: %w", err))
 	}
-	return pushes, nil
+	return pushes, errors.Join(bad...)
 }
 
 func decodePush(body string) (notify.Data, error) {

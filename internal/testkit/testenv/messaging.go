@@ -196,3 +196,17 @@ func Messages(t testing.TB, client *sqs.Client, url string) []sqstypes.Message {
 
 // String renders a queue for failure messages.
 func (q Queue) String() string { return fmt.Sprintf("queue %s", q.URL) }
+
+// AWSConfig is the SDK configuration for the local cloud (moto, DynamoDB
+// Local), for code that takes an aws.Config rather than a client.
+func AWSConfig(t testing.TB) aws.Config {
+	t.Helper()
+	return awsConfig(t)
+}
+
+// NewQueueWith creates a standard queue with attrs (VisibilityTimeout, ...),
+// deleted when the test ends.
+func NewQueueWith(t testing.TB, client *sqs.Client, attrs map[string]string) Queue {
+	t.Helper()
+	return createQueue(t, client, "t-std-"+RandomID(6), attrs)
+}
