@@ -79,13 +79,8 @@ RACE_PKGS := ./internal/api/ ./internal/idem/ ./internal/outbox/ ./internal/rela
 	./internal/payment/ ./internal/metrics/ ./internal/testkit/faultnet/ ./internal/testkit/callcount/ \
 	./internal/localcloud/lambdarun/ ./internal/localcloud/trigger/ ./internal/localcloud/phone/
 
-# TEST_P: one package more than the cores. The live-stack package spends
-# most of its minutes waiting (a killed worker's batch stays invisible for
-# the queue's 180 s), and at -p 2 it held one of the two slots idle
-# (CI: 298 s of a 507 s test-unit).
-TEST_P ?= $(shell echo $$(( $$(nproc) + 1 )))
 test-unit: ## go test ./... (unit, integration against the running local cloud, CDK stack tests); prints the skip count
-	@rc=0; $(BIN)/gotestsum --format pkgname-and-test-fails --jsonfile $(LOCAL)/test.json -- -p $(TEST_P) -count=1 -timeout 15m ./... || rc=$$?; \
+	@rc=0; $(BIN)/gotestsum --format pkgname-and-test-fails --jsonfile $(LOCAL)/test.json -- -count=1 -timeout 15m ./... || rc=$$?; \
 	  bash scripts/testsummary.sh $(LOCAL)/test.json; exit $$rc
 
 test-race: ## the race detector over the packages that hold concurrency

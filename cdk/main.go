@@ -5,7 +5,6 @@
 //	oncepay:profile                  sandbox (default) or prod
 //	oncepay:pspSecretArn             complete ARN of an existing PSP secret (default: a placeholder secret is created)
 //	oncepay:pspUrl                   a Stripe-compatible base URL (default: Stripe)
-//	oncepay:pspSecretRevision        any label; change it to make the functions re-read the PSP secret
 //	oncepay:jwtIssuer                an external JWT issuer (default: a Cognito user pool in the stack)
 //	oncepay:jwtAudience              its audiences, comma-separated
 //	oncepay:albCertificateArn        ACM certificate: adds the ALB front door

@@ -130,7 +130,6 @@ func BenchmarkLambdaWarmInvoke(b *testing.B) {
 		stackenv.OutboxTable + "=" + testenv.NewTable(b, db, "event_id"),
 		stackenv.LedgerDSN + "=" + dsn,
 		stackenv.PSPURL + "=" + psp.URL,
-		"ONCEPAY_PSP_API_KEY=sk_test_oncepay_local",
 	}
 
 	type variant struct {

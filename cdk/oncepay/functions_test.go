@@ -140,7 +140,7 @@ func TestFunctionEnvironment(t *testing.T) {
 	ledger := map[string]string{stackenv.LedgerDSN: dsn, stackenv.LedgerEndpoint: host, oncepay.EnvLedgerAppUser: "oncepay_app"}
 	timing := map[string]string{"ONCEPAY_DEADLINE": "5s", "ONCEPAY_CLOCK_MARGIN": "1s", "ONCEPAY_CLIENT_TIMEOUT": "10s",
 		"ONCEPAY_PRESTAMP_WAIT": "500ms", "ONCEPAY_KEY_WINDOW": "1h0m0s"}
-	apiKey := map[string]string{oncepay.EnvPSPAPIKey: "{{resolve:secretsmanager:" + secret + ":SecretString:api_key::}}", oncepay.EnvPSPSecretRevision: "1"}
+	apiKey := map[string]string{oncepay.EnvPSPSecretArn: secret}
 	join := func(ms ...map[string]string) map[string]string {
 		out := map[string]string{}
 		for _, m := range ms {
@@ -162,8 +162,7 @@ func TestFunctionEnvironment(t *testing.T) {
 		"worker":   {st.Worker.Function, join(ledger, push)},
 		"resolver": {st.Resolver, join(ledger, timing, apiKey, map[string]string{stackenv.IdemTable: claims, stackenv.OutboxTable: outbox})},
 		"webhook": {st.Webhook, join(ledger, map[string]string{
-			stackenv.OutboxTable: outbox, oncepay.EnvPSPSecretRevision: "1",
-			oncepay.EnvWebhookSecret: "{{resolve:secretsmanager:" + secret + ":SecretString:webhook_secret::}}"})},
+			stackenv.OutboxTable: outbox, oncepay.EnvPSPSecretArn: secret})},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -174,7 +173,7 @@ func TestFunctionEnvironment(t *testing.T) {
 	}
 	m := env(st.Migration.Function)
 	if m[stackenv.LedgerSecretArn] != "${"+s.logicalID(t, st.Data.Ledger.Secret)+"}" || m[stackenv.LedgerEndpoint] != host ||
-		m[oncepay.EnvLedgerAppUser] != "oncepay_app" || m["PARAMETERS_SECRETS_EXTENSION_HTTP_PORT"] != "2773" {
+		m[oncepay.EnvLedgerAppUser] != "oncepay_app" || len(m) != 3 {
 		t.Errorf("migrate environment: %s", show(m))
 	}
 	for name, c := range cases {
@@ -585,9 +584,8 @@ func TestMigration(t *testing.T) {
 			}
 		}
 	}
-	layers := show(propsOf(t, s.json, fn)["Layers"])
-	if !strings.Contains(layers, "Fn::FindInMap") {
-		t.Errorf("no Parameters and Secrets extension layer: %s", layers)
+	if layers, ok := propsOf(t, s.json, fn)["Layers"]; ok {
+		t.Errorf("the migration function has layers (it reads its secret itself): %s", show(layers))
 	}
 }
 

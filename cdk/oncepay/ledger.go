@@ -278,7 +278,7 @@ func (c *Ledger) ConnectAdmin(fn *GoFunction) {
 	}
 	c.SecurityGroup.AddIngressRule(fn.SecurityGroup, awsec2.Port_Tcp(jsii.Number(LedgerPort)),
 		jsii.String("PostgreSQL from the "+fn.Name+" function"), nil)
-	fn.Grant([]string{"secretsmanager:GetSecretValue", "secretsmanager:DescribeSecret"}, c.Secret.SecretArn())
+	fn.Grant([]string{"secretsmanager:GetSecretValue"}, c.Secret.SecretArn())
 	fn.grantKey(c.Key, []string{"kms:Decrypt"})
 	fn.SetEnv(map[string]*string{
 		EnvLedgerSecretArn: c.Secret.SecretArn(),

@@ -63,11 +63,9 @@ func NewLedgerMigration(scope constructs.Construct, id string, props *LedgerMigr
 		RemovalPolicy:   props.RemovalPolicy,
 		Description:     "oncepay migrate: applies the ledger schema at deploy time (CloudFormation custom resource)",
 		Override: func(fp *awslambda.FunctionProps) {
-			// The admin password reaches the function through AWS's
-			// Parameters and Secrets extension (an HTTP call on localhost,
-			// no SDK in the binary), never through its environment.
-			fp.ParamsAndSecrets = awslambda.ParamsAndSecretsLayerVersion_FromVersion(awslambda.ParamsAndSecretsVersions_V1_0_103,
-				&awslambda.ParamsAndSecretsOptions{CacheEnabled: jsii.Bool(false)})
+			// The admin password is read from Secrets Manager at run time
+			// (ConnectAdmin grants it), never put in the environment; no
+			// layer, so nothing depends on a per-Region layer ARN.
 			fp.CurrentVersionOptions = &awslambda.VersionOptions{RemovalPolicy: awscdk.RemovalPolicy_DESTROY}
 		},
 	})

@@ -152,8 +152,12 @@ func (p Profile) UserPoolFeaturePlan() awscognito.FeaturePlan {
 
 // Context keys cdk/main.go reads into StackProps (see StackPropsFromContext).
 const (
-	ContextPSPSecretArn            = "oncepay:pspSecretArn"
-	ContextPSPURL                  = "oncepay:pspUrl"
+	ContextPSPSecretArn = "oncepay:pspSecretArn"
+	ContextPSPURL       = "oncepay:pspUrl"
+	// ContextPSPSecretRevision is refused: it made the functions re-read a
+	// secret CloudFormation had put in their environment; they read it at
+	// run time now (Psp), and a context that does nothing must not look
+	// as if it did.
 	ContextPSPSecretRevision       = "oncepay:pspSecretRevision"
 	ContextJWTIssuer               = "oncepay:jwtIssuer"
 	ContextJWTAudience             = "oncepay:jwtAudience"
@@ -192,8 +196,11 @@ func StackPropsFromContext(scope constructs.Construct) (*StackProps, error) {
 		}
 		return out
 	}
+	if v, _ := str(ContextPSPSecretRevision); v != "" {
+		return nil, fmt.Errorf("oncepay: context %s is gone: the functions read the PSP secret at run time (within 5 minutes of a put-secret-value), with no deploy", ContextPSPSecretRevision)
+	}
 	get := map[string]string{}
-	for _, k := range []string{ContextPSPSecretArn, ContextPSPURL, ContextPSPSecretRevision, ContextJWTIssuer, ContextJWTAudience, ContextAlbCertificateArn,
+	for _, k := range []string{ContextPSPSecretArn, ContextPSPURL, ContextJWTIssuer, ContextJWTAudience, ContextAlbCertificateArn,
 		ContextAlbDomainName, ContextAlbCognitoDomainPrefix, ContextPlatformApplicationArns, ContextLedgerProxy, ContextResolverConcurrency} {
 		if get[k], err = str(k); err != nil {
 			return nil, err
@@ -201,7 +208,7 @@ func StackPropsFromContext(scope constructs.Construct) (*StackProps, error) {
 	}
 	p := &StackProps{
 		Profile:                 profile,
-		Psp:                     PspProps{SecretArn: get[ContextPSPSecretArn], URL: get[ContextPSPURL], Revision: get[ContextPSPSecretRevision]},
+		Psp:                     PspProps{SecretArn: get[ContextPSPSecretArn], URL: get[ContextPSPURL]},
 		Auth:                    AuthProps{Issuer: get[ContextJWTIssuer], Audience: list(get[ContextJWTAudience])},
 		PlatformApplicationArns: list(get[ContextPlatformApplicationArns]),
 	}

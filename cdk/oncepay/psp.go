@@ -5,12 +5,14 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssecretsmanager"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
+
+	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 // PSP secret fields (JSON keys of the secret string).
 const (
-	PSPSecretAPIKey        = "api_key"        // Stripe secret key, sk_test_… in a sandbox
-	PSPSecretWebhookSecret = "webhook_secret" // Stripe endpoint signing secret, whsec_…
+	PSPSecretAPIKey        = stackenv.PSPSecretAPIKey        // Stripe secret key, sk_test_… in a sandbox
+	PSPSecretWebhookSecret = stackenv.PSPSecretWebhookSecret // Stripe endpoint signing secret, whsec_…
 )
 
 // PspProps configures how the functions reach the PSP.
@@ -25,44 +27,32 @@ type PspProps struct {
 	// URL of a Stripe-compatible API (stripe-mock, the simulator); "" is
 	// Stripe itself.
 	URL string
-	// Revision is any label; changing it makes CloudFormation update the
-	// functions and so re-read the secret (see Psp).
-	Revision string
 }
 
-// Psp is the PSP's credentials and address. The handlers read the API key
-// from ONCEPAY_PSP_API_KEY and the webhook signing secret from
-// ONCEPAY_WEBHOOK_SECRET (internal/boot, internal/webhook); CloudFormation
-// fills both from the secret at deploy time with a dynamic reference, so the
-// template and the cloud assembly never hold the values. The values do sit in
-// the functions' configuration (encrypted at rest, readable by whoever may
-// call lambda:GetFunctionConfiguration), and a new secret value reaches the
-// functions on the next deploy that updates them: change Revision.
+// Psp is the PSP's credentials and address. A function given them
+// (GrantRead) holds the secret's ARN in ONCEPAY_PSP_SECRET_ARN, never a
+// value, and reads the fields it needs at run time through a five-minute
+// cache (internal/secrets): the api and resolver the API key, the webhook
+// the signing secret. So lambda:GetFunctionConfiguration shows no secret,
+// and a value put into the secret reaches warm functions within the cache's
+// five minutes, with no deploy.
 type Psp struct {
 	constructs.Construct
 	Secret awssecretsmanager.ISecret
 	// Key encrypts a created secret; nil for an imported one.
-	Key      awskms.IKey
-	URL      string
-	Revision string
+	Key awskms.IKey
+	URL string
 }
 
-// Environment variables the PSP values are injected as.
-const (
-	EnvPSPAPIKey         = "ONCEPAY_PSP_API_KEY"
-	EnvWebhookSecret     = "ONCEPAY_WEBHOOK_SECRET"
-	EnvPSPSecretRevision = "ONCEPAY_PSP_SECRET_REVISION"
-)
+// EnvPSPSecretArn is the variable the secret's ARN is given in.
+const EnvPSPSecretArn = stackenv.PSPSecretArn
 
 // NewPsp creates the placeholder secret or imports the given one.
 func NewPsp(scope constructs.Construct, id string, props *PspProps) *Psp {
 	if props == nil {
 		props = &PspProps{}
 	}
-	c := &Psp{Construct: constructs.NewConstruct(scope, jsii.String(id)), URL: props.URL, Revision: props.Revision}
-	if c.Revision == "" {
-		c.Revision = "1"
-	}
+	c := &Psp{Construct: constructs.NewConstruct(scope, jsii.String(id)), URL: props.URL}
 	if props.SecretArn != "" {
 		c.Secret = awssecretsmanager.Secret_FromSecretCompleteArn(c.Construct, jsii.String("Secret"), jsii.String(props.SecretArn))
 		return c
@@ -89,19 +79,15 @@ func NewPsp(scope constructs.Construct, id string, props *PspProps) *Psp {
 	return c
 }
 
-// InjectAPIKey gives fn the PSP's API key and URL.
-func (c *Psp) InjectAPIKey(fn *GoFunction) { c.inject(fn, EnvPSPAPIKey, PSPSecretAPIKey) }
-
-// InjectWebhookSecret gives fn the webhook signing secret.
-func (c *Psp) InjectWebhookSecret(fn *GoFunction) {
-	c.inject(fn, EnvWebhookSecret, PSPSecretWebhookSecret)
-}
-
-func (c *Psp) inject(fn *GoFunction, name, field string) {
-	env := map[string]*string{
-		name:                 c.Secret.SecretValueFromJson(jsii.String(field)).UnsafeUnwrap(),
-		EnvPSPSecretRevision: jsii.String(c.Revision),
-	}
+// GrantRead lets fn read the PSP secret at run time: the ARN in its
+// environment, secretsmanager:GetSecretValue on that one secret, and
+// kms:Decrypt on the key the stack made for it (an imported secret's own
+// key is the deployer's to grant, see PspProps.SecretArn). The PSP's URL
+// comes with it.
+func (c *Psp) GrantRead(fn *GoFunction) {
+	fn.Grant([]string{"secretsmanager:GetSecretValue"}, c.Secret.SecretArn())
+	fn.grantKey(c.Key, []string{"kms:Decrypt"})
+	env := map[string]*string{EnvPSPSecretArn: c.Secret.SecretArn()}
 	if c.URL != "" {
 		env[EnvPSPURL] = jsii.String(c.URL)
 	}

@@ -219,7 +219,7 @@ func (s *Stack) addFunctions(props *StackProps) {
 		Description:         "oncepay resolver: settles UNKNOWN and stale PENDING payments by replaying the PSP call with the same key; re-drives events the worker has not processed",
 	})
 	d.Ledger.Connect(s.Resolver, LedgerAppUser)
-	s.Psp.InjectAPIKey(s.Resolver)
+	s.Psp.GrantRead(s.Resolver)
 	s.grantOutboxPut(s.Resolver)
 	// The outbox sweep's re-drive: an UpdateItem that rewrites an item the
 	// worker has not processed, so its stream carries a new record.
@@ -249,7 +249,7 @@ func (s *Stack) addFunctions(props *StackProps) {
 		Description:   "oncepay webhook: POST /webhooks/psp, Stripe-signed events -> inbox + allowed state moves",
 	})
 	d.Ledger.Connect(s.Webhook, LedgerAppUser)
-	s.Psp.InjectWebhookSecret(s.Webhook)
+	s.Psp.GrantRead(s.Webhook)
 	s.grantOutboxPut(s.Webhook)
 	suppress(cfn(s.Webhook.Function), "Serverless-LambdaDLQ",
 		"Invoked synchronously by API Gateway (or the ALB): a failure answers the PSP with a 5xx and the PSP redelivers the event (Stripe retries for days); Lambda never queues these events.")

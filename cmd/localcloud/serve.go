@@ -17,6 +17,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
+	"github.com/oncepay/oncepay/internal/awsclient"
 	"github.com/oncepay/oncepay/internal/awsclient/fullconfig"
 	"github.com/oncepay/oncepay/internal/awsclient/sqsclient"
 	"github.com/oncepay/oncepay/internal/awsclient/streamsclient"
@@ -26,7 +27,7 @@ import (
 	"github.com/oncepay/oncepay/internal/localcloud/lambdarun"
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 	"github.com/oncepay/oncepay/internal/localcloud/provision"
-	"github.com/oncepay/oncepay/internal/localcloud/secretsext"
+	"github.com/oncepay/oncepay/internal/localcloud/secretsgate"
 	"github.com/oncepay/oncepay/internal/localcloud/stack"
 	"github.com/oncepay/oncepay/internal/localcloud/trigger"
 )
@@ -34,8 +35,9 @@ import (
 // liveRunner runs every template function as its bootstrap under
 // aws-lambda-rie (lambdarun), with the environment `up` resolved for it,
 // and before any trigger starts it plays the template's custom resources
-// through it as CloudFormation would (the ledger migration is one), with the
-// Parameters and Secrets extension the migration reads its secret from.
+// through it as CloudFormation would (the ledger migration is one). The
+// functions reach Secrets Manager through the gate (localcloud/secretsgate),
+// which serves each what its role grants on AWS.
 func liveRunner(c provision.Config, awsCfg aws.Config, log *slog.Logger) stack.NewRunner {
 	return func(ctx context.Context, tpl *provision.Template, phys map[string]provision.Physical) (stack.Runner, error) {
 		root, err := localenv.Root()
@@ -46,33 +48,37 @@ func liveRunner(c provision.Config, awsCfg aws.Config, log *slog.Logger) stack.N
 		if err != nil {
 			return nil, err
 		}
+		sm := secretsmanager.NewFromConfig(awsCfg)
+		// Each function's session token names it to the gate, which serves
+		// it only what the template's role gives it on AWS.
+		callers, err := provision.SecretCallers(tpl, c.Evaluator(tpl, phys, sm), envs)
+		if err != nil {
+			return nil, err
+		}
+		gate, gateURL, err := serveSecretsGate(c.Region, sm, callers)
+		if err != nil {
+			return nil, err
+		}
+		for _, env := range envs {
+			env[awsclient.ServiceEndpointVar("Secrets Manager")] = gateURL
+		}
 		fns, err := lambdarun.FromTemplate(c.Template, envs, lambdarun.Config{Root: root})
 		if err != nil {
+			_ = gate.Close()
 			return nil, err
 		}
 		built, err := lambdarun.Build(ctx, root, fns)
 		if err != nil {
+			_ = gate.Close()
 			return nil, err
 		}
 		log.Info("function bootstraps built for the host", "changed", built)
 		r, err := lambdarun.New(fns, lambdarun.Config{Root: root})
 		if err != nil {
+			_ = gate.Close()
 			return nil, err
 		}
-		sm := secretsmanager.NewFromConfig(awsCfg)
-		// Each function's session token names it to the extension, which
-		// serves it only what the template's layer and role give it on AWS.
-		callers, err := provision.ExtensionCallers(tpl, c.Evaluator(tpl, phys, sm), envs)
-		if err != nil {
-			_ = r.Close()
-			return nil, err
-		}
-		ext, err := serveExtension(envs, sm, callers)
-		if err != nil {
-			_ = r.Close()
-			return nil, err
-		}
-		lr := &runnerWithExtension{Runner: r, ext: ext}
+		lr := &runnerWithGate{Runner: r, gate: gate}
 		d := customresource.Driver{Invoker: r, Evaluator: c.Evaluator(tpl, phys, sm), StateDir: c.StateDir, Log: log}
 		outs, err := d.Run(ctx)
 		if err != nil {
@@ -86,35 +92,29 @@ func liveRunner(c provision.Config, awsCfg aws.Config, log *slog.Logger) stack.N
 	}
 }
 
-// runnerWithExtension stops the secrets extension with the runner.
-type runnerWithExtension struct {
+// runnerWithGate stops the Secrets Manager gate with the runner.
+type runnerWithGate struct {
 	*lambdarun.Runner
-	ext *http.Server
+	gate *http.Server
 }
 
-func (r *runnerWithExtension) Close() error {
-	_ = r.ext.Close()
+func (r *runnerWithGate) Close() error {
+	_ = r.gate.Close()
 	return r.Runner.Close()
 }
 
-// serveExtension starts the Parameters and Secrets extension stand-in on
-// the port the template gives the functions that use it (2773 by default),
-// on 127.0.0.1 only, for the callers provision.ExtensionCallers found.
-func serveExtension(envs map[string]map[string]string, sm secretsext.Secrets, callers map[string]secretsext.Caller) (*http.Server, error) {
-	port := "2773"
-	for _, env := range envs {
-		if p := env["PARAMETERS_SECRETS_EXTENSION_HTTP_PORT"]; p != "" {
-			port = p
-		}
-	}
-	srv := &http.Server{Addr: "127.0.0.1:" + port, ReadHeaderTimeout: 5 * time.Second,
-		Handler: &secretsext.Handler{Secrets: sm, Callers: callers}}
-	ln, err := net.Listen("tcp", srv.Addr)
+// serveSecretsGate starts the Secrets Manager gate for the callers
+// provision.SecretCallers found, on a port of its own on 127.0.0.1, and
+// returns its URL: the functions' AWS_ENDPOINT_URL_SECRETS_MANAGER.
+func serveSecretsGate(region string, sm secretsgate.Secrets, callers map[string]secretsgate.Caller) (*http.Server, string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
-		return nil, fmt.Errorf("localcloud: the secrets extension: %w", err)
+		return nil, "", fmt.Errorf("localcloud: the Secrets Manager gate: %w", err)
 	}
+	srv := &http.Server{ReadHeaderTimeout: 5 * time.Second,
+		Handler: &secretsgate.Handler{Secrets: sm, Region: region, Callers: callers}}
 	go func() { _ = srv.Serve(ln) }()
-	return srv, nil
+	return srv, "http://" + ln.Addr().String(), nil
 }
 
 // frontDoor serves the template's HTTP API routes over the runner on the

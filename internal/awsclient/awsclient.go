@@ -152,3 +152,20 @@ func ServiceEndpointVar(sdkID string) string {
 func Emulated(service string) bool {
 	return os.Getenv("AWS_ENDPOINT_URL") != "" || os.Getenv("AWS_ENDPOINT_URL_"+service) != ""
 }
+
+// BaseEndpoint is the endpoint configured for the service with SDK ID sdkID
+// ("Secrets Manager"), as the SDK's own clients pick it: AWS_ENDPOINT_URL_<ID>,
+// else cfg.BaseEndpoint (AWS_ENDPOINT_URL), unless
+// AWS_IGNORE_CONFIGURED_ENDPOINT_URLS is true. "" means the service's
+// public endpoint. For callers that make a service's call without its SDK
+// client (internal/secrets).
+func BaseEndpoint(cfg aws.Config, sdkID string) (string, error) {
+	ignore, _, err := envSource{}.GetIgnoreConfiguredEndpoints(context.Background())
+	if err != nil || ignore {
+		return "", err
+	}
+	if u := os.Getenv(ServiceEndpointVar(sdkID)); u != "" {
+		return u, nil
+	}
+	return aws.ToString(cfg.BaseEndpoint), nil
+}

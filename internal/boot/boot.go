@@ -21,6 +21,7 @@ import (
 	"github.com/oncepay/oncepay/internal/idem"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/psp"
+	"github.com/oncepay/oncepay/internal/secrets"
 	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
@@ -107,16 +108,54 @@ func iamAuth(ctx context.Context, pc *pgxpool.Config) error {
 	return nil
 }
 
-// PSP returns the PSP client for ONCEPAY_PSP_URL (empty: Stripe itself) with
-// the key in ONCEPAY_PSP_API_KEY.
-func PSP(log *slog.Logger) (*psp.Client, error) {
-	key := os.Getenv("ONCEPAY_PSP_API_KEY")
-	if key == "" {
-		// The simulator and stripe-mock accept any key; Stripe does not,
-		// and a deployment sets the variable from Secrets Manager.
-		key = "sk_test_oncepay_local"
+// LocalPSPKey is the key a process without ONCEPAY_PSP_SECRET_ARN uses: the
+// simulator and stripe-mock accept any key, Stripe does not.
+const LocalPSPKey = "sk_test_oncepay_local"
+
+// initRead bounds the secret reads made while a function initializes.
+const initRead = 3 * time.Second
+
+// Secret returns a reader of one field of the JSON secret named by the
+// variable arnVar, through a Secrets Manager cache (internal/secrets): what
+// the functions read the PSP's key and webhook secret with. It reads the
+// field once now, in the init phase, so the first request does not wait for
+// Secrets Manager; a failure then is logged, and the first request tries
+// again. ok is false when arnVar is unset.
+func Secret(ctx context.Context, cfg aws.Config, log *slog.Logger, arnVar, field string) (read func(context.Context) (string, error), ok bool, err error) {
+	arn := os.Getenv(arnVar)
+	if arn == "" {
+		return nil, false, nil
 	}
-	return psp.New(psp.Config{APIKey: key, BaseURL: os.Getenv(stackenv.PSPURL), Logger: log})
+	store, err := secrets.New(cfg, secrets.Options{Logger: log})
+	if err != nil {
+		return nil, false, fmt.Errorf("boot: %w", err)
+	}
+	read = func(ctx context.Context) (string, error) { return store.Field(ctx, arn, field) }
+	ictx, cancel := context.WithTimeout(ctx, initRead)
+	defer cancel()
+	if _, err := read(ictx); err != nil {
+		log.Warn("secret not read at init; the first request reads it", "var", arnVar, "field", field, "err", err)
+	}
+	return read, true, nil
+}
+
+// PSP returns the PSP client for ONCEPAY_PSP_URL (empty: Stripe itself). Its
+// API key is the api_key field of the secret ONCEPAY_PSP_SECRET_ARN, read at
+// run time and cached for minutes (a rolled key is used without a deploy);
+// without the variable (a local tool against the simulator) it is
+// LocalPSPKey.
+func PSP(ctx context.Context, cfg aws.Config, log *slog.Logger) (*psp.Client, error) {
+	pc := psp.Config{BaseURL: os.Getenv(stackenv.PSPURL), Logger: log}
+	key, ok, err := Secret(ctx, cfg, log, stackenv.PSPSecretArn, stackenv.PSPSecretAPIKey)
+	switch {
+	case err != nil:
+		return nil, err
+	case ok:
+		pc.Key = key
+	default:
+		pc.APIKey = LocalPSPKey
+	}
+	return psp.New(pc)
 }
 
 // Outbox returns the outbox publisher over ONCEPAY_OUTBOX_TABLE, or nil when
@@ -158,7 +197,7 @@ func PaymentsFromEnv(ctx context.Context, log *slog.Logger) (Payments, error) {
 	if p.Pool, err = Ledger(ctx); err != nil {
 		return Payments{}, err
 	}
-	if p.PSP, err = PSP(log); err != nil {
+	if p.PSP, err = PSP(ctx, p.AWS, log); err != nil {
 		return Payments{}, fmt.Errorf("boot: psp: %w", err)
 	}
 	return p, nil

@@ -2,6 +2,7 @@ package psp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -65,7 +66,8 @@ func (r ChargeRequest) check() error {
 // failure. A card that needs 3-D Secure is Declined (authentication_required:
 // the charge is confirmed with error_on_requires_action); a bank debit
 // still processing is Pending. A non-nil error (ErrInvalidRequest, ErrKeyReuse) means the PSP
-// definitely did not charge.
+// definitely did not charge; ErrNotSent means it was not asked (its API key
+// could not be read), which the caller must not read as a refusal.
 func (c *Client) Charge(ctx context.Context, req ChargeRequest) (Result, error) {
 	if err := req.check(); err != nil {
 		return Result{}, err
@@ -94,10 +96,14 @@ func (c *Client) Charge(ctx context.Context, req ChargeRequest) (Result, error) 
 	}
 	params.SetIdempotencyKey(req.IdempotencyKey)
 
+	key, kerr := c.apiKey(ctx)
+	if kerr != nil {
+		return Result{}, fmt.Errorf("charge payment %s: %w", req.PaymentID, kerr)
+	}
 	start := time.Now()
 	params.Context = ctx
 	pi := &stripe.PaymentIntent{}
-	err := c.api.Call(http.MethodPost, "/v1/payment_intents", c.key, params, pi)
+	err := c.api.Call(http.MethodPost, "/v1/payment_intents", key, params, pi)
 	res, err := c.settle(err, func() Result { return fromPaymentIntent(pi) })
 	c.logCall(ctx, "charge", req.PaymentID, start, res, err)
 	if err != nil {
@@ -113,9 +119,13 @@ func (c *Client) Retrieve(ctx context.Context, paymentIntentID string) (Result, 
 	if paymentIntentID == "" {
 		return Result{}, fmt.Errorf("%w: empty payment intent id", ErrInvalidRequest)
 	}
+	key, kerr := c.apiKey(ctx)
+	if kerr != nil {
+		return Result{}, fmt.Errorf("retrieve payment intent %s: %w", paymentIntentID, kerr)
+	}
 	start := time.Now()
 	pi := &stripe.PaymentIntent{}
-	err := c.api.Call(http.MethodGet, stripe.FormatURLPath("/v1/payment_intents/%s", paymentIntentID), c.key,
+	err := c.api.Call(http.MethodGet, stripe.FormatURLPath("/v1/payment_intents/%s", paymentIntentID), key,
 		&stripe.PaymentIntentRetrieveParams{Params: stripe.Params{Context: ctx}}, pi)
 	res, err := c.settle(err, func() Result { return fromPaymentIntent(pi) })
 	paymentID := ""
@@ -151,6 +161,10 @@ func (c *Client) Lookup(ctx context.Context, paymentID string) (Result, error) {
 			Limit:   stripe.Int64(10),
 		},
 	}
+	key, kerr := c.apiKey(ctx)
+	if kerr != nil {
+		return Result{}, fmt.Errorf("lookup payment %s: %w", paymentID, kerr)
+	}
 	start := time.Now()
 	// Every page, read as stripe-go's search iterator reads them (a raw call
 	// with the form-encoded query: Backend.Call cannot take search params),
@@ -162,7 +176,7 @@ func (c *Client) Lookup(ctx context.Context, paymentID string) (Result, error) {
 	var err error
 	for {
 		page := &stripe.PaymentIntentSearchResult{}
-		if err = c.api.CallRaw(http.MethodGet, "/v1/payment_intents/search", c.key, []byte(query.Encode()), params.GetParams(), page); err != nil {
+		if err = c.api.CallRaw(http.MethodGet, "/v1/payment_intents/search", key, []byte(query.Encode()), params.GetParams(), page); err != nil {
 			break
 		}
 		if page.LastResponse != nil {
@@ -269,10 +283,14 @@ func (c *Client) Refund(ctx context.Context, req RefundRequest) (Result, error) 
 	}
 	params.SetIdempotencyKey(req.IdempotencyKey)
 
+	key, kerr := c.apiKey(ctx)
+	if kerr != nil {
+		return Result{}, fmt.Errorf("refund %s: %w", target, kerr)
+	}
 	start := time.Now()
 	params.Context = ctx
 	rf := &stripe.Refund{}
-	err := c.api.Call(http.MethodPost, "/v1/refunds", c.key, params, rf)
+	err := c.api.Call(http.MethodPost, "/v1/refunds", key, params, rf)
 	res, err := c.settle(err, func() Result { return fromRefund(rf) })
 	c.logCall(ctx, "refund", req.PaymentID, start, res, err)
 	if err != nil {
@@ -290,9 +308,13 @@ func (c *Client) RetrieveRefund(ctx context.Context, refundID string) (Result, e
 	if refundID == "" {
 		return Result{}, fmt.Errorf("%w: empty refund id", ErrInvalidRequest)
 	}
+	key, kerr := c.apiKey(ctx)
+	if kerr != nil {
+		return Result{}, fmt.Errorf("retrieve refund %s: %w", refundID, kerr)
+	}
 	start := time.Now()
 	rf := &stripe.Refund{}
-	err := c.api.Call(http.MethodGet, stripe.FormatURLPath("/v1/refunds/%s", refundID), c.key,
+	err := c.api.Call(http.MethodGet, stripe.FormatURLPath("/v1/refunds/%s", refundID), key,
 		&stripe.RefundRetrieveParams{Params: stripe.Params{Context: ctx}}, rf)
 	res, err := c.settle(err, func() Result { return fromRefund(rf) })
 	paymentID := ""
@@ -333,6 +355,10 @@ func (c *Client) FindRefund(ctx context.Context, paymentIntentID, chargeID, paym
 		params.PaymentIntent = stripe.String(paymentIntentID)
 		target = paymentIntentID
 	}
+	key, kerr := c.apiKey(ctx)
+	if kerr != nil {
+		return Result{}, fmt.Errorf("find refunds of %s: %w", target, kerr)
+	}
 	start := time.Now()
 	var found []*stripe.Refund
 	status := 0
@@ -344,7 +370,7 @@ func (c *Client) FindRefund(ctx context.Context, paymentIntentID, chargeID, paym
 		page := &stripe.RefundList{}
 		query := &form.Values{}
 		form.AppendTo(query, params)
-		if err = c.api.CallRaw(http.MethodGet, "/v1/refunds", c.key, []byte(query.Encode()), params.GetParams(), page); err != nil {
+		if err = c.api.CallRaw(http.MethodGet, "/v1/refunds", key, []byte(query.Encode()), params.GetParams(), page); err != nil {
 			break
 		}
 		if page.LastResponse != nil {
@@ -429,4 +455,17 @@ func (c *Client) logCall(ctx context.Context, op, paymentID string, start time.T
 	default:
 		c.log.Log(ctx, slog.LevelInfo, "psp call", attrs...)
 	}
+}
+
+// apiKey is the key for one call. When it cannot be read the call is not
+// sent, and the error says so (ErrNotSent), never that the PSP refused.
+func (c *Client) apiKey(ctx context.Context) (string, error) {
+	k, err := c.key(ctx)
+	if err == nil && k == "" {
+		err = errors.New("empty")
+	}
+	if err != nil {
+		return "", fmt.Errorf("%w: the API key: %w", ErrNotSent, err)
+	}
+	return k, nil
 }

@@ -99,7 +99,8 @@ func TestContractStripeMock(t *testing.T) {
 	params.AddExtra("not_a_stripe_parameter", "1")
 	params.SetIdempotencyKey("pay_contract:bogus")
 	params.Context = ctx
-	err = raw.api.Call(http.MethodPost, "/v1/payment_intents", raw.key, params, &stripe.PaymentIntent{})
+	key, _ := raw.key(ctx)
+	err = raw.api.Call(http.MethodPost, "/v1/payment_intents", key, params, &stripe.PaymentIntent{})
 	if _, cerr := classifyError(err); !errors.Is(cerr, ErrInvalidRequest) {
 		t.Fatalf("unknown parameter: classified %v, want ErrInvalidRequest (is stripe-mock validating?)", cerr)
 	}

@@ -12,6 +12,7 @@
 package psp
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -93,6 +94,11 @@ var (
 	// ErrKeyReuse: the Idempotency-Key was first used with other parameters
 	// (Stripe's idempotency_error). Nothing ran; it is a bug upstream.
 	ErrKeyReuse = errors.New("psp: idempotency key reused with different parameters")
+	// ErrNotSent: the call was not made, because its API key could not be
+	// read. Nothing ran at the PSP, yet it is no refusal of the payment:
+	// the same call may be made again (it is not ErrInvalidRequest, which
+	// would settle a payment as failed).
+	ErrNotSent = errors.New("psp: not sent")
 	// ErrInvalidWebhook: a webhook whose signature, timestamp or body does
 	// not check out.
 	ErrInvalidWebhook = errors.New("psp: invalid webhook")
@@ -128,9 +134,14 @@ func (e *APIError) Error() string {
 
 // Config configures a Client.
 type Config struct {
-	// APIKey is the PSP secret key (from Secrets Manager in a deployment;
-	// any non-empty value for stripe-mock and the simulator).
+	// APIKey is a fixed PSP secret key (any non-empty value for
+	// stripe-mock and the simulator).
 	APIKey string
+	// Key, instead of APIKey, gives the key for each call: a deployment's
+	// functions read it from Secrets Manager with a short cache
+	// (boot.PSP), so a rolled key is used without a deploy. When it fails
+	// the call is not sent: ErrNotSent.
+	Key func(ctx context.Context) (string, error)
 	// BaseURL is the API's base URL; empty means Stripe's
 	// (https://api.stripe.com).
 	BaseURL string
@@ -150,14 +161,21 @@ type Client struct {
 	// services, which cost the api's bootstrap ~130 KB of code and type
 	// data, over the 10 MiB budget (issue 9).
 	api stripe.Backend
-	key string
+	key func(ctx context.Context) (string, error)
 	log *slog.Logger
 }
 
 // New builds a Client from cfg.
 func New(cfg Config) (*Client, error) {
-	if cfg.APIKey == "" {
+	key := cfg.Key
+	switch {
+	case key != nil && cfg.APIKey != "":
+		return nil, fmt.Errorf("%w: psp.Config has both APIKey and Key", ErrInvalidRequest)
+	case key == nil && cfg.APIKey == "":
 		return nil, fmt.Errorf("%w: psp.Config.APIKey is empty", ErrInvalidRequest)
+	case key == nil:
+		fixed := cfg.APIKey
+		key = func(context.Context) (string, error) { return fixed, nil }
 	}
 	backendCfg := &stripe.BackendConfig{
 		HTTPClient: cfg.HTTPClient,
@@ -185,5 +203,5 @@ func New(cfg Config) (*Client, error) {
 		log = slog.Default()
 	}
 	api := stripe.GetBackendWithConfig(stripe.APIBackend, backendCfg)
-	return &Client{api: api, key: cfg.APIKey, log: log.With("component", "psp")}, nil
+	return &Client{api: api, key: key, log: log.With("component", "psp")}, nil
 }

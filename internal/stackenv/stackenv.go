@@ -36,11 +36,19 @@ var OutputVars = map[string]string{
 	"LedgerEndpoint":  LedgerEndpoint,
 }
 
-// The PSP's webhook signing secret: the webhook function reads it from
-// WebhookSecret (the stack resolves it from the PSP secret), and the local
-// cloud hands the same value to the PSP simulator in PSPSimWebhookSecret, so
-// the simulator signs with what the function verifies.
+// The PSP's credentials: the functions get the PSP secret's ARN in
+// PSPSecretArn, never a value, and read its fields at run time
+// (internal/secrets): the api and the resolver PSPSecretAPIKey, the webhook
+// PSPSecretWebhookSecret. The local cloud hands the webhook secret to the
+// PSP simulator in PSPSimWebhookSecret, so the simulator signs with what
+// the function verifies.
 const (
-	WebhookSecret       = "ONCEPAY_WEBHOOK_SECRET"
-	PSPSimWebhookSecret = "PSPSIM_WEBHOOK_SECRET"
+	PSPSecretArn           = "ONCEPAY_PSP_SECRET_ARN"
+	PSPSecretAPIKey        = "api_key"        // Stripe secret key, sk_test_… in a sandbox
+	PSPSecretWebhookSecret = "webhook_secret" // Stripe endpoint signing secret, whsec_…
+	PSPSimWebhookSecret    = "PSPSIM_WEBHOOK_SECRET"
+	// WebhookSecret holds a fixed signing secret for a webhook handler run
+	// outside the stack (cmd/frontdoor, a benchmark); a function of the
+	// stack never has it (a stack test checks), it reads PSPSecretArn.
+	WebhookSecret = "ONCEPAY_WEBHOOK_SECRET"
 )

@@ -10,13 +10,16 @@ import (
 	"github.com/oncepay/oncepay/internal/boot"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/metrics"
+	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 // Environment variables of the webhook function.
 const (
-	// EnvSecret holds the endpoint's signing secret (in AWS, injected from
-	// Secrets Manager by the stack).
-	EnvSecret = "ONCEPAY_WEBHOOK_SECRET"
+	// EnvSecret holds a fixed signing secret, for a handler run outside the
+	// stack (cmd/frontdoor, a benchmark). The stack's function has none: it
+	// reads the PSP secret's webhook_secret (ONCEPAY_PSP_SECRET_ARN) at run
+	// time.
+	EnvSecret = stackenv.WebhookSecret
 	// EnvTolerance is the signature timestamp tolerance (a Go duration;
 	// default 300s).
 	EnvTolerance = "ONCEPAY_WEBHOOK_TOLERANCE"
@@ -25,11 +28,22 @@ const (
 // FromEnv builds a Handler with every collaborator taken from the
 // environment: what the Lambda function runs.
 func FromEnv(ctx context.Context, log *slog.Logger) (*Handler, error) {
-	secret, err := boot.Require(EnvSecret)
+	awsCfg, err := boot.AWS(ctx)
 	if err != nil {
 		return nil, err
 	}
-	cfg := Config{Secret: secret}
+	var cfg Config
+	read, ok, err := boot.Secret(ctx, awsCfg, log, stackenv.PSPSecretArn, stackenv.PSPSecretWebhookSecret)
+	switch {
+	case err != nil:
+		return nil, err
+	case ok:
+		cfg.SecretFrom = read
+	default:
+		if cfg.Secret, err = boot.Require(EnvSecret); err != nil {
+			return nil, fmt.Errorf("webhook: neither %s nor %s is set: %w", stackenv.PSPSecretArn, EnvSecret, err)
+		}
+	}
 	if v := os.Getenv(EnvTolerance); v != "" {
 		if cfg.Tolerance, err = time.ParseDuration(v); err != nil {
 			return nil, fmt.Errorf("webhook: %s: %w", EnvTolerance, err)
@@ -40,10 +54,6 @@ func FromEnv(ctx context.Context, log *slog.Logger) (*Handler, error) {
 		return nil, err
 	}
 	d := Deps{Ledger: ledger.New(pool), Log: log, Metrics: metrics.New(os.Stdout, "webhook")}
-	awsCfg, err := boot.AWS(ctx)
-	if err != nil {
-		return nil, err
-	}
 	if pub, err := boot.Outbox(awsCfg, log); err != nil {
 		return nil, err
 	} else if pub != nil {

@@ -84,8 +84,15 @@ type Publisher interface {
 
 // Config configures a Handler.
 type Config struct {
-	// Secret is the endpoint's signing secret (whsec_...), required.
+	// Secret is the endpoint's signing secret (whsec_...). Exactly one of
+	// Secret and SecretFrom is set.
 	Secret string
+	// SecretFrom reads the signing secret for each delivery: the function
+	// reads the PSP secret's webhook_secret from Secrets Manager through a
+	// short cache (boot.Secret), so a rolled secret needs no deploy. A
+	// delivery it cannot read the secret for is answered 500, and the PSP
+	// delivers it again.
+	SecretFrom func(ctx context.Context) (string, error)
 	// Tolerance is how old a signature's timestamp may be (default 300 s):
 	// an older one is a replay and is refused.
 	Tolerance time.Duration
@@ -109,8 +116,8 @@ type Handler struct {
 
 // New returns a Handler.
 func New(cfg Config, d Deps) (*Handler, error) {
-	if cfg.Secret == "" {
-		return nil, errors.New("webhook: Config.Secret is required")
+	if (cfg.Secret == "") == (cfg.SecretFrom == nil) {
+		return nil, errors.New("webhook: exactly one of Config.Secret and Config.SecretFrom is required")
 	}
 	if cfg.Tolerance == 0 {
 		cfg.Tolerance = 300 * time.Second
@@ -150,7 +157,16 @@ func (h *Handler) Serve(ctx context.Context, method, path string, hdr http.Heade
 	case len(body) > MaxBodyBytes:
 		return problemResponse(problem.TooLarge(MaxBodyBytes))
 	}
-	ev, err := psp.ParseWebhook(body, hdr.Get("Stripe-Signature"), h.cfg.Secret, h.cfg.Tolerance)
+	secret := h.cfg.Secret
+	if h.cfg.SecretFrom != nil {
+		var err error
+		if secret, err = h.cfg.SecretFrom(ctx); err != nil {
+			h.d.Log.Error("webhook secret not read; nothing verified or changed, the PSP will deliver it again", "err", err)
+			h.d.Metrics.Count("WebhookErrors", 1)
+			return problemResponse(problem.Internal())
+		}
+	}
+	ev, err := psp.ParseWebhook(body, hdr.Get("Stripe-Signature"), secret, h.cfg.Tolerance)
 	if err != nil {
 		// The reason goes to the log, not to whoever sent it.
 		h.d.Log.Warn("webhook refused", "err", err)

@@ -5,9 +5,9 @@
 // and holds no more than data privileges. Create and Update migrate; Delete
 // leaves the schema to the data it holds.
 //
-// The admin password comes from the ledger secret through the AWS
-// Parameters and Secrets Lambda extension on localhost, so the binary needs
-// no Secrets Manager client and the password never sits in the environment.
+// The admin password is read from the ledger secret at run time
+// (internal/secrets, uncached: a deploy reads it once), so it never sits in
+// the environment, and no Region-specific layer is needed to fetch it.
 package main
 
 import (
@@ -15,9 +15,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"net/url"
-	"os"
 	"regexp"
 	"time"
 
@@ -28,6 +26,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/boot"
 	"github.com/oncepay/oncepay/internal/ledger/migrations"
+	"github.com/oncepay/oncepay/internal/secrets"
 	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
@@ -101,35 +100,26 @@ func adminDSN(ctx context.Context, db string) (string, error) {
 	return u.String(), nil
 }
 
-// secretString asks the Parameters and Secrets extension for the secret.
+// secretString reads the secret, as the function's role may (the stack
+// grants GetSecretValue on this one secret).
 func secretString(ctx context.Context, arn string) (string, error) {
-	port := os.Getenv("PARAMETERS_SECRETS_EXTENSION_HTTP_PORT")
-	if port == "" {
-		port = "2773"
-	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet,
-		"http://localhost:"+port+"/secretsmanager/get?secretId="+url.QueryEscape(arn), nil)
+	cfg, err := boot.AWS(ctx)
 	if err != nil {
 		return "", err
 	}
-	req.Header.Set("X-Aws-Parameters-Secrets-Token", os.Getenv("AWS_SESSION_TOKEN"))
-	resp, err := http.DefaultClient.Do(req)
+	// No cache to speak of: a deploy's one run reads it once, and a rotated
+	// password must not be missed by a retry.
+	store, err := secrets.New(cfg, secrets.Options{TTL: time.Nanosecond, MaxStale: -1, Logger: log})
 	if err != nil {
-		return "", fmt.Errorf("migrate: secrets extension: %w", err)
+		return "", fmt.Errorf("migrate: %w", err)
 	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return "", fmt.Errorf("migrate: secrets extension: %s", resp.Status)
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	v, err := store.String(ctx, arn)
+	if err != nil {
+		return "", fmt.Errorf("migrate: ledger secret: %w", err)
 	}
-	var out struct {
-		SecretString string `json:"SecretString"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return "", fmt.Errorf("migrate: secrets extension reply: %w", err)
-	}
-	return out.SecretString, nil
+	return v, nil
 }
 
 // ensureAppRole creates the application role if absent and grants it data

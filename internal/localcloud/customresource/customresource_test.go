@@ -19,10 +19,11 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/oncepay/oncepay/internal/awsclient"
 	"github.com/oncepay/oncepay/internal/localcloud/customresource"
 	"github.com/oncepay/oncepay/internal/localcloud/invoke"
 	"github.com/oncepay/oncepay/internal/localcloud/provision"
-	"github.com/oncepay/oncepay/internal/localcloud/secretsext"
+	"github.com/oncepay/oncepay/internal/localcloud/secretsgate"
 	"github.com/oncepay/oncepay/internal/stackenv"
 	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
@@ -81,15 +82,14 @@ func newWorld(t *testing.T, older bool) *world {
 		t.Fatal(err)
 	}
 	envs := st.Envs(t)
-	callers, err := provision.ExtensionCallers(st.Template, ev, envs)
+	callers, err := provision.SecretCallers(st.Template, ev, envs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ext := httptest.NewServer(&secretsext.Handler{Secrets: st.Secrets, Callers: callers})
-	t.Cleanup(ext.Close)
-	u, _ := url.Parse(ext.URL)
+	gate := httptest.NewServer(&secretsgate.Handler{Secrets: st.Secrets, Region: st.Config.Region, Callers: callers})
+	t.Cleanup(gate.Close)
 	env := envs[migrationFn]
-	env["PARAMETERS_SECRETS_EXTENSION_HTTP_PORT"] = u.Port() // the template's 2773 may be taken on a shared machine
+	env[awsclient.ServiceEndpointVar("Secrets Manager")] = gate.URL // as localcloud serve points it
 	var list []string
 	for k, v := range env {
 		list = append(list, k+"="+v)

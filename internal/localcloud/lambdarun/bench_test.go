@@ -31,7 +31,7 @@ func apiUnderTheRunner(b *testing.B) (*lambdarun.Runner, lambdarun.Function, []b
 			api = f
 		}
 	}
-	vars := map[string]string{"ONCEPAY_PSP_API_KEY": "sk_test_oncepay_local"}
+	vars := map[string]string{} // no ONCEPAY_PSP_SECRET_ARN: the simulator's local key
 	for k, v := range env {
 		vars[k] = v
 	}

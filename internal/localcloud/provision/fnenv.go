@@ -10,10 +10,10 @@ import (
 // LocalSessionToken is the session token of the local cloud's static test
 // credentials in RuntimeEnv. The Lambda runtime hands each function its
 // role's credentials in AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY and
-// AWS_SESSION_TOKEN, and the Parameters and Secrets extension checks the
-// last one (localcloud/secretsext); Envs replaces this one with a random
-// token per function, so the stand-in knows which function calls and
-// serves it only what its role may read (ExtensionCallers).
+// AWS_SESSION_TOKEN; Envs replaces this one with a random token per
+// function, so the Secrets Manager gate (localcloud/secretsgate) knows
+// which function calls and serves it only what its role may read
+// (SecretCallers).
 const LocalSessionToken = "oncepay-local-session-token"
 
 // EnvConfig is what Envs needs besides the template and its resources.
@@ -88,7 +88,7 @@ func Envs(ctx context.Context, t *Template, phys map[string]Physical, c EnvConfi
 			env[k] = v
 		}
 		// One token per function and provisioning (written to the 0600
-		// functions.json): it names the function to the extension stand-in.
+		// functions.json): it names the function to the Secrets Manager gate.
 		if _, ok := env["AWS_SESSION_TOKEN"]; ok {
 			tok := c.SessionTokens[id]
 			if tok == "" || tok == LocalSessionToken {

@@ -17,8 +17,9 @@ import (
 // Every function of the real template gets its whole environment resolved
 // to local values: no intrinsic, dynamic reference or empty value is left,
 // the DB cluster's endpoint is the local PostgreSQL (its port too, from the
-// template's Endpoint.Port), the PSP values are the provisioned secret's,
-// and the SDK points at the emulators.
+// template's Endpoint.Port), the PSP secret's ARN is the provisioned
+// secret's (no value of it is in any environment), and the SDK points at
+// the emulators.
 func TestEveryFunctionOfTheRealTemplateResolvesLocally(t *testing.T) {
 	st := testenv.LocalStack(t)
 	envs := st.Envs(t)
@@ -29,6 +30,7 @@ func TestEveryFunctionOfTheRealTemplateResolvesLocally(t *testing.T) {
 	var psp struct {
 		APIKey        string `json:"api_key"`
 		WebhookSecret string `json:"webhook_secret"`
+		arn           string
 	}
 	pspID := st.Template.OfType("AWS::SecretsManager::Secret")
 	for _, id := range pspID {
@@ -36,8 +38,10 @@ func TestEveryFunctionOfTheRealTemplateResolvesLocally(t *testing.T) {
 			if err := json.Unmarshal([]byte(st.Secret(t, id)), &psp); err != nil {
 				t.Fatal(err)
 			}
+			psp.arn = st.Physical[id].Arn
 		}
 	}
+	pspReaders := 0
 	if psp.WebhookSecret == "" {
 		t.Fatal("no PSP secret provisioned")
 	}
@@ -64,7 +68,7 @@ func TestEveryFunctionOfTheRealTemplateResolvesLocally(t *testing.T) {
 			}
 		}
 		// Each function has its own session token: it names the function to
-		// the Parameters and Secrets extension stand-in.
+		// the Secrets Manager gate.
 		tok := env["AWS_SESSION_TOKEN"]
 		if tok == "" || tok == provision.LocalSessionToken || tokens[tok] != "" {
 			t.Errorf("%s: AWS_SESSION_TOKEN %q is empty, the shared one or %s's", id, tok, tokens[tok])
@@ -80,12 +84,20 @@ func TestEveryFunctionOfTheRealTemplateResolvesLocally(t *testing.T) {
 				t.Errorf("%s: DSN %s, want host %s with sslmode=require", id, dsn, want)
 			}
 		}
-		if v, ok := env["ONCEPAY_PSP_API_KEY"]; ok && v != psp.APIKey {
-			t.Errorf("%s: PSP api key %q, want the secret's %q", id, v, psp.APIKey)
+		if v, ok := env[stackenv.PSPSecretArn]; ok {
+			pspReaders++
+			if v != psp.arn {
+				t.Errorf("%s: PSP secret ARN %q, want the provisioned %q", id, v, psp.arn)
+			}
 		}
-		if v, ok := env[stackenv.WebhookSecret]; ok && v != psp.WebhookSecret {
-			t.Errorf("%s: webhook secret is not the PSP secret's webhook_secret", id)
+		for k, v := range env {
+			if strings.Contains(v, psp.APIKey) || strings.Contains(v, psp.WebhookSecret) {
+				t.Errorf("%s: %s holds a value of the PSP secret", id, k)
+			}
 		}
+	}
+	if pspReaders != 3 {
+		t.Errorf("%d functions are given the PSP secret, want the api, the resolver and the webhook", pspReaders)
 	}
 	if dsns < 4 {
 		t.Errorf("%d functions got a ledger DSN, want the api, worker, resolver and webhook", dsns)

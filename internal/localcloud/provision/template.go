@@ -19,7 +19,7 @@ type Template struct {
 	Parameters map[string]Parameter `json:"Parameters"`
 	Resources  map[string]Resource  `json:"Resources"`
 	Outputs    map[string]Output    `json:"Outputs"`
-	// Mappings are read for the extension layer's Fn::FindInMap (ExtensionCallers).
+	// Mappings are read for a Fn::FindInMap (the stack's templates have none; a stack test keeps it so).
 	Mappings map[string]map[string]map[string]any `json:"Mappings"`
 }
 

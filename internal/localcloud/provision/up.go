@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
@@ -158,7 +159,7 @@ func Up(ctx context.Context, c Config) (localenv.Env, error) {
 	}
 	ec := c.EnvConfig(p.Secrets)
 	// A second Up keeps each function's session token: a running stack's
-	// extension stand-in knows the functions by them.
+	// Secrets Manager gate knows the functions by them.
 	if old, err := ReadFunctionEnvs(c.StateDir); err == nil {
 		ec.SessionTokens = map[string]string{}
 		for id, e := range old {
@@ -170,11 +171,18 @@ func Up(ctx context.Context, c Config) (localenv.Env, error) {
 		return nil, err
 	}
 	// The simulator signs its webhooks with the secret the webhook
-	// function verifies: the PSP secret's webhook_secret, as resolved.
+	// function verifies: the webhook_secret field of the PSP secret its
+	// environment names.
 	for _, id := range t.OfType("AWS::Lambda::Function") {
-		if s := envs[id][stackenv.WebhookSecret]; s != "" {
-			env[stackenv.PSPSimWebhookSecret] = s
+		arn := envs[id][stackenv.PSPSecretArn]
+		if arn == "" {
+			continue
 		}
+		s, err := secretField(ctx, p.Secrets, arn, stackenv.PSPSecretWebhookSecret)
+		if err != nil {
+			return nil, fmt.Errorf("localcloud: function %s: %w", id, err)
+		}
+		env[stackenv.PSPSimWebhookSecret] = s
 	}
 	if err := c.write(env, outputs, phys); err != nil {
 		return nil, err
@@ -330,4 +338,21 @@ func ReadResources(stateDir string) (map[string]Physical, error) {
 		return nil, fmt.Errorf("localcloud: %s: %w", ResourcesFile, err)
 	}
 	return phys, nil
+}
+
+// secretField reads one string field of a JSON secret.
+func secretField(ctx context.Context, sm SecretGetter, arn, field string) (string, error) {
+	out, err := sm.GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: &arn})
+	if err != nil {
+		return "", fmt.Errorf("read secret %s: %w", arn, err)
+	}
+	var obj map[string]any
+	if err := json.Unmarshal([]byte(aws.ToString(out.SecretString)), &obj); err != nil {
+		return "", fmt.Errorf("secret %s is not a JSON object", arn)
+	}
+	v, _ := obj[field].(string)
+	if v == "" {
+		return "", fmt.Errorf("secret %s has no field %s", arn, field)
+	}
+	return v, nil
 }

@@ -91,8 +91,15 @@ func TestUpLeavesTheLedgerToTheMigrationCustomResource(t *testing.T) {
 	if len(envs) != len(tmpl.OfType("AWS::Lambda::Function")) {
 		t.Errorf("%d function environments written, want one per function", len(envs))
 	}
-	if s := env[stackenv.PSPSimWebhookSecret]; s == "" || s != envs["WebhookFunction6FF7199F"][stackenv.WebhookSecret] {
-		t.Errorf("the simulator's webhook secret %q is not the webhook function's", s)
+	var pspSecret struct {
+		WebhookSecret string `json:"webhook_secret"`
+	}
+	got, err := testenv.SecretsManager(t).GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(envs["WebhookFunction6FF7199F"][stackenv.PSPSecretArn])})
+	if err != nil || json.Unmarshal([]byte(aws.ToString(got.SecretString)), &pspSecret) != nil {
+		t.Fatalf("the webhook function's PSP secret: %v", err)
+	}
+	if s := env[stackenv.PSPSimWebhookSecret]; s == "" || s != pspSecret.WebhookSecret {
+		t.Errorf("the simulator's webhook secret %q is not the webhook_secret of the webhook function's PSP secret", s)
 	}
 
 	again, err := provision.Up(ctx, c)

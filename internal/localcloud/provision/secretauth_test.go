@@ -19,7 +19,7 @@ const (
 	keyARN         = "arn:aws:kms:us-east-1:000000000000:key/0b1c2d3e"
 )
 
-// callers builds the extension's table over tpl with the secrets and the
+// callers builds the Secrets Manager gate's table over tpl with the secrets and the
 // key at fixed local ARNs and a token per function ("token-<logical id>").
 func callers(t *testing.T, tpl *provision.Template) map[string]provisionCaller {
 	t.Helper()
@@ -39,7 +39,7 @@ func callers(t *testing.T, tpl *provision.Template) map[string]provisionCaller {
 		envs[id] = map[string]string{"AWS_SESSION_TOKEN": "token-" + id}
 	}
 	ev := &provision.Evaluator{Template: tpl, Physical: phys, Region: "us-east-1", AccountID: "000000000000", StackName: "Oncepay"}
-	got, err := provision.ExtensionCallers(tpl, ev, envs)
+	got, err := provision.SecretCallers(tpl, ev, envs)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,39 +48,39 @@ func callers(t *testing.T, tpl *provision.Template) map[string]provisionCaller {
 		if tok != "token-"+c.Function {
 			t.Errorf("token %s names %s", tok, c.Function)
 		}
-		out[c.Function] = provisionCaller{layer: c.HasLayer, read: c.MayRead}
+		out[c.Function] = provisionCaller{read: c.MayRead}
 	}
 	return out
 }
 
 type provisionCaller struct {
-	layer bool
-	read  func(string) bool
+	read func(string) bool
 }
 
-// On the real template only the migration function has the extension's
-// layer and a role that reads the ledger secret (and decrypts its key);
-// the API, with neither, is refused, and no function reads the PSP secret
-// through the extension.
-func TestOnlyTheMigrationFunctionMayReadTheLedgerSecretThroughTheExtension(t *testing.T) {
+// On the real template only the migration function's role reads the
+// ledger secret (and decrypts its key), and only the api's, the
+// resolver's and the webhook's read the PSP secret: the gate serves each
+// function what its role grants on AWS, and nothing else.
+func TestEachFunctionMayReadOnlyTheSecretsItsRoleGrants(t *testing.T) {
 	cs := callers(t, testenv.Template(t))
 	if len(cs) < 6 {
 		t.Fatalf("%d callers, want every function: %v", len(cs), cs)
 	}
+	pspReaders := 0
 	for id, c := range cs {
-		want := id == migrationFnID
-		if c.layer != want {
-			t.Errorf("%s: has the extension layer = %v, want %v", id, c.layer, want)
-		}
-		if got := c.read(ledgerARN); got != want {
+		if got, want := c.read(ledgerARN), id == migrationFnID; got != want {
 			t.Errorf("%s: may read the ledger secret = %v, want %v", id, got, want)
 		}
-		if c.read(pspARN) {
-			t.Errorf("%s: may read the PSP secret through the extension", id)
+		want := strings.HasPrefix(id, "ApiFunction") || strings.HasPrefix(id, "ResolverFunction") || strings.HasPrefix(id, "WebhookFunction")
+		if got := c.read(pspARN); got != want {
+			t.Errorf("%s: may read the PSP secret = %v, want %v", id, got, want)
+		}
+		if want {
+			pspReaders++
 		}
 	}
-	if _, ok := cs[apiFnID]; !ok {
-		t.Errorf("the API function is not in the table")
+	if _, ok := cs[apiFnID]; !ok || pspReaders != 3 {
+		t.Errorf("the API function in the table: %v; %d functions read the PSP secret, want 3", ok, pspReaders)
 	}
 }
 
@@ -149,8 +149,14 @@ func TestASharedSessionTokenIsAnError(t *testing.T) {
 	for _, id := range tpl.OfType("AWS::Lambda::Function") {
 		envs[id] = map[string]string{"AWS_SESSION_TOKEN": provision.LocalSessionToken}
 	}
-	ev := &provision.Evaluator{Template: tpl, Physical: map[string]provision.Physical{ledgerSecretID: {Type: "AWS::SecretsManager::Secret", Arn: ledgerARN}}, Region: "us-east-1", AccountID: "000000000000"}
-	if _, err := provision.ExtensionCallers(tpl, ev, envs); err == nil || !strings.Contains(err.Error(), "make up") {
+	phys := map[string]provision.Physical{ledgerSecretID: {Type: "AWS::SecretsManager::Secret", Arn: ledgerARN}}
+	for _, id := range tpl.OfType("AWS::SecretsManager::Secret") {
+		if strings.HasPrefix(id, "PspSecret") {
+			phys[id] = provision.Physical{Type: "AWS::SecretsManager::Secret", Arn: pspARN}
+		}
+	}
+	ev := &provision.Evaluator{Template: tpl, Physical: phys, Region: "us-east-1", AccountID: "000000000000"}
+	if _, err := provision.SecretCallers(tpl, ev, envs); err == nil || !strings.Contains(err.Error(), "make up") {
 		t.Errorf("shared token: %v, want an error saying to provision again", err)
 	}
 }

@@ -7,43 +7,37 @@ import (
 	"path"
 	"strings"
 
-	"github.com/oncepay/oncepay/internal/localcloud/secretsext"
+	"github.com/oncepay/oncepay/internal/localcloud/secretsgate"
 )
 
-// ExtensionLayerName is in the ARN of every AWS Parameters and Secrets
-// Lambda Extension layer (x86_64 and -Arm64, every region and version);
-// the CDK's ParamsAndSecretsLayerVersion puts it in a function's Layers
-// through a Fn::FindInMap over the ParamsandsecretslayerMap mapping.
-const ExtensionLayerName = ":layer:AWS-Parameters-and-Secrets-Lambda-Extension"
-
 // newSessionToken is one function's AWS_SESSION_TOKEN: random, so the
-// extension stand-in can tell the functions apart by it.
+// Secrets Manager gate can tell the functions apart by it.
 func newSessionToken() string {
 	b := make([]byte, 16)
 	_, _ = rand.Read(b) // crypto/rand.Read does not fail (Go 1.24+)
 	return "oncepay-local-" + hex.EncodeToString(b)
 }
 
-// ExtensionCallers is the extension stand-in's authorization table, from
-// the template and the functions' resolved environments (envs, by logical
-// id, as Envs returns them): each function's session token names it, with
-// whether it has the extension's layer and what its role lets it read.
+// SecretCallers is the Secrets Manager gate's authorization table
+// (localcloud/secretsgate), from the template and the functions' resolved
+// environments (envs, by logical id, as Envs returns them): each function's
+// session token names it, with what its role lets it read.
 // The role's policies are the AWS::IAM::Policy resources whose Roles hold
 // it and the role's inline Policies; managed policies (ManagedPolicyArns)
 // are not known locally and grant nothing here, so a function relying on
 // one is refused locally rather than passed. A statement about
 // GetSecretValue whose Resource cannot be resolved is an error.
-func ExtensionCallers(t *Template, ev *Evaluator, envs map[string]map[string]string) (map[string]secretsext.Caller, error) {
+func SecretCallers(t *Template, ev *Evaluator, envs map[string]map[string]string) (map[string]secretsgate.Caller, error) {
 	keys, err := secretKeys(t, ev)
 	if err != nil {
 		return nil, err
 	}
-	out := map[string]secretsext.Caller{}
+	out := map[string]secretsgate.Caller{}
 	for _, id := range t.OfType("AWS::Lambda::Function") {
 		props := t.Resources[id].Properties
 		token := envs[id]["AWS_SESSION_TOKEN"]
 		if token == "" {
-			continue // no token, no caller: the stand-in refuses it
+			continue // no token, no caller: the gate refuses it
 		}
 		// A shared token (functions.json from before per-function tokens)
 		// could not name the caller: provision again.
@@ -54,9 +48,8 @@ func ExtensionCallers(t *Template, ev *Evaluator, envs map[string]map[string]str
 		if err != nil {
 			return nil, fmt.Errorf("localcloud: function %s: %w", id, err)
 		}
-		out[token] = secretsext.Caller{
+		out[token] = secretsgate.Caller{
 			Function: id,
-			HasLayer: hasExtensionLayer(t, ev, props["Layers"]),
 			MayRead: func(arn string) bool {
 				if !allowed(stmts, "secretsmanager:GetSecretValue", arn) {
 					return false
@@ -96,40 +89,7 @@ func secretKeys(t *Template, ev *Evaluator) (map[string]string, error) {
 	return out, nil
 }
 
-// hasExtensionLayer reports whether layers (a function's Layers) holds
-// the extension's layer, a literal ARN or the CDK's Fn::FindInMap.
-func hasExtensionLayer(t *Template, ev *Evaluator, layers any) bool {
-	list, _ := layers.([]any)
-	for _, l := range list {
-		if arn, ok := layerARN(t, ev, l); ok && strings.Contains(arn, ExtensionLayerName) {
-			return true
-		}
-	}
-	return false
-}
-
-func layerARN(t *Template, ev *Evaluator, l any) (string, bool) {
-	if m, ok := l.(map[string]any); ok {
-		if args, ok := m["Fn::FindInMap"].([]any); ok && len(args) == 3 {
-			var names [3]string
-			for i, a := range args {
-				v, err := ev.Eval(a)
-				s, isStr := v.(string)
-				if err != nil || !isStr {
-					return "", false
-				}
-				names[i] = s
-			}
-			s, ok := t.Mappings[names[0]][names[1]][names[2]].(string)
-			return s, ok
-		}
-	}
-	v, err := ev.Eval(l)
-	s, ok := v.(string)
-	return s, err == nil && ok
-}
-
-// statement is one IAM statement, resolved: what the stand-in evaluates.
+// statement is one IAM statement, resolved: what the gate evaluates.
 type statement struct {
 	deny      bool
 	actions   []string
@@ -180,7 +140,7 @@ func roleStatements(t *Template, ev *Evaluator, role any) ([]statement, error) {
 			}
 			// NotAction, NotResource and Condition are not evaluated: such an
 			// Allow grants nothing here and such a Deny is skipped, so the
-			// stand-in errs towards refusing.
+			// gate errs towards refusing.
 			_, notA := sm["NotAction"]
 			_, notR := sm["NotResource"]
 			_, cond := sm["Condition"]
