@@ -86,7 +86,7 @@ test-unit: ## go test ./... (unit, integration against the running local cloud, 
 test-race: ## the race detector over the packages that hold concurrency
 	@$(BIN)/gotestsum --format pkgname-and-test-fails --jsonfile $(LOCAL)/race.json -- -race -count=1 $(RACE_PKGS)
 
-FUZZTIME ?= 8s
+FUZZTIME ?= 5s
 fuzz: ## every Go fuzzer in the tree for FUZZTIME each (new inputs that fail are kept in testdata/fuzz)
 	@for f in $$(grep -rl --include='*_test.go' '^func Fuzz' internal cmd); do \
 	  for name in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' $$f | cut -c6-); do \
