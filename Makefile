@@ -80,11 +80,14 @@ RACE_PKGS := ./internal/api/ ./internal/idem/ ./internal/outbox/ ./internal/rela
 	./internal/localcloud/lambdarun/ ./internal/localcloud/trigger/ ./internal/localcloud/phone/
 
 test-unit: ## go test ./... (unit, integration against the running local cloud, CDK stack tests); prints the skip count
-	@rc=0; $(BIN)/gotestsum --format pkgname-and-test-fails --jsonfile $(LOCAL)/test.json -- -count=1 -timeout 15m ./... || rc=$$?; \
+	@rm -rf $(VARIANTS)
+	@rc=0; ONCEPAY_TEMPLATES_OUT=$(CURDIR)/$(VARIANTS) $(BIN)/gotestsum --format pkgname-and-test-fails --jsonfile $(LOCAL)/test.json -- -count=1 -timeout 15m ./... || rc=$$?; \
 	  bash scripts/testsummary.sh $(LOCAL)/test.json; exit $$rc
 
+# -short: the race run looks for data races, not for more schedules; the
+# client's randomized runs drop from 1,000 (run in test-unit) to 100 here.
 test-race: ## the race detector over the packages that hold concurrency
-	@$(BIN)/gotestsum --format pkgname-and-test-fails --jsonfile $(LOCAL)/race.json -- -race -count=1 $(RACE_PKGS)
+	@$(BIN)/gotestsum --format pkgname-and-test-fails --jsonfile $(LOCAL)/race.json -- -race -short -count=1 $(RACE_PKGS)
 
 FUZZTIME ?= 5s
 fuzz: ## every Go fuzzer in the tree for FUZZTIME each (new inputs that fail are kept in testdata/fuzz)
@@ -100,15 +103,15 @@ fuzz: ## every Go fuzzer in the tree for FUZZTIME each (new inputs that fail are
 	done
 
 # The prod and ALB variants are linted too: what only they hold (the proxy,
-# the reader, the endpoints, the listener) must deploy as well.
+# the reader, the endpoints, the listener) must deploy as well. Their
+# templates come from the CDK tests' own synth of the app (test-unit writes
+# them to cdk.out.variants); a test-cfn run alone makes them the same way.
+VARIANTS := cdk.out.variants
 test-cfn: $(TEMPLATE) ## cfn-lint over the synthesized templates (sandbox, prod, ALB)
 	@cfn-lint $(TEMPLATE)
-	@rm -rf cdk.out.variants && mkdir -p cdk.out.variants
-	@$(CDK) synth --lookups=false --quiet -o cdk.out.variants/prod -c oncepay:profile=prod >/dev/null
-	@$(CDK) synth --lookups=false --quiet -o cdk.out.variants/alb \
-	  -c oncepay:albCertificateArn=arn:aws:acm:eu-west-1:111111111111:certificate/00000000-0000-0000-0000-000000000000 \
-	  -c oncepay:albDomainName=pay.example.com -c oncepay:albCognitoDomainPrefix=oncepay-lint >/dev/null
-	@cfn-lint cdk.out.variants/prod/OncepayProd.template.json cdk.out.variants/alb/$(STACK).template.json
+	@test -f $(VARIANTS)/prod.template.json -a -f $(VARIANTS)/alb.template.json || \
+	  ONCEPAY_TEMPLATES_OUT=$(CURDIR)/$(VARIANTS) go test -count=1 -run '^TestVariantTemplates$$' ./cdk/oncepay/ >/dev/null
+	@cfn-lint $(VARIANTS)/prod.template.json $(VARIANTS)/alb.template.json
 	@echo "test-cfn: sandbox, prod and ALB templates lint clean"
 
 test: setup up lint test-unit test-race fuzz test-cfn ## the README's test command: installs, starts, lints and runs everything

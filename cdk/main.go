@@ -4,6 +4,7 @@
 //
 //	oncepay:profile                  sandbox (default) or prod
 //	oncepay:pspSecretArn             complete ARN of an existing PSP secret (default: a placeholder secret is created)
+//	oncepay:pspSecretKeyArn          the customer-managed KMS key that secret is encrypted with, if any (its readers get kms:Decrypt)
 //	oncepay:pspUrl                   a Stripe-compatible base URL (default: Stripe)
 //	oncepay:jwtIssuer                an external JWT issuer (default: a Cognito user pool in the stack)
 //	oncepay:jwtAudience              its audiences, comma-separated

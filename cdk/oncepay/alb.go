@@ -112,6 +112,7 @@ func NewAlbFrontDoor(scope constructs.Construct, id string, props *AlbFrontDoorP
 	c.ApiTargets = awselasticloadbalancingv2.NewApplicationTargetGroup(c.Construct, jsii.String("ApiTargets"), &awselasticloadbalancingv2.ApplicationTargetGroupProps{
 		Targets: &[]awselasticloadbalancingv2.IApplicationLoadBalancerTarget{awselasticloadbalancingv2targets.NewLambdaTarget(props.Api)},
 	})
+	scopeElbInvoke(props.Api)
 	forward := awselasticloadbalancingv2.ListenerAction_Forward(&[]awselasticloadbalancingv2.IApplicationTargetGroup{c.ApiTargets}, nil)
 	c.Listener.AddAction(jsii.String("Payments"), &awselasticloadbalancingv2.AddApplicationActionProps{
 		Priority: jsii.Number(10),
@@ -125,6 +126,7 @@ func NewAlbFrontDoor(scope constructs.Construct, id string, props *AlbFrontDoorP
 		c.WebhookTargets = awselasticloadbalancingv2.NewApplicationTargetGroup(c.Construct, jsii.String("WebhookTargets"), &awselasticloadbalancingv2.ApplicationTargetGroupProps{
 			Targets: &[]awselasticloadbalancingv2.IApplicationLoadBalancerTarget{awselasticloadbalancingv2targets.NewLambdaTarget(props.Webhook)},
 		})
+		scopeElbInvoke(props.Webhook)
 		c.Listener.AddAction(jsii.String("Webhook"), &awselasticloadbalancingv2.AddApplicationActionProps{
 			Priority: jsii.Number(20),
 			Conditions: &[]awselasticloadbalancingv2.ListenerCondition{
@@ -198,4 +200,27 @@ func (c *AlbFrontDoor) addAccessLogs(props *AlbFrontDoorProps) {
 	suppress(cfn(c.AccessLogs), "AwsSolutions-S1",
 		"This bucket holds the ALB's access logs; logging access to it into another bucket would only move the question one bucket further.")
 	c.LoadBalancer.LogAccessLogs(c.AccessLogs, jsii.String("alb"))
+}
+
+// scopeElbInvoke narrows the invoke permission LambdaTarget grants the
+// load balancing service (any load balancer of any account) to target
+// groups of this account and Region. Not to the one target group: its ARN
+// in the permission would cycle (the target group waits for the
+// permission). Which load balancer of the account signed a request is the
+// api's check (internal/albauth); this keeps every other account out.
+// Lambda compares SourceArn with StringLike, so the wildcard holds.
+func scopeElbInvoke(fn awslambda.IFunction) {
+	n := 0
+	for _, child := range *fn.Node().Children() {
+		p, ok := child.(awslambda.CfnPermission)
+		if !ok || p.Principal() == nil || *p.Principal() != "elasticloadbalancing.amazonaws.com" {
+			continue
+		}
+		p.SetSourceArn(awscdk.Fn_Sub(jsii.String("arn:${AWS::Partition}:elasticloadbalancing:${AWS::Region}:${AWS::AccountId}:targetgroup/*"), nil))
+		p.SetSourceAccount(awscdk.Aws_ACCOUNT_ID())
+		n++
+	}
+	if n == 0 {
+		panic("oncepay: no load balancing invoke permission found on " + *fn.Node().Path())
+	}
 }

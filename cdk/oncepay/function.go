@@ -39,6 +39,7 @@ const (
 	EnvLedgerEndpoint  = stackenv.LedgerEndpoint
 	EnvLedgerSecretArn = stackenv.LedgerSecretArn
 	EnvPSPURL          = stackenv.PSPURL
+	EnvAlbArn          = stackenv.AlbArn
 )
 
 // AssetsContextKey names the directory that holds build/<fn>/bootstrap

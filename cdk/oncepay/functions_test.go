@@ -653,6 +653,28 @@ func TestAlbFrontDoor(t *testing.T) {
 			"SecurityGroupIngress": exact(obj(map[string]any{"CidrIp": "0.0.0.0/0", "FromPort": 443, "ToPort": 443, "IpProtocol": "tcp"})),
 		}))
 	})
+	// Issue 17 item 4: the api knows its load balancer (whose signed claims
+	// name the caller), and the load balancing service may invoke the api
+	// and the webhook only for target groups of this account and Region.
+	apiEnv := s.resource(t, s.logicalID(t, s.stack.Api.Function.Function))["Properties"].(map[string]any)["Environment"].(map[string]any)["Variables"].(map[string]any)
+	if got := render(apiEnv[oncepay.EnvAlbArn]); got != "${"+s.logicalID(t, s.stack.Alb.LoadBalancer)+"}" {
+		t.Errorf("api %s = %s, want the load balancer's Ref", oncepay.EnvAlbArn, got)
+	}
+	elb := 0
+	for id, r := range s.resourcesOfType("AWS::Lambda::Permission") {
+		p := r["Properties"].(map[string]any)
+		if p["Principal"] != "elasticloadbalancing.amazonaws.com" {
+			continue
+		}
+		elb++
+		sub, _ := p["SourceArn"].(map[string]any)
+		if got := show(sub["Fn::Sub"]); got != `"arn:${AWS::Partition}:elasticloadbalancing:${AWS::Region}:${AWS::AccountId}:targetgroup/*"` || render(p["SourceAccount"]) != "${AWS::AccountId}" {
+			t.Errorf("%s: SourceArn %s SourceAccount %s, want this account's target groups", id, got, render(p["SourceAccount"]))
+		}
+	}
+	if elb != 2 {
+		t.Errorf("%d load balancing invoke permissions, want the api's and the webhook's", elb)
+	}
 	// The push platform application chosen in the same variant.
 	g := grantsOf(s.json, s.logicalID(t, s.stack.Worker.Function.Role))["sns:Publish"]
 	if !jsonEqual(g, []string{"${" + s.logicalID(t, s.stack.Data.Push.Topic) + "}", "arn:aws:sns:eu-west-1:111111111111:endpoint/APNS/oncepay/*"}) {

@@ -128,7 +128,28 @@ func synthVariant(t *testing.T, name string, profile oncepay.Profile, extra map[
 		t.FailNow()
 	}
 	synthCache[name] = s
+	writeTemplate(t, name, s.json)
 	return s
+}
+
+// writeTemplate puts a variant's template in $ONCEPAY_TEMPLATES_OUT (make
+// test-cfn lints them there): the test run's synth is the app's own, so the
+// lint needs no second synth through the CLI.
+func writeTemplate(t *testing.T, name string, tmpl map[string]any) {
+	dir := os.Getenv("ONCEPAY_TEMPLATES_OUT")
+	if dir == "" {
+		return
+	}
+	b, err := json.MarshalIndent(tmpl, "", " ")
+	if err == nil {
+		err = os.MkdirAll(dir, 0o755)
+	}
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, name+".template.json"), b, 0o644)
+	}
+	if err != nil {
+		t.Fatalf("write the %s template: %v", name, err)
+	}
 }
 
 // synthAlone synthesizes one construct in an empty stack of its own, with

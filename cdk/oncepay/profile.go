@@ -50,8 +50,11 @@ func (p Profile) StackName() string {
 
 // InterfaceEndpoints the VPC gets. The sandbox has none (about $7 a month
 // per endpoint and AZ; its calls to SNS and Secrets Manager cross the NAT);
-// prod takes SNS (the worker's pushes) and Secrets Manager (the migration's
-// admin secret), so neither waits on the NAT.
+// prod takes SNS (the worker's pushes) and Secrets Manager (the api's and
+// the resolver's PSP key, the webhook's signing secret, the migration's
+// admin secret: read at run time), so neither waits on the NAT. In the
+// sandbox a NAT outage also stops those reads; the held values carry a
+// function an hour (internal/secrets).
 func (p Profile) InterfaceEndpoints() []awsec2.InterfaceVpcEndpointAwsService {
 	if p.IsProd() {
 		return []awsec2.InterfaceVpcEndpointAwsService{awsec2.InterfaceVpcEndpointAwsService_SNS(), awsec2.InterfaceVpcEndpointAwsService_SECRETS_MANAGER()}
@@ -154,6 +157,10 @@ func (p Profile) UserPoolFeaturePlan() awscognito.FeaturePlan {
 const (
 	ContextPSPSecretArn = "oncepay:pspSecretArn"
 	ContextPSPURL       = "oncepay:pspUrl"
+	// ContextPSPSecretKeyArn is the customer-managed KMS key an imported
+	// PSP secret is encrypted with: the functions that read the secret are
+	// granted kms:Decrypt on it (without it, every read is refused).
+	ContextPSPSecretKeyArn = "oncepay:pspSecretKeyArn"
 	// ContextPSPSecretRevision is refused: it made the functions re-read a
 	// secret CloudFormation had put in their environment; they read it at
 	// run time now (Psp), and a context that does nothing must not look
@@ -196,11 +203,11 @@ func StackPropsFromContext(scope constructs.Construct) (*StackProps, error) {
 		}
 		return out
 	}
-	if v, _ := str(ContextPSPSecretRevision); v != "" {
+	if scope.Node().TryGetContext(jsii.String(ContextPSPSecretRevision)) != nil {
 		return nil, fmt.Errorf("oncepay: context %s is gone: the functions read the PSP secret at run time (within 5 minutes of a put-secret-value), with no deploy", ContextPSPSecretRevision)
 	}
 	get := map[string]string{}
-	for _, k := range []string{ContextPSPSecretArn, ContextPSPURL, ContextJWTIssuer, ContextJWTAudience, ContextAlbCertificateArn,
+	for _, k := range []string{ContextPSPSecretArn, ContextPSPSecretKeyArn, ContextPSPURL, ContextJWTIssuer, ContextJWTAudience, ContextAlbCertificateArn,
 		ContextAlbDomainName, ContextAlbCognitoDomainPrefix, ContextPlatformApplicationArns, ContextLedgerProxy, ContextResolverConcurrency} {
 		if get[k], err = str(k); err != nil {
 			return nil, err
@@ -208,7 +215,7 @@ func StackPropsFromContext(scope constructs.Construct) (*StackProps, error) {
 	}
 	p := &StackProps{
 		Profile:                 profile,
-		Psp:                     PspProps{SecretArn: get[ContextPSPSecretArn], URL: get[ContextPSPURL]},
+		Psp:                     PspProps{SecretArn: get[ContextPSPSecretArn], SecretKeyArn: get[ContextPSPSecretKeyArn], URL: get[ContextPSPURL]},
 		Auth:                    AuthProps{Issuer: get[ContextJWTIssuer], Audience: list(get[ContextJWTAudience])},
 		PlatformApplicationArns: list(get[ContextPlatformApplicationArns]),
 	}

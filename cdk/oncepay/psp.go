@@ -20,10 +20,13 @@ type PspProps struct {
 	Protection
 	// SecretArn is the complete ARN of an existing secret holding api_key
 	// and webhook_secret. "" creates a placeholder secret the deployer fills
-	// in (aws secretsmanager put-secret-value). A secret encrypted with a
-	// key of its own needs kms:Decrypt granted to the functions' roles by
-	// the deployer.
+	// in (aws secretsmanager put-secret-value).
 	SecretArn string
+	// SecretKeyArn is the customer-managed KMS key SecretArn is encrypted
+	// with, if any: the readers get kms:Decrypt on it. ("" with a
+	// customer-managed key: every read of the secret is refused at run
+	// time, and every payment waits as UNKNOWN.)
+	SecretKeyArn string
 	// URL of a Stripe-compatible API (stripe-mock, the simulator); "" is
 	// Stripe itself.
 	URL string
@@ -39,7 +42,8 @@ type PspProps struct {
 type Psp struct {
 	constructs.Construct
 	Secret awssecretsmanager.ISecret
-	// Key encrypts a created secret; nil for an imported one.
+	// Key encrypts the secret: the stack's for a created one, the
+	// deployer's SecretKeyArn for an imported one (nil: AWS-managed).
 	Key awskms.IKey
 	URL string
 }
@@ -55,6 +59,9 @@ func NewPsp(scope constructs.Construct, id string, props *PspProps) *Psp {
 	c := &Psp{Construct: constructs.NewConstruct(scope, jsii.String(id)), URL: props.URL}
 	if props.SecretArn != "" {
 		c.Secret = awssecretsmanager.Secret_FromSecretCompleteArn(c.Construct, jsii.String("Secret"), jsii.String(props.SecretArn))
+		if props.SecretKeyArn != "" {
+			c.Key = awskms.Key_FromKeyArn(c.Construct, jsii.String("SecretKey"), jsii.String(props.SecretKeyArn))
+		}
 		return c
 	}
 	c.Key = props.key(c.Construct)
@@ -81,9 +88,8 @@ func NewPsp(scope constructs.Construct, id string, props *PspProps) *Psp {
 
 // GrantRead lets fn read the PSP secret at run time: the ARN in its
 // environment, secretsmanager:GetSecretValue on that one secret, and
-// kms:Decrypt on the key the stack made for it (an imported secret's own
-// key is the deployer's to grant, see PspProps.SecretArn). The PSP's URL
-// comes with it.
+// kms:Decrypt on its key (the stack's, or PspProps.SecretKeyArn for an
+// imported one). The PSP's URL comes with it.
 func (c *Psp) GrantRead(fn *GoFunction) {
 	fn.Grant([]string{"secretsmanager:GetSecretValue"}, c.Secret.SecretArn())
 	fn.grantKey(c.Key, []string{"kms:Decrypt"})

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/oncepay/oncepay/cdk/oncepay"
 )
 
@@ -73,5 +74,54 @@ func TestNoRegionDependentMapping(t *testing.T) {
 		if strings.Contains(show(s.json), "Fn::FindInMap") {
 			t.Errorf("%s: a Fn::FindInMap is left in the template", name)
 		}
+	}
+}
+
+// TestAnImportedSecretsKeyIsGrantedToItsReaders: with
+// oncepay:pspSecretKeyArn, the api, the resolver and the webhook may
+// decrypt the imported secret's key (their reads are refused otherwise),
+// and no other function may.
+func TestAnImportedSecretsKeyIsGrantedToItsReaders(t *testing.T) {
+	const key = "arn:aws:kms:eu-west-1:111111111111:key/11111111-2222-3333-4444-555555555555"
+	s := synthVariant(t, "imported-psp-key", oncepay.ProfileSandbox, map[string]any{
+		oncepay.ContextPSPSecretArn:    "arn:aws:secretsmanager:eu-west-1:111111111111:secret:oncepay/psp-AbCdEf",
+		oncepay.ContextPSPSecretKeyArn: key,
+	})
+	st := s.stack
+	for name, fn := range map[string]*oncepay.GoFunction{"api": st.Api.Function, "resolver": st.Resolver, "webhook": st.Webhook, "worker": st.Worker.Function, "relay": st.Relay.Function} {
+		got := grantsOf(s.json, s.logicalID(t, fn.Role))["kms:Decrypt"]
+		has := false
+		for _, r := range got {
+			has = has || r == key
+		}
+		if want := name == "api" || name == "resolver" || name == "webhook"; has != want {
+			t.Errorf("%s: kms:Decrypt on the PSP secret's key = %v, want %v (%v)", name, has, want, got)
+		}
+	}
+}
+
+// TestTheGoneRevisionContextIsRefused: oncepay:pspSecretRevision did a
+// deploy's re-read; with run-time reads it would do nothing, so it is
+// refused, as a string or as a number.
+func TestTheGoneRevisionContextIsRefused(t *testing.T) {
+	for _, v := range []any{"2", 2} {
+		ctx := cdkContext(t, oncepay.ProfileSandbox)
+		(*ctx)[oncepay.ContextPSPSecretRevision] = v
+		app := awscdk.NewApp(&awscdk.AppProps{Context: ctx})
+		if _, err := oncepay.StackPropsFromContext(app); err == nil {
+			t.Errorf("%v: accepted", v)
+		}
+	}
+}
+
+// TestVariantTemplates synthesizes the prod and ALB variants (what make
+// test-cfn lints, written to $ONCEPAY_TEMPLATES_OUT) and checks each has
+// the resources only it holds.
+func TestVariantTemplates(t *testing.T) {
+	if n := len(synth(t, oncepay.ProfileProd).resourcesOfType("AWS::RDS::DBProxy")); n != 1 {
+		t.Errorf("prod: %d RDS proxies, want 1", n)
+	}
+	if n := len(synthALB(t).resourcesOfType("AWS::ElasticLoadBalancingV2::LoadBalancer")); n != 1 {
+		t.Errorf("alb: %d load balancers, want 1", n)
 	}
 }

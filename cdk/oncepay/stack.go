@@ -272,6 +272,9 @@ func (s *Stack) addFunctions(props *StackProps) {
 			Webhook:    s.Webhook.Function,
 			UserPool:   s.Api.UserPool,
 		})
+		// The api takes an ALB event's caller only from claims this load
+		// balancer signed (internal/albauth): it must know which one.
+		s.Api.Function.SetEnv(map[string]*string{EnvAlbArn: s.Alb.LoadBalancer.LoadBalancerArn()})
 	}
 }
 

@@ -30,6 +30,7 @@ import (
 	"github.com/oncepay/oncepay/internal/localcloud/frontdoor"
 	"github.com/oncepay/oncepay/internal/localcloud/invoke"
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
+	"github.com/oncepay/oncepay/internal/stackenv"
 	"github.com/oncepay/oncepay/internal/webhook"
 )
 
@@ -110,8 +111,8 @@ func templateDoor(path string, h *api.Handler, secret []byte, log *slog.Logger) 
 		case strings.HasPrefix(r.Key, "POST /payments"):
 			fns[r.Function] = inProcess(h.Invoke)
 		case r.Key == "POST /webhooks/psp":
-			if os.Getenv(webhook.EnvSecret) == "" {
-				log.Warn("no webhook secret: the webhook route answers 500", "env", webhook.EnvSecret)
+			if os.Getenv(webhook.EnvSecret) == "" && os.Getenv(stackenv.PSPSecretArn) == "" {
+				log.Warn("no webhook secret: the webhook route is not served", "env", webhook.EnvSecret, "or", stackenv.PSPSecretArn)
 				continue
 			}
 			wh, err := webhook.FromEnv(context.Background(), boot.Logger("webhook"))

@@ -15,6 +15,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/albauth"
+
 	"github.com/oncepay/oncepay/internal/clock"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/event"
@@ -79,6 +81,10 @@ type Deps struct {
 	Hooks     Hooks
 	// NewOwner names a request's claim; nil: 16 random bytes.
 	NewOwner func() string
+	// ALB verifies the load balancer's signed claims (x-amzn-oidc-data) of
+	// an ALB event; nil: this function sits behind no load balancer, and
+	// an ALB event is refused 401.
+	ALB *albauth.Verifier
 }
 
 // Handler serves the payment API.

@@ -5,10 +5,12 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/oncepay/oncepay/internal/albauth"
 	"github.com/oncepay/oncepay/internal/boot"
 	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/metrics"
+	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 // FromEnv builds a Handler with every collaborator taken from the
@@ -28,7 +30,21 @@ func FromEnv(ctx context.Context, log *slog.Logger) (*Handler, error) {
 	} else if p != nil {
 		pub = p // only a non-nil publisher: a typed nil would make a non-nil interface
 	}
+	// Behind a load balancer (the ALB front door), its signed claims name
+	// the caller: ONCEPAY_ALB_ARN is the load balancer, whose keys are read
+	// from ONCEPAY_ALB_KEYS_URL (default: the Region's public endpoint).
+	var alb *albauth.Verifier
+	if arn := os.Getenv(stackenv.AlbArn); arn != "" {
+		keys := os.Getenv(stackenv.AlbKeysURL)
+		if keys == "" {
+			keys = albauth.PublicKeysURL(core.AWS.Region)
+		}
+		if alb, err = albauth.New(arn, albauth.HTTPKeys(keys, nil), nil); err != nil {
+			return nil, err
+		}
+	}
 	return New(Deps{
+		ALB:       alb,
 		Publisher: pub,
 		Claims:    core.Claims,
 		Ledger:    ledger.New(core.Pool),

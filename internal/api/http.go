@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"net/http"
 	"strings"
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/oncepay/oncepay/internal/albauth"
 	"github.com/oncepay/oncepay/internal/arrival"
 	"github.com/oncepay/oncepay/internal/httpevent"
 	"github.com/oncepay/oncepay/internal/payment"
@@ -64,10 +66,13 @@ func (h *Handler) HandleAPIGatewayV2(ctx context.Context, e events.APIGatewayV2H
 }
 
 // HandleALB serves an Application Load Balancer event. The arrival stamp is
-// the load balancer's own field of X-Amzn-Trace-Id; the caller is the
-// identity the load balancer's authenticate action verified
-// (x-amzn-oidc-identity), which it overwrites whatever a client sent. A
-// listener without an authenticate action must not route here. The load
+// the load balancer's own field of X-Amzn-Trace-Id; the caller is the sub
+// of the claims the load balancer's authenticate action signed
+// (x-amzn-oidc-data), verified against this stack's load balancer (Deps.ALB):
+// x-amzn-oidc-identity is not read, since any other load balancer, or
+// anyone allowed to invoke the function, can set it. A token that does not
+// verify is 401 and runs nothing; a key endpoint that cannot be reached is
+// 500 (retry the same key). The load
 // balancer passes the path still percent-encoded; it is decoded once here
 // (httpevent.ALBPath), so the Location of a 202 names the same key behind
 // this door as behind the HTTP API, however the client spells it.
@@ -93,10 +98,37 @@ func (h *Handler) HandleALB(ctx context.Context, e events.ALBTargetGroupRequest)
 	if err != nil {
 		return toALB(problemResponse(problem.BadRequest("path", "malformed percent-encoding in the path"))), nil
 	}
+	caller, refused := h.albCaller(ctx, hdr.Get("X-Amzn-Oidc-Data"))
+	if refused != nil {
+		return toALB(*refused), nil
+	}
 	resp := h.Serve(ctx, Request{
-		Method: e.HTTPMethod, Path: path, Headers: hdr, Body: body, Caller: hdr.Get("X-Amzn-Oidc-Identity"), Arrival: at,
+		Method: e.HTTPMethod, Path: path, Headers: hdr, Body: body, Caller: caller, Arrival: at,
 	})
 	return toALB(resp), nil
+}
+
+// albCaller is the verified caller of an ALB event, or the answer refusing
+// it.
+func (h *Handler) albCaller(ctx context.Context, token string) (string, *Response) {
+	if h.d.ALB == nil {
+		h.d.Log.Error("refused an ALB event: this function has no load balancer to verify it against (ONCEPAY_ALB_ARN unset)")
+		r := problemResponse(problem.Unauthorized())
+		return "", &r
+	}
+	caller, err := h.d.ALB.Verify(ctx, token)
+	switch {
+	case errors.Is(err, albauth.ErrKeyUnavailable):
+		h.d.Log.Error("the load balancer's public key could not be read; nothing ran", "err", err)
+		r := problemResponse(problem.Internal())
+		return "", &r
+	case err != nil:
+		h.d.Log.Warn("refused an ALB event whose signed claims do not verify", "err", err)
+		h.d.Metrics.Count("ALBUnauthenticated", 1)
+		r := problemResponse(problem.Unauthorized())
+		return "", &r
+	}
+	return caller, nil
 }
 
 // Invoke is the Lambda entry point: it accepts either event shape.

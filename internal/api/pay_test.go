@@ -53,13 +53,13 @@ func TestBothFormsOfTheKeyNameOneScope(t *testing.T) {
 	if a.PaymentID != ids.PaymentID(ids.Scope("u1", "K1")) {
 		t.Fatalf("the quoted key's payment %q is not K1's", a.PaymentID)
 	}
-	for _, k := range []string{"K1", ` "K1"`} {
+	for _, k := range []string{"K1"} {
 		again := w.pay("u1", k, body3000)
 		if again.Status != http.StatusCreated || string(again.Body) != string(first.Body) || !replayedHeader(again) {
 			t.Errorf("retry with %q: %d %s replayed=%v, want the replay", k, again.Status, again.Body, replayedHeader(again))
 		}
 	}
-	for _, k := range []string{`"K2`, `"K2";v=1`, `"K2", "K3"`, `"K 2"`} {
+	for _, k := range []string{`"K2`, `"K2";v=1`, `"K2", "K3"`, `"K 2"`, ` "K2"`} {
 		r := w.pay("u1", k, body3000)
 		if r.Status != http.StatusBadRequest || r.Headers.Get("Content-Type") != "application/problem+json" {
 			t.Errorf("key %q: %d %s, want a 400 problem", k, r.Status, r.Body)

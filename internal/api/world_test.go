@@ -22,6 +22,7 @@ import (
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/psp"
+	"github.com/oncepay/oncepay/internal/testkit/albsign"
 	"github.com/oncepay/oncepay/internal/testkit/worldtest"
 )
 
@@ -74,7 +75,7 @@ func newWorld(t testing.TB) *world {
 func (w *world) rebuildRealClock() {
 	w.h = api.New(api.Deps{
 		Claims: w.claims, Ledger: w.ledger, PSP: w.psp, Publisher: w.outbox, Timing: w.timing,
-		Log: slog.New(slog.NewJSONHandler(io.Discard, nil)),
+		Log: slog.New(slog.NewJSONHandler(io.Discard, nil)), ALB: albsign.Default.Verifier(time.Now),
 	})
 }
 
@@ -83,6 +84,7 @@ func (w *world) rebuild() {
 	w.h = api.New(api.Deps{
 		Claims: w.claims, Ledger: w.ledger, PSP: w.psp, Publisher: w.outbox, Clock: w.clock, Timing: w.timing,
 		Log: slog.New(slog.NewJSONHandler(w.logs, nil)), Metrics: metrics.New(w.logs, "api"), Hooks: w.hooks,
+		ALB: albsign.Default.Verifier(w.clock.Now),
 	})
 }
 

@@ -115,35 +115,48 @@ const LocalPSPKey = "sk_test_oncepay_local"
 // initRead bounds the secret reads made while a function initializes.
 const initRead = 3 * time.Second
 
+// SecretField reads one field of a JSON secret at run time.
+type SecretField struct {
+	// Read goes through the cache (five minutes; an hour's stale value
+	// while Secrets Manager cannot answer).
+	Read func(context.Context) (string, error)
+	// Fresh goes past it, for a value just refused (a rolled key).
+	Fresh func(context.Context) (string, error)
+}
+
 // Secret returns a reader of one field of the JSON secret named by the
 // variable arnVar, through a Secrets Manager cache (internal/secrets): what
 // the functions read the PSP's key and webhook secret with. It reads the
 // field once now, in the init phase, so the first request does not wait for
 // Secrets Manager; a failure then is logged, and the first request tries
 // again. ok is false when arnVar is unset.
-func Secret(ctx context.Context, cfg aws.Config, log *slog.Logger, arnVar, field string) (read func(context.Context) (string, error), ok bool, err error) {
+func Secret(ctx context.Context, cfg aws.Config, log *slog.Logger, arnVar, field string) (f SecretField, ok bool, err error) {
 	arn := os.Getenv(arnVar)
 	if arn == "" {
-		return nil, false, nil
+		return SecretField{}, false, nil
 	}
 	store, err := secrets.New(cfg, secrets.Options{Logger: log})
 	if err != nil {
-		return nil, false, fmt.Errorf("boot: %w", err)
+		return SecretField{}, false, fmt.Errorf("boot: %w", err)
 	}
-	read = func(ctx context.Context) (string, error) { return store.Field(ctx, arn, field) }
+	f = SecretField{
+		Read:  func(ctx context.Context) (string, error) { return store.Field(ctx, arn, field) },
+		Fresh: func(ctx context.Context) (string, error) { return store.FreshField(ctx, arn, field) },
+	}
 	ictx, cancel := context.WithTimeout(ctx, initRead)
 	defer cancel()
-	if _, err := read(ictx); err != nil {
+	if _, err := f.Read(ictx); err != nil {
 		log.Warn("secret not read at init; the first request reads it", "var", arnVar, "field", field, "err", err)
 	}
-	return read, true, nil
+	return f, true, nil
 }
 
 // PSP returns the PSP client for ONCEPAY_PSP_URL (empty: Stripe itself). Its
 // API key is the api_key field of the secret ONCEPAY_PSP_SECRET_ARN, read at
-// run time and cached for minutes (a rolled key is used without a deploy);
-// without the variable (a local tool against the simulator) it is
-// LocalPSPKey.
+// run time and cached for minutes (a rolled key is used without a deploy,
+// and a 401 makes it read afresh). Without the variable a PSP at
+// ONCEPAY_PSP_URL (the simulator, stripe-mock) gets LocalPSPKey; Stripe
+// itself without a secret is an error at init, not a 401 on every payment.
 func PSP(ctx context.Context, cfg aws.Config, log *slog.Logger) (*psp.Client, error) {
 	pc := psp.Config{BaseURL: os.Getenv(stackenv.PSPURL), Logger: log}
 	key, ok, err := Secret(ctx, cfg, log, stackenv.PSPSecretArn, stackenv.PSPSecretAPIKey)
@@ -151,7 +164,9 @@ func PSP(ctx context.Context, cfg aws.Config, log *slog.Logger) (*psp.Client, er
 	case err != nil:
 		return nil, err
 	case ok:
-		pc.Key = key
+		pc.Key, pc.KeyRefresh = key.Read, key.Fresh
+	case pc.BaseURL == "":
+		return nil, fmt.Errorf("boot: %s is not set: Stripe needs the key from the PSP secret", stackenv.PSPSecretArn)
 	default:
 		pc.APIKey = LocalPSPKey
 	}

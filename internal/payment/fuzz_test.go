@@ -357,12 +357,12 @@ func FuzzKeyFromHeader(f *testing.F) {
 }
 
 func TestKeyFromHeaderReadsBothFormsAsOneKey(t *testing.T) {
-	for v, want := range map[string]string{"K1": "K1", `"K1"`: "K1", ` "K1" `: "K1", "\"0192f0c4-5b7e\"": "0192f0c4-5b7e"} {
+	for v, want := range map[string]string{"K1": "K1", `"K1"`: "K1", "\"0192f0c4-5b7e\"": "0192f0c4-5b7e"} {
 		if got, err := KeyFromHeader(v); err != nil || got != want {
 			t.Errorf("KeyFromHeader(%q) = %q, %v; want %q", v, got, err, want)
 		}
 	}
-	for _, v := range []string{`"K1`, `"K1";a=1`, `"K1", "K2"`, `"a b"`, `"a\"b"`, `""`, `"."`, `"K1"x`, `"\u00e9"`} {
+	for _, v := range []string{` "K1"`, `"K1" `, "\"K1\"\t", " K1", `"K1`, `"K1";a=1`, `"K1", "K2"`, `"a b"`, `"a\"b"`, `""`, `"."`, `"K1"x`, `"\u00e9"`} {
 		if got, err := KeyFromHeader(v); err == nil {
 			t.Errorf("KeyFromHeader(%q) = %q, want a 400", v, got)
 		}

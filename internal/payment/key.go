@@ -71,7 +71,12 @@ func inKeyAlphabet(c byte) bool {
 // parameters (the draft defines none, and one this server ignored could
 // change a key's meaning); the key inside must pass ValidateKey either way.
 func KeyFromHeader(v string) (string, error) {
-	v = strings.Trim(v, " \t") // optional whitespace around a field value
+	// No whitespace around either form: HTTP parsers strip it, so a value
+	// that keeps it came through something else, and the bare form has
+	// always refused it (the structured parser alone would drop it).
+	if strings.TrimLeft(v, " \t") != v || strings.TrimRight(v, " \t") != v {
+		return "", fieldErr(FieldKey, reasonKeyAlphabet)
+	}
 	if !strings.HasPrefix(v, `"`) {
 		return v, ValidateKey(v)
 	}

@@ -103,7 +103,7 @@ func (c *Client) Charge(ctx context.Context, req ChargeRequest) (Result, error) 
 	start := time.Now()
 	params.Context = ctx
 	pi := &stripe.PaymentIntent{}
-	err := c.api.Call(http.MethodPost, "/v1/payment_intents", key, params, pi)
+	err := c.send(ctx, key, func(k string) error { return c.api.Call(http.MethodPost, "/v1/payment_intents", k, params, pi) })
 	res, err := c.settle(err, func() Result { return fromPaymentIntent(pi) })
 	c.logCall(ctx, "charge", req.PaymentID, start, res, err)
 	if err != nil {
@@ -125,8 +125,10 @@ func (c *Client) Retrieve(ctx context.Context, paymentIntentID string) (Result, 
 	}
 	start := time.Now()
 	pi := &stripe.PaymentIntent{}
-	err := c.api.Call(http.MethodGet, stripe.FormatURLPath("/v1/payment_intents/%s", paymentIntentID), key,
-		&stripe.PaymentIntentRetrieveParams{Params: stripe.Params{Context: ctx}}, pi)
+	err := c.send(ctx, key, func(k string) error {
+		return c.api.Call(http.MethodGet, stripe.FormatURLPath("/v1/payment_intents/%s", paymentIntentID), k,
+			&stripe.PaymentIntentRetrieveParams{Params: stripe.Params{Context: ctx}}, pi)
+	})
 	res, err := c.settle(err, func() Result { return fromPaymentIntent(pi) })
 	paymentID := ""
 	if err == nil {
@@ -176,7 +178,9 @@ func (c *Client) Lookup(ctx context.Context, paymentID string) (Result, error) {
 	var err error
 	for {
 		page := &stripe.PaymentIntentSearchResult{}
-		if err = c.api.CallRaw(http.MethodGet, "/v1/payment_intents/search", key, []byte(query.Encode()), params.GetParams(), page); err != nil {
+		if err = c.send(ctx, key, func(k string) error {
+			return c.api.CallRaw(http.MethodGet, "/v1/payment_intents/search", k, []byte(query.Encode()), params.GetParams(), page)
+		}); err != nil {
 			break
 		}
 		if page.LastResponse != nil {
@@ -290,7 +294,7 @@ func (c *Client) Refund(ctx context.Context, req RefundRequest) (Result, error) 
 	start := time.Now()
 	params.Context = ctx
 	rf := &stripe.Refund{}
-	err := c.api.Call(http.MethodPost, "/v1/refunds", key, params, rf)
+	err := c.send(ctx, key, func(k string) error { return c.api.Call(http.MethodPost, "/v1/refunds", k, params, rf) })
 	res, err := c.settle(err, func() Result { return fromRefund(rf) })
 	c.logCall(ctx, "refund", req.PaymentID, start, res, err)
 	if err != nil {
@@ -314,8 +318,10 @@ func (c *Client) RetrieveRefund(ctx context.Context, refundID string) (Result, e
 	}
 	start := time.Now()
 	rf := &stripe.Refund{}
-	err := c.api.Call(http.MethodGet, stripe.FormatURLPath("/v1/refunds/%s", refundID), key,
-		&stripe.RefundRetrieveParams{Params: stripe.Params{Context: ctx}}, rf)
+	err := c.send(ctx, key, func(k string) error {
+		return c.api.Call(http.MethodGet, stripe.FormatURLPath("/v1/refunds/%s", refundID), k,
+			&stripe.RefundRetrieveParams{Params: stripe.Params{Context: ctx}}, rf)
+	})
 	res, err := c.settle(err, func() Result { return fromRefund(rf) })
 	paymentID := ""
 	if err == nil {
@@ -370,7 +376,9 @@ func (c *Client) FindRefund(ctx context.Context, paymentIntentID, chargeID, paym
 		page := &stripe.RefundList{}
 		query := &form.Values{}
 		form.AppendTo(query, params)
-		if err = c.api.CallRaw(http.MethodGet, "/v1/refunds", key, []byte(query.Encode()), params.GetParams(), page); err != nil {
+		if err = c.send(ctx, key, func(k string) error {
+			return c.api.CallRaw(http.MethodGet, "/v1/refunds", k, []byte(query.Encode()), params.GetParams(), page)
+		}); err != nil {
 			break
 		}
 		if page.LastResponse != nil {
@@ -468,4 +476,23 @@ func (c *Client) apiKey(ctx context.Context) (string, error) {
 		return "", fmt.Errorf("%w: the API key: %w", ErrNotSent, err)
 	}
 	return k, nil
+}
+
+// send makes call with key. A 401 may mean the key was rolled after it was
+// read (it is cached for minutes): then the key is read afresh and, if it
+// changed, the call is made once more. A 401 ran nothing at the PSP, so
+// sending the same Idempotency-Key again is the same request, not a second
+// one; a 401 to the fresh key, or to an unchanged one, stands.
+func (c *Client) send(ctx context.Context, key string, call func(key string) error) error {
+	err := call(key)
+	var se *stripe.Error
+	if c.refresh == nil || !errors.As(err, &se) || se.HTTPStatusCode != http.StatusUnauthorized {
+		return err
+	}
+	fresh, ferr := c.refresh(ctx)
+	if ferr != nil || fresh == "" || fresh == key {
+		return err
+	}
+	c.log.Warn("the PSP refused the API key held; calling again with the key just read (it was rolled)")
+	return call(fresh)
 }

@@ -142,6 +142,10 @@ type Config struct {
 	// (boot.PSP), so a rolled key is used without a deploy. When it fails
 	// the call is not sent: ErrNotSent.
 	Key func(ctx context.Context) (string, error)
+	// KeyRefresh reads the key past any cache; with it, a call the PSP
+	// answers 401 is made once more when the key read afresh differs (a
+	// key rolled while the old one was cached). Optional, with Key only.
+	KeyRefresh func(ctx context.Context) (string, error)
 	// BaseURL is the API's base URL; empty means Stripe's
 	// (https://api.stripe.com).
 	BaseURL string
@@ -160,9 +164,10 @@ type Client struct {
 	// stripe.Client itself is left out: building it builds all of its ~200
 	// services, which cost the api's bootstrap ~130 KB of code and type
 	// data, over the 10 MiB budget (issue 9).
-	api stripe.Backend
-	key func(ctx context.Context) (string, error)
-	log *slog.Logger
+	api     stripe.Backend
+	key     func(ctx context.Context) (string, error)
+	refresh func(ctx context.Context) (string, error)
+	log     *slog.Logger
 }
 
 // New builds a Client from cfg.
@@ -203,5 +208,5 @@ func New(cfg Config) (*Client, error) {
 		log = slog.Default()
 	}
 	api := stripe.GetBackendWithConfig(stripe.APIBackend, backendCfg)
-	return &Client{api: api, key: key, log: log.With("component", "psp")}, nil
+	return &Client{api: api, key: key, refresh: cfg.KeyRefresh, log: log.With("component", "psp")}, nil
 }

@@ -31,7 +31,6 @@ import (
 	"os"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -69,8 +68,8 @@ type Options struct {
 }
 
 // Store reads secrets with cfg's region, credentials and HTTP client. Safe
-// for concurrent use; a read that misses the cache holds the others (one
-// call to Secrets Manager per secret and TTL, not one per caller).
+// for concurrent use: one read of Secrets Manager at a time, and a caller
+// waiting for it gives up when its own context ends.
 type Store struct {
 	cfg      aws.Config
 	endpoint string
@@ -78,14 +77,24 @@ type Store struct {
 	retryer  *retry.Standard
 	opts     Options
 
-	mu    sync.Mutex
+	lock  chan struct{} // a mutex a waiter can leave when its context ends
 	cache map[string]entry
 }
 
 type entry struct {
-	value string
-	read  time.Time
+	value  string
+	read   time.Time
+	failed time.Time // the last refresh that failed (zero: none since read)
 }
+
+// Refreshing a value the store already holds is capped at staleRefresh,
+// and after a failed refresh the held value is used for retryPause before
+// Secrets Manager is asked again: during an outage a payment must not
+// spend its deadline (or a webhook its budget) on reads that will fail.
+const (
+	staleRefresh = 500 * time.Millisecond
+	retryPause   = 15 * time.Second
+)
 
 // New returns a Store for cfg. The endpoint is AWS_ENDPOINT_URL_SECRETS_MANAGER,
 // else cfg.BaseEndpoint, else Secrets Manager's public endpoint in cfg's
@@ -127,6 +136,9 @@ func New(cfg aws.Config, opts Options) (*Store, error) {
 		opts.Logger = slog.Default()
 	}
 	if opts.Attempts <= 0 {
+		opts.Attempts = cfg.RetryMaxAttempts // AWS_MAX_ATTEMPTS, as the SDK's clients honour it
+	}
+	if opts.Attempts <= 0 {
 		opts.Attempts = retry.DefaultMaxAttempts
 	}
 	if cfg.HTTPClient == nil {
@@ -137,25 +149,61 @@ func New(cfg aws.Config, opts Options) (*Store, error) {
 		// Short waits: the api reads inside a payment's deadline.
 		retryer: retry.NewStandard(func(o *retry.StandardOptions) { o.MaxBackoff = 500 * time.Millisecond }),
 		cache:   map[string]entry{},
+		lock:    make(chan struct{}, 1),
 	}, nil
 }
 
 // String returns the SecretString of the secret id (a name or an ARN).
 func (s *Store) String(ctx context.Context, id string) (string, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+	return s.read(ctx, id, false)
+}
+
+// Fresh is String past the cache: for a caller that has just been told the
+// value it holds is no longer valid (the PSP answered 401 to a key that
+// may have been rolled since it was read).
+func (s *Store) Fresh(ctx context.Context, id string) (string, error) {
+	return s.read(ctx, id, true)
+}
+
+func (s *Store) read(ctx context.Context, id string, fresh bool) (string, error) {
+	select {
+	case s.lock <- struct{}{}:
+	case <-ctx.Done():
+		return "", fmt.Errorf("secrets: get %s: %w", id, ctx.Err())
+	}
+	defer func() { <-s.lock }()
 	now := s.opts.Now()
 	e, ok := s.cache[id]
-	if ok && now.Sub(e.read) < s.opts.TTL {
+	if ok && !fresh && now.Sub(e.read) < s.opts.TTL {
 		return e.value, nil
 	}
-	v, err := s.get(ctx, id)
+	usable := ok && now.Sub(e.read) < s.opts.TTL+s.opts.MaxStale
+	if usable && !fresh && !e.failed.IsZero() && now.Sub(e.failed) < retryPause {
+		return e.value, nil
+	}
+	rctx := ctx
+	if usable {
+		var cancel context.CancelFunc
+		rctx, cancel = context.WithTimeout(ctx, staleRefresh)
+		defer cancel()
+	}
+	v, err := s.get(rctx, id)
 	if err != nil {
-		if ok && now.Sub(e.read) < s.opts.TTL+s.opts.MaxStale {
+		// Only a store that could not answer falls back on the held value:
+		// a refusal (AccessDenied, ResourceNotFound, DecryptionFailure) is
+		// an operator's answer, and revoking a secret must stop its use.
+		transient := s.retryer.IsErrorRetryable(err) || errors.Is(err, context.DeadlineExceeded)
+		if usable && transient && fresh {
+			return "", err // the caller holds that value already, and it failed
+		}
+		if usable && transient {
+			e.failed = now
+			s.cache[id] = e
 			s.opts.Logger.Warn("secrets: Secrets Manager not read; using the value read earlier",
 				"secret_id", id, "age", now.Sub(e.read).Round(time.Second).String(), "err", err)
 			return e.value, nil
 		}
+		delete(s.cache, id) // refused, or too old to use
 		return "", err
 	}
 	s.cache[id] = entry{value: v, read: now}
@@ -169,6 +217,19 @@ func (s *Store) Field(ctx context.Context, id, field string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	return fieldOf(raw, id, field)
+}
+
+// FreshField is Field past the cache (see Fresh).
+func (s *Store) FreshField(ctx context.Context, id, field string) (string, error) {
+	raw, err := s.Fresh(ctx, id)
+	if err != nil {
+		return "", err
+	}
+	return fieldOf(raw, id, field)
+}
+
+func fieldOf(raw, id, field string) (string, error) {
 	var obj map[string]any
 	if err := json.Unmarshal([]byte(raw), &obj); err != nil {
 		// The value itself never goes into an error.

@@ -20,6 +20,11 @@ const (
 	LedgerDSN       = "ONCEPAY_LEDGER_DSN"
 	PSPURL          = "ONCEPAY_PSP_URL"
 	FrontDoorURL    = "ONCEPAY_FRONTDOOR_URL"
+	// AlbArn is the load balancer whose signed claims the api accepts
+	// (set by the stack when it has the ALB front door); AlbKeysURL
+	// overrides where its public keys are read (GovCloud, tests).
+	AlbArn     = "ONCEPAY_ALB_ARN"
+	AlbKeysURL = "ONCEPAY_ALB_KEYS_URL"
 )
 
 // OutputVars maps each stack output id to the variable that carries it.

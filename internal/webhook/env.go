@@ -38,7 +38,7 @@ func FromEnv(ctx context.Context, log *slog.Logger) (*Handler, error) {
 	case err != nil:
 		return nil, err
 	case ok:
-		cfg.SecretFrom = read
+		cfg.SecretFrom = read.Read
 	default:
 		if cfg.Secret, err = boot.Require(EnvSecret); err != nil {
 			return nil, fmt.Errorf("webhook: neither %s nor %s is set: %w", stackenv.PSPSecretArn, EnvSecret, err)

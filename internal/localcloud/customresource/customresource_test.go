@@ -38,7 +38,7 @@ const (
 // world is the real template's migration custom resource over a database
 // of the test's own on the local cluster, its function the real migrate
 // bootstrap under aws-lambda-rie, reading the admin secret through the
-// Parameters and Secrets extension stand-in.
+// Secrets Manager gate (as localcloud serve points it).
 type world struct {
 	st       *testenv.Stack
 	db       string

@@ -50,9 +50,11 @@ func NewPushQueue(api PushQueueAPI, url string) *PushQueue {
 func (q *PushQueue) Collect(ctx context.Context) ([]notify.Data, error) {
 	var pushes []notify.Data
 	for {
-		got, err := q.receive(ctx, 0)
+		got, raw, err := q.receive(ctx, 0)
 		pushes = append(pushes, got...)
-		if err != nil || len(got) == 0 {
+		// Stop at an empty receive, not at one that held only messages
+		// seen before: pushes may still be queued behind them.
+		if err != nil || raw == 0 {
 			return pushes, err
 		}
 	}
@@ -63,18 +65,20 @@ func (q *PushQueue) Collect(ctx context.Context) ([]notify.Data, error) {
 // a long poll as soon as a push lands, so the return marks the push's
 // arrival the way a phone would see it, with no polling interval added.
 func (q *PushQueue) Await(ctx context.Context, wait time.Duration) ([]notify.Data, error) {
-	return q.receive(ctx, min(max(int32(wait/time.Second), 1), 20))
+	got, _, err := q.receive(ctx, min(max(int32(wait/time.Second), 1), 20))
+	return got, err
 }
 
-// receive makes one receive (a long poll of waitSeconds when > 0) and
-// deletes the pushes it returns.
-func (q *PushQueue) receive(ctx context.Context, waitSeconds int32) ([]notify.Data, error) {
+// receive makes one receive (a long poll of waitSeconds when > 0), deletes
+// what it got and returns the pushes new to this reader, with the number of
+// messages received.
+func (q *PushQueue) receive(ctx context.Context, waitSeconds int32) ([]notify.Data, int, error) {
 	out, err := q.api.ReceiveMessage(ctx, &sqs.ReceiveMessageInput{QueueUrl: aws.String(q.url), MaxNumberOfMessages: 10, WaitTimeSeconds: waitSeconds})
 	if err != nil {
-		return nil, fmt.Errorf("harness: receive pushes: %w", err)
+		return nil, 0, fmt.Errorf("harness: receive pushes: %w", err)
 	}
 	if len(out.Messages) == 0 {
-		return nil, nil
+		return nil, 0, nil
 	}
 	// Every message is deleted and every push in the batch returned, even
 	// when one message is no push: stopping at it would leave the rest to
@@ -102,7 +106,7 @@ func (q *PushQueue) receive(ctx context.Context, waitSeconds int32) ([]notify.Da
 	if _, err := q.api.DeleteMessageBatch(ctx, &sqs.DeleteMessageBatchInput{QueueUrl: aws.String(q.url), Entries: del}); err != nil {
 		bad = append(bad, fmt.Errorf("harness: delete pushes: %w", err))
 	}
-	return pushes, errors.Join(bad...)
+	return pushes, len(out.Messages), errors.Join(bad...)
 }
 
 func decodePush(body string) (notify.Data, error) {

@@ -139,15 +139,20 @@ func roleStatements(t *Template, ev *Evaluator, role any) ([]statement, error) {
 				continue
 			}
 			// NotAction, NotResource and Condition are not evaluated: such an
-			// Allow grants nothing here and such a Deny is skipped, so the
-			// gate errs towards refusing.
+			// Allow grants nothing here, and such a Deny denies everything it
+			// could cover (every action and resource), so the gate errs
+			// towards refusing either way.
 			_, notA := sm["NotAction"]
 			_, notR := sm["NotResource"]
 			_, cond := sm["Condition"]
+			deny := sm["Effect"] == "Deny"
 			if notA || notR || cond {
+				if deny {
+					out = append(out, statement{deny: true, actions: []string{"*"}, resources: []string{"*"}})
+				}
 				continue
 			}
-			st := statement{deny: sm["Effect"] == "Deny", actions: strs(sm["Action"])}
+			st := statement{deny: deny, actions: strs(sm["Action"])}
 			if !matchesAny(st.actions, "secretsmanager:GetSecretValue") && !matchesAny(st.actions, "kms:Decrypt") {
 				continue
 			}

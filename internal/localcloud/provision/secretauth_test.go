@@ -119,6 +119,10 @@ func TestAMigrationPolicyWithoutTheGrantIsRefused(t *testing.T) {
 	for name, edit := range map[string]func([]any) []any{
 		"no GetSecretValue": statementsWithout("secretsmanager:GetSecretValue"),
 		"no kms:Decrypt":    statementsWithout("kms:Decrypt"),
+		"a Deny with a Condition counts as a Deny": func(sts []any) []any {
+			return append(sts, map[string]any{"Effect": "Deny", "Action": "secretsmanager:GetSecretValue", "Resource": "*",
+				"Condition": map[string]any{"StringEquals": map[string]any{"aws:RequestedRegion": "us-east-1"}}})
+		},
 		"a wildcard Deny wins": func(sts []any) []any {
 			return append(sts, map[string]any{"Effect": "Deny", "Action": "secretsmanager:Get*", "Resource": "*"})
 		},

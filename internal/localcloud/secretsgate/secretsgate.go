@@ -123,6 +123,11 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		var nf *smtypes.ResourceNotFoundException
 		var api smithy.APIError
 		switch {
+		case errors.As(err, &nf) && (c.MayRead == nil || !c.MayRead(in.SecretId)):
+			// AWS authorizes the request before it looks: a role without the
+			// grant learns nothing of which secrets exist.
+			fail(w, http.StatusBadRequest, "AccessDeniedException", fmt.Sprintf(
+				"User: function %s is not authorized to perform: secretsmanager:GetSecretValue on resource: %s", c.Function, in.SecretId))
 		case errors.As(err, &nf):
 			fail(w, http.StatusBadRequest, "ResourceNotFoundException", "Secrets Manager can't find the specified secret.")
 		case errors.As(err, &api):

@@ -34,6 +34,7 @@ func TestTheGateServesOnlyWhatTheCallersRoleGrants(t *testing.T) {
 	srv := httptest.NewServer(&secretsgate.Handler{Secrets: sm, Region: "eu-west-1", Callers: map[string]secretsgate.Caller{
 		"migration-token": {Function: "Migration", MayRead: func(arn string) bool { return arn == *out.ARN }},
 		"worker-token":    {Function: "Worker", MayRead: func(string) bool { return false }},
+		"any-token":       {Function: "Any", MayRead: func(string) bool { return true }},
 	}})
 	defer srv.Close()
 	read := func(token, region, id string) (string, error) {
@@ -62,7 +63,8 @@ func TestTheGateServesOnlyWhatTheCallersRoleGrants(t *testing.T) {
 		{"no token", "", "eu-west-1", *out.ARN, "UnrecognizedClientException"},
 		{"signed for another Region", "migration-token", "us-east-1", *out.ARN, "InvalidSignatureException"},
 		{"a role without the grant", "worker-token", "eu-west-1", name, "AccessDeniedException"},
-		{"no such secret", "migration-token", "eu-west-1", name + "-gone", "ResourceNotFoundException"},
+		{"no such secret, for a role that may read any", "any-token", "eu-west-1", name + "-gone", "ResourceNotFoundException"},
+		{"no such secret, for a role without the grant", "migration-token", "eu-west-1", name + "-gone", "AccessDeniedException"},
 	} {
 		v, err := read(c.token, c.region, c.id)
 		if code(err) != c.want || v != "" || (err != nil && strings.Contains(err.Error(), "p4ss")) {

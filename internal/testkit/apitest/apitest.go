@@ -25,6 +25,7 @@ import (
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/psp"
 	"github.com/oncepay/oncepay/internal/resolver"
+	"github.com/oncepay/oncepay/internal/testkit/albsign"
 	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
 
@@ -67,6 +68,7 @@ func New(t testing.TB, timing config.Timing) *World {
 	w.Ledger = ledger.New(pool)
 	w.Handler = api.New(api.Deps{
 		Claims: w.Claims, Ledger: w.Ledger, PSP: w.PSP, Publisher: w.Outbox, Clock: w.Clock, Timing: w.Timing, Log: quiet,
+		ALB: albsign.Default.Verifier(w.Clock.Now),
 	})
 	return w
 }

@@ -7,19 +7,23 @@ import (
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
+	"github.com/oncepay/oncepay/internal/testkit/albsign"
 )
 
 // ALBEvent is the event an Application Load Balancer sends a Lambda target
 // for a request to rawPath, which it passes exactly as the client sent it
 // (still percent-encoded). The headers are lower-cased as the load balancer
 // sends them; X-Amzn-Trace-Id carries its Self= field stamped at at (whole
-// seconds, as the load balancer's is) after a Root=; x-amzn-oidc-identity is
-// the caller its authenticate action verified. headers may add others (an
-// Idempotency-Key).
+// seconds, as the load balancer's is) after a Root=; x-amzn-oidc-data is the
+// caller's claims signed by the test kit's load balancer (albsign.Default,
+// expiring an hour after at, so a fake clock moved on does not expire it), and x-amzn-oidc-identity the plain copy
+// the api does not trust. headers may add others (an Idempotency-Key), or
+// replace those.
 func ALBEvent(method, rawPath, caller string, headers map[string]string, body string, at time.Time) events.ALBTargetGroupRequest {
 	h := map[string]string{
 		"x-amzn-trace-id":      fmt.Sprintf("Self=1-%08x-%024x;Root=1-%08x-%024x", at.Unix(), 1, at.Unix(), 2),
 		"x-amzn-oidc-identity": caller,
+		"x-amzn-oidc-data":     albsign.Default.Sign(caller, at.Add(time.Hour)),
 		"content-type":         "application/json",
 	}
 	for k, v := range headers {

@@ -15,6 +15,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/api"
 	pmt "github.com/oncepay/oncepay/internal/payment"
+	"github.com/oncepay/oncepay/internal/testkit/albsign"
 )
 
 // keyAlphabet is every byte an Idempotency-Key may hold: the keys of a
@@ -180,13 +181,15 @@ func (d frontDoor) httpAPIEvent(r hreq, body string, b64 bool) events.APIGateway
 
 // albEvent is what the load balancer sends: the path as the client sent it,
 // X-Amzn-Trace-Id with the balancer's Self field carrying the arrival (after
-// the client's own Root), and the authenticate action's
-// x-amzn-oidc-identity = the caller.
+// the client's own Root), and the authenticate action's signed claims of
+// the caller (x-amzn-oidc-data, the test kit's load balancer) with their
+// plain copy x-amzn-oidc-identity.
 func (d frontDoor) albEvent(rng *rand.Rand, r hreq, path, body string, b64 bool) events.ALBTargetGroupRequest {
 	trace := fmt.Sprintf("Self=1-%08x-%s;Root=1-%08x-%s", r.arrival.Unix(), hex24(rng), r.arrival.Unix()-int64(rng.IntN(3)), hex24(rng))
 	hdr := map[string]string{
 		"content-type": "application/json", "host": "chaos.elb.local", "user-agent": "oncepay-chaos",
 		"x-amzn-trace-id": trace, "x-amzn-oidc-identity": r.caller, "x-forwarded-for": "198.51.100.7",
+		"x-amzn-oidc-data": albsign.Default.Sign(r.caller, r.arrival.Add(time.Hour)),
 		"x-forwarded-port": "443", "x-forwarded-proto": "https",
 	}
 	if r.key != "" {

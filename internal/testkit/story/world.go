@@ -54,6 +54,7 @@ import (
 	"github.com/oncepay/oncepay/internal/relay"
 	"github.com/oncepay/oncepay/internal/resolver"
 	"github.com/oncepay/oncepay/internal/stackenv"
+	"github.com/oncepay/oncepay/internal/testkit/albsign"
 	"github.com/oncepay/oncepay/internal/testkit/faultnet"
 	"github.com/oncepay/oncepay/internal/webhook"
 )
@@ -362,6 +363,7 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 	w.API = api.New(api.Deps{
 		Claims: claims, Ledger: led, PSP: w.PSP, Publisher: pub, Clock: w.Clock, Timing: w.Timing,
 		Log: w.log, Metrics: metrics.New(w.EMF, "api"), Hooks: w.apiHooks(),
+		ALB: albsign.Default.Verifier(w.Clock.Now),
 	})
 
 	// Messaging: the relay on the outbox stream, the FIFO queue, the worker,

@@ -31,6 +31,7 @@ import (
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/psp"
 	"github.com/oncepay/oncepay/internal/resolver"
+	"github.com/oncepay/oncepay/internal/testkit/albsign"
 	"github.com/oncepay/oncepay/internal/testkit/testenv"
 	"github.com/oncepay/oncepay/internal/webhook"
 )
@@ -188,6 +189,7 @@ func (w *World) Rebuild() {
 	w.API = api.New(api.Deps{
 		Claims: w.Claims, Ledger: w.Ledger, PSP: w.PSP, Publisher: w.Outbox, Clock: w.Clock, Timing: w.Timing,
 		Log: w.Log, Metrics: metrics.New(w.Logs, "api"), Hooks: w.Hooks,
+		ALB: albsign.Default.Verifier(w.Clock.Now),
 	})
 }
 
