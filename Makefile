@@ -89,7 +89,7 @@ test-unit: ## go test ./... (unit, integration against the running local cloud, 
 test-race: ## the race detector over the packages that hold concurrency
 	@$(BIN)/gotestsum --format pkgname-and-test-fails --jsonfile $(LOCAL)/race.json -- -race -short -count=1 $(RACE_PKGS)
 
-FUZZTIME ?= 5s
+FUZZTIME ?= 3s
 fuzz: ## every Go fuzzer in the tree for FUZZTIME each (new inputs that fail are kept in testdata/fuzz)
 	@for f in $$(grep -rl --include='*_test.go' '^func Fuzz' internal cmd); do \
 	  for name in $$(grep -o '^func Fuzz[A-Za-z0-9_]*' $$f | cut -c6-); do \
@@ -114,7 +114,12 @@ test-cfn: $(TEMPLATE) ## cfn-lint over the synthesized templates (sandbox, prod,
 	@cfn-lint $(VARIANTS)/prod.template.json $(VARIANTS)/alb.template.json
 	@echo "test-cfn: sandbox, prod and ALB templates lint clean"
 
-test: setup up lint test-unit test-race fuzz test-cfn ## the README's test command: installs, starts, lints and runs everything
+TEST_PHASES := setup up lint test-unit test-race fuzz test-cfn
+test: ## the README's test command: installs, starts, lints and runs everything
+	@t0=$$(date +%s); for p in $(TEST_PHASES); do \
+	  $(MAKE) --no-print-directory $$p || exit 1; \
+	  echo "== test: $$p done, $$(( $$(date +%s) - t0 ))s in"; \
+	done
 	@echo "== summary of the test run (skips fail CI; the chaos line counts faults that fired)"
 	@bash scripts/testsummary.sh $(LOCAL)/test.json
 	@echo "test: all green"
