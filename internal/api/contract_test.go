@@ -257,6 +257,24 @@ func TestTheAnswerTableMatchesTheSpec(t *testing.T) {
 		expect(t, "refund without a key", c.send("refund 400", "/payments/K1/refund", "", "", c.clock.Now()), http.StatusBadRequest, "")
 	})
 
+	t.Run("refund open, resolve declined, ledger down", func(t *testing.T) {
+		c := contractWorld{newWorld(t), t}
+		c.pay("201", "K1", body3000)
+		c.pay("402", "K2", declined)
+		now := c.clock.Now()
+		expect(t, "resolve of a declined payment", c.send("resolve 402", "/payments/K2/resolve", "", "", now), http.StatusPaymentRequired, "")
+		pid := ids.PaymentID(ids.Scope("u1", "K1"))
+		if err := c.sim.AddFault(pspsim.Fault{Match: pspsim.Match{IdempotencyKey: ids.RefundKey(pid)}, Kind: pspsim.FaultRefundPending, DelayMS: 600000}); err != nil {
+			t.Fatal(err)
+		}
+		expect(t, "refund pending at the PSP", c.send("refund 202", "/payments/K1/refund", "R1", "", now), http.StatusAccepted, "Location")
+		expect(t, "another refund key for a payment with a refund", c.send("refund 409 exists", "/payments/K1/refund", "R2", "", now), http.StatusConflict, "")
+		c.ledger = unreachableLedger(t)
+		c.rebuild()
+		expect(t, "refund with the ledger down", c.send("refund 503", "/payments/K1/refund", "R1", "", now), http.StatusServiceUnavailable, "")
+		expect(t, "resolve with the ledger down", c.send("resolve 503", "/payments/K1/resolve", "", "", now), http.StatusServiceUnavailable, "")
+	})
+
 	var rows []string
 	for r, s := range seen {
 		rows = append(rows, fmt.Sprintf("%d %s", s, r))
