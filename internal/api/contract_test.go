@@ -217,6 +217,19 @@ func TestTheAnswerTableMatchesTheSpec(t *testing.T) {
 		expect(t, "repeat after the owner's lease + margin", c.pay("201 takeover", "K1", body3000), http.StatusCreated, "")
 	})
 
+	t.Run("takeover whose PSP reply is lost", func(t *testing.T) {
+		c := contractWorld{newWorld(t), t}
+		c.hooks.AfterPendingInsert = crashOnce()
+		c.rebuild()
+		c.h.Serve(context.Background(), api.Request{Method: http.MethodPost, Path: "/payments", Headers: http.Header{"Idempotency-Key": {"K1"}, "Content-Type": {"application/json"}}, Body: []byte(body3000), Caller: "u1", Arrival: c.clock.Now()})
+		pid := ids.PaymentID(ids.Scope("u1", "K1"))
+		if err := c.sim.AddFault(pspsim.Fault{Match: pspsim.Match{IdempotencyKey: ids.ChargeKey(pid)}, Kind: pspsim.FaultLoseReply, DelayMS: 3000}); err != nil {
+			t.Fatal(err)
+		}
+		c.clock.Advance(c.timing.Deadline + 2*c.timing.Margin + time.Second)
+		expect(t, "takeover, the replay's reply not in time", c.pay("202 takeover", "K1", body3000), http.StatusAccepted, "Location")
+	})
+
 	t.Run("voided key", func(t *testing.T) {
 		c := contractWorld{newWorld(t), t}
 		expect(t, "resolve of an absent key", c.send("resolve 200 VOID", "/payments/K1/resolve", "", "", c.clock.Now()), http.StatusOK, "")
