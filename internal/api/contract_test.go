@@ -1,45 +1,25 @@
 package api_test
 
 import (
-	"bytes"
 	"context"
 	"fmt"
-	"io"
 	"net/http"
-	"net/url"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/pb33f/libopenapi"
-	validator "github.com/pb33f/libopenapi-validator"
-
 	"github.com/oncepay/oncepay/internal/api"
-	"github.com/oncepay/oncepay/internal/apispec"
 	"github.com/oncepay/oncepay/internal/idem"
 	"github.com/oncepay/oncepay/internal/ids"
+	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
+	"github.com/oncepay/oncepay/internal/testkit/specwire"
 )
-
-// specValidator is the OpenAPI document, built once: validating it costs
-// more than a request.
-var specValidator = sync.OnceValues(func() (validator.Validator, error) {
-	doc, err := libopenapi.NewDocument(apispec.YAML)
-	if err != nil {
-		return nil, fmt.Errorf("parse the spec: %w", err)
-	}
-	v, errs := validator.NewValidator(doc)
-	if len(errs) > 0 {
-		return nil, fmt.Errorf("build the validator: %v", errs)
-	}
-	return v, nil
-})
 
 // The document itself is valid OpenAPI 3.1.
 func TestTheSpecIsAValidOpenAPIDocument(t *testing.T) {
-	v, err := specValidator()
+	v, err := specwire.Validator()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,35 +48,14 @@ func refusesInput(status int) bool {
 // too when withRequest).
 func specErrors(t *testing.T, req api.Request, resp api.Response, withRequest bool) []string {
 	t.Helper()
-	v, err := specValidator()
+	errs, err := specwire.Errors(specwire.Exchange{
+		Method: req.Method, Path: req.Path, ReqHeaders: req.Headers, ReqBody: req.Body, Bearer: true,
+		Status: resp.Status, RespHeaders: resp.Headers, RespBody: resp.Body,
+	}, withRequest)
 	if err != nil {
 		t.Fatal(err)
 	}
-	u := &url.URL{Scheme: "http", Host: "127.0.0.1:8080", Path: req.Path}
-	hr, err := http.NewRequest(req.Method, u.String(), bytes.NewReader(req.Body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	hr.Header = req.Headers.Clone()
-	hr.Header.Set("Authorization", "Bearer a-token-the-gateway-verified")
-	hres := &http.Response{
-		StatusCode: resp.Status, Header: resp.Headers.Clone(), Request: hr,
-		Body: io.NopCloser(bytes.NewReader(resp.Body)), ContentLength: int64(len(resp.Body)),
-	}
-	validate := v.ValidateHttpResponse
-	if withRequest {
-		validate = v.ValidateHttpRequestResponse
-	}
-	var out []string
-	if ok, errs := validate(hr, hres); !ok {
-		for _, e := range errs {
-			out = append(out, fmt.Sprintf("%s (%s)", e.Message, e.Reason))
-			for _, se := range e.SchemaValidationErrors {
-				out = append(out, fmt.Sprintf("  %s: %s", se.FieldPath, se.Reason))
-			}
-		}
-	}
-	return out
+	return errs
 }
 
 // The check can fail: answers the spec does not describe are caught.
@@ -113,6 +72,11 @@ func TestTheSpecCheckCatchesAnswersItDoesNotDescribe(t *testing.T) {
 		"a 202 without its Location": {Status: http.StatusAccepted, Headers: http.Header{"Content-Type": {"application/json"}, "Retry-After": {"1"}}, Body: []byte(`{"payment_id":"pay_1","state":"PROCESSING"}`)},
 		"a 201 that says FAILED":     {Status: http.StatusCreated, Headers: js, Body: []byte(`{"payment_id":"pay_1","state":"FAILED","decline_code":"card_declined"}`)},
 		"a 402 that says SUCCEEDED":  {Status: http.StatusPaymentRequired, Headers: js, Body: []byte(`{"payment_id":"pay_1","state":"SUCCEEDED"}`)},
+		// A problem type belongs to its status, and a problem's status is the answer's.
+		"a 409 of the 422's type":            {Status: http.StatusConflict, Headers: http.Header{"Content-Type": {"application/problem+json"}}, Body: []byte(`{"type":"https://oncepay.dev/problems/key-reused","title":"x","status":409}`)},
+		"a 503 of the 409's type":            {Status: http.StatusServiceUnavailable, Headers: http.Header{"Content-Type": {"application/problem+json"}}, Body: []byte(`{"type":"https://oncepay.dev/problems/in-progress","title":"x","status":503}`)},
+		"a 502 of the refund's type on /pay": {Status: http.StatusBadGateway, Headers: http.Header{"Content-Type": {"application/problem+json"}}, Body: []byte(`{"type":"https://oncepay.dev/problems/refund-failed","title":"x","status":502}`)},
+		"a 409 whose body says 503":          {Status: http.StatusConflict, Headers: http.Header{"Content-Type": {"application/problem+json"}}, Body: []byte(`{"type":"https://oncepay.dev/problems/in-progress","title":"x","status":503}`)},
 	} {
 		if errs := specErrors(t, req, resp, true); len(errs) == 0 {
 			t.Errorf("%s passed the spec check", name)
@@ -246,6 +210,22 @@ func TestTheAnswerTableMatchesTheSpec(t *testing.T) {
 		expect(t, "key store unavailable", c.pay("201 degraded", "K1", body3000), http.StatusCreated, "")
 	})
 
+	t.Run("key store down, the original in flight", func(t *testing.T) {
+		c := contractWorld{newWorld(t), t}
+		c.claims = idem.NewStore(unreachableDynamo(), "idem")
+		c.hooks.AfterPendingInsert = crashOnce()
+		c.rebuild()
+		c.h.Serve(context.Background(), api.Request{Method: http.MethodPost, Path: "/payments", Headers: http.Header{"Idempotency-Key": {"K1"}, "Content-Type": {"application/json"}}, Body: []byte(body3000), Caller: "u1", Arrival: c.clock.Now()})
+		expect(t, "key store down: a duplicate meets the PENDING row", c.pay("409 degraded", "K1", body3000), http.StatusConflict, "Retry-After")
+	})
+
+	t.Run("the PENDING insert's reply lost, the ledger silent", func(t *testing.T) {
+		c := contractWorld{newWorld(t), t}
+		proxy := ledgerThroughLostCommit(t, c.world, ids.PaymentID(ids.Scope("u1", "K1")))
+		proxy.refuse.Store(true)
+		expect(t, "ledger outcome unknown", c.pay("503 unconfirmed", "K1", body3000), http.StatusServiceUnavailable, "Retry-After")
+	})
+
 	t.Run("ledger down", func(t *testing.T) {
 		c := contractWorld{newWorld(t), t}
 		c.ledger = unreachableLedger(t)
@@ -257,6 +237,8 @@ func TestTheAnswerTableMatchesTheSpec(t *testing.T) {
 		c := contractWorld{newWorld(t), t}
 		c.refuseCharges(401)
 		expect(t, "PSP invalid request", c.pay("502", "K1", body3000), http.StatusBadGateway, "")
+		expect(t, "PSP invalid request, replayed", c.pay("502 replay", "K1", body3000), http.StatusBadGateway, "Idempotent-Replayed")
+		expect(t, "resolve of a payment the PSP refused", c.send("resolve 502", "/payments/K1/resolve", "", "", c.clock.Now()), http.StatusBadGateway, "")
 	})
 
 	t.Run("refund", func(t *testing.T) {
@@ -268,6 +250,8 @@ func TestTheAnswerTableMatchesTheSpec(t *testing.T) {
 		expect(t, "refund of an unknown payment", c.send("refund 404", "/payments/K9/refund", "R2", "", c.clock.Now()), http.StatusNotFound, "")
 		expect(t, "refund of a declined payment", c.send("refund 409", "/payments/K2/refund", "R3", "", c.clock.Now()), http.StatusConflict, "")
 		expect(t, "refund without a key", c.send("refund 400", "/payments/K1/refund", "", "", c.clock.Now()), http.StatusBadRequest, "")
+		c.pay("201", "K3", body3000)
+		expect(t, "refund key reused for another payment", c.send("refund 422", "/payments/K3/refund", "R1", "", c.clock.Now()), http.StatusUnprocessableEntity, "")
 	})
 
 	t.Run("refund open, resolve declined, ledger down", func(t *testing.T) {
@@ -282,6 +266,12 @@ func TestTheAnswerTableMatchesTheSpec(t *testing.T) {
 		}
 		expect(t, "refund pending at the PSP", c.send("refund 202", "/payments/K1/refund", "R1", "", now), http.StatusAccepted, "Location")
 		expect(t, "another refund key for a payment with a refund", c.send("refund 409 exists", "/payments/K1/refund", "R2", "", now), http.StatusConflict, "")
+		// The PSP fails the open refund later (refund.failed, or the
+		// resolver's look-up): the repeat answers the stored failure.
+		if _, moved, err := c.ledger.SettleRefund(context.Background(), pid, ledger.RefundOutcome{State: ledger.RefundFailed, PSPRefund: "re_contract", FailureReason: "lost_or_stolen_card"}); err != nil || !moved {
+			t.Fatalf("settle the refund failed: moved %v, %v", moved, err)
+		}
+		expect(t, "refund the PSP failed", c.send("refund 502", "/payments/K1/refund", "R1", "", now), http.StatusBadGateway, "")
 		c.ledger = unreachableLedger(t)
 		c.rebuild()
 		expect(t, "refund with the ledger down", c.send("refund 503", "/payments/K1/refund", "R1", "", now), http.StatusServiceUnavailable, "")

@@ -217,7 +217,7 @@ func (s *Store) Field(ctx context.Context, id, field string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	return fieldOf(raw, id, field)
+	return FieldOf(raw, id, field)
 }
 
 // FreshField is Field past the cache (see Fresh).
@@ -226,13 +226,15 @@ func (s *Store) FreshField(ctx context.Context, id, field string) (string, error
 	if err != nil {
 		return "", err
 	}
-	return fieldOf(raw, id, field)
+	return FieldOf(raw, id, field)
 }
 
-func fieldOf(raw, id, field string) (string, error) {
+// FieldOf is the string field of a secret holding a JSON object (the
+// shape Secrets Manager generates for RDS and the PSP secret). id names the
+// secret in errors; the value never goes into one.
+func FieldOf(raw, id, field string) (string, error) {
 	var obj map[string]any
 	if err := json.Unmarshal([]byte(raw), &obj); err != nil {
-		// The value itself never goes into an error.
 		return "", fmt.Errorf("secrets: %s does not hold a JSON object", id)
 	}
 	v, ok := obj[field].(string)

@@ -26,6 +26,7 @@ import (
 	"github.com/oncepay/oncepay/internal/ledger/migrations"
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 	"github.com/oncepay/oncepay/internal/localcloud/phone"
+	"github.com/oncepay/oncepay/internal/secrets"
 	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
@@ -346,13 +347,5 @@ func secretField(ctx context.Context, sm SecretGetter, arn, field string) (strin
 	if err != nil {
 		return "", fmt.Errorf("read secret %s: %w", arn, err)
 	}
-	var obj map[string]any
-	if err := json.Unmarshal([]byte(aws.ToString(out.SecretString)), &obj); err != nil {
-		return "", fmt.Errorf("secret %s is not a JSON object", arn)
-	}
-	v, _ := obj[field].(string)
-	if v == "" {
-		return "", fmt.Errorf("secret %s has no field %s", arn, field)
-	}
-	return v, nil
+	return secrets.FieldOf(aws.ToString(out.SecretString), arn, field)
 }
