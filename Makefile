@@ -24,6 +24,7 @@ help: ## list the targets
 
 setup: ## install what is missing (PostgreSQL, Java 17, DynamoDB Local, the CDK CLI, Go tools)
 	@bash scripts/setup.sh
+	@cmp -s _tools/peer/package-lock.json _tools/peer/node_modules/.installed-lock.json 2>/dev/null || { echo "setup: installing the pinned benchmark peer (Powertools idempotency) in _tools/peer/"; npm ci --prefix _tools/peer --no-audit --no-fund --silent && cp _tools/peer/package-lock.json _tools/peer/node_modules/.installed-lock.json; }
 
 up: setup $(TEMPLATE) ## start the local cloud, provision it from the template, run the template as a stack (localcloud serve)
 	@bash scripts/localcloud.sh up
@@ -147,6 +148,7 @@ bench: ## benchmarks on a freshly started local cloud; writes BENCHMARKS.md (rat
 	@go test -count=1 -run '^$$' -bench TapToPush -benchtime 300x ./infra-tests/messaging/ | tee -a bench-out/bench.txt
 	@go test -count=1 -run '^$$' -bench LambdaBootstrap -benchtime 5x ./infra-tests/ | tee -a bench-out/bench.txt
 	@go test -count=1 -run '^$$' -bench LambdaWarmInvoke -benchtime 100x ./infra-tests/ | tee -a bench-out/bench.txt
+	@go test -count=1 -run '^$$' -bench PeerSideBySide -benchtime 100x ./infra-tests/peer/ | tee -a bench-out/bench.txt
 	@# the live stack (make up started it), open loop, after the in-process runs: it loads the stack hard
 	@go test -count=1 -timeout 30m -run '^$$' -bench LiveTapToPush -benchtime 1x ./infra-tests/live/ | tee -a bench-out/bench.txt
 	@go run ./cmd/benchreport -cmd "make bench" -plots docs/benchmarks < bench-out/bench.txt > BENCHMARKS.md

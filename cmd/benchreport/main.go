@@ -8,7 +8,8 @@
 // figures, the first call against its floors (a sub-millisecond and an
 // assumed 300 ms PSP), the Lambda bootstraps (size, cold start, the warm cost
 // of building without inlining), the requests per payment
-// counted on the wire, the concurrency sweep (with plots) and the cost model.
+// counted on the wire, the api side by side with Powertools' idempotency
+// utility, the concurrency sweep (with plots) and the cost model.
 package main
 
 import (
@@ -44,7 +45,7 @@ const iterUnit = "iterations "
 var benchmarks = []string{
 	"FirstCall", "Replay", "Steps", "RequestCounts", "FirstCallPSP300", "WorkerTransaction", "RelayToWorker",
 	"Concurrency", "OutboxToPush", "TapToPush", "LambdaBootstrap", "LambdaWarmInvoke",
-	liveBench,
+	peerBench, liveBench,
 }
 
 // targets are the ratios the project's targets hold (DEVELOPERS.md,

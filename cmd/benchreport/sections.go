@@ -40,6 +40,7 @@ func writeSections(out io.Writer, f figures, plots string) error {
 	writeFirstCall(out, f)
 	writeBootstraps(out, f)
 	writeCounts(out, f)
+	writePeer(out, f)
 	if err := writeSweep(out, f, plots); err != nil {
 		return err
 	}
