@@ -46,8 +46,26 @@ var ErrInvalid = errors.New("albauth: invalid x-amzn-oidc-data")
 // says the request is forged; the answer is a retryable 5xx.
 var ErrKeyUnavailable = errors.New("albauth: public key unavailable")
 
+// ErrNoSuchKey: the key endpoint says it has no key of that kid (403 or
+// 404). The load balancer signs only with keys it has published, so the
+// token was not signed by it (ErrInvalid), and no retry will change that.
+var ErrNoSuchKey = errors.New("albauth: no such key")
+
 // Keys returns the public key of a kid.
 type Keys func(ctx context.Context, kid string) (*ecdsa.PublicKey, error)
+
+// Leeway is how far past its exp a token is still taken: the load
+// balancer's clock and the function's are both NTP-synced, but not the same
+// clock.
+const Leeway = 5 * time.Second
+
+// unknownKidTTL is how long a kid the endpoint said it does not have is
+// refused without asking again, and maxUnknownKids bounds that memory (a
+// forger can make up kids without end; past the bound the memory restarts).
+const (
+	unknownKidTTL  = 30 * time.Second
+	maxUnknownKids = 1024
+)
 
 // PublicKeysURL is the ALB public key endpoint of region (commercial and
 // China partitions; GovCloud publishes its keys elsewhere: give the base
@@ -83,7 +101,12 @@ func HTTPKeys(base string, hc *http.Client) Keys {
 		if err != nil {
 			return nil, err
 		}
-		if resp.StatusCode != http.StatusOK {
+		switch resp.StatusCode {
+		case http.StatusOK:
+		case http.StatusForbidden, http.StatusNotFound:
+			// The endpoint is an object store: an unknown object can be 403.
+			return nil, fmt.Errorf("%w: GET %s/%s: %s", ErrNoSuchKey, base, kid, resp.Status)
+		default:
 			return nil, fmt.Errorf("GET %s/%s: %s", base, kid, resp.Status)
 		}
 		return ParsePublicKey(data)
@@ -114,8 +137,9 @@ type Verifier struct {
 	keys   Keys
 	now    func() time.Time
 
-	mu    sync.Mutex
-	cache map[string]*ecdsa.PublicKey
+	mu      sync.Mutex
+	cache   map[string]*ecdsa.PublicKey
+	unknown map[string]time.Time // kid -> until when it is refused unasked
 }
 
 // New returns a Verifier that accepts only tokens whose signer is the load
@@ -130,7 +154,7 @@ func New(signer string, keys Keys, now func() time.Time) (*Verifier, error) {
 	if now == nil {
 		now = time.Now
 	}
-	return &Verifier{signer: signer, keys: keys, now: now, cache: map[string]*ecdsa.PublicKey{}}, nil
+	return &Verifier{signer: signer, keys: keys, now: now, cache: map[string]*ecdsa.PublicKey{}, unknown: map[string]time.Time{}}, nil
 }
 
 // header is the token header the ALB writes.
@@ -160,7 +184,7 @@ func (v *Verifier) Verify(ctx context.Context, token string) (string, error) {
 		return "", fmt.Errorf("%w: signed by %.120q, not this stack's load balancer", ErrInvalid, h.Signer)
 	case !kidPattern.MatchString(h.Kid):
 		return "", fmt.Errorf("%w: malformed kid", ErrInvalid)
-	case h.Exp == 0 || !v.now().Before(time.Unix(h.Exp, 0)):
+	case h.Exp == 0 || !v.now().Before(time.Unix(h.Exp, 0).Add(Leeway)):
 		return "", fmt.Errorf("%w: expired (exp %d)", ErrInvalid, h.Exp)
 	}
 	sig, err := decode(parts[2])
@@ -186,26 +210,44 @@ func (v *Verifier) Verify(ctx context.Context, token string) (string, error) {
 	if claims.Sub == "" {
 		return "", fmt.Errorf("%w: no sub claim", ErrInvalid)
 	}
-	if claims.Exp != 0 && !v.now().Before(time.Unix(claims.Exp, 0)) {
+	if claims.Exp != 0 && !v.now().Before(time.Unix(claims.Exp, 0).Add(Leeway)) {
 		return "", fmt.Errorf("%w: claims expired", ErrInvalid)
 	}
 	return claims.Sub, nil
 }
 
-// key returns the kid's key, fetched once.
+// key returns the kid's key, fetched once. A kid the endpoint does not have
+// is a forgery (ErrInvalid), remembered for a while so that a flood of
+// such tokens does not become a flood of fetches; any other failure is
+// ErrKeyUnavailable and the next request asks again.
 func (v *Verifier) key(ctx context.Context, kid string) (*ecdsa.PublicKey, error) {
+	now := v.now()
 	v.mu.Lock()
 	k, ok := v.cache[kid]
+	until, refused := v.unknown[kid]
 	v.mu.Unlock()
-	if ok {
+	switch {
+	case ok:
 		return k, nil
+	case refused && now.Before(until):
+		return nil, fmt.Errorf("%w: kid %s: %w (remembered)", ErrInvalid, kid, ErrNoSuchKey)
 	}
 	k, err := v.keys(ctx, kid)
+	if errors.Is(err, ErrNoSuchKey) {
+		v.mu.Lock()
+		if len(v.unknown) >= maxUnknownKids {
+			v.unknown = map[string]time.Time{}
+		}
+		v.unknown[kid] = now.Add(unknownKidTTL)
+		v.mu.Unlock()
+		return nil, fmt.Errorf("%w: kid %s: %w", ErrInvalid, kid, err)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("%w: kid %s: %w", ErrKeyUnavailable, kid, err)
 	}
 	v.mu.Lock()
 	v.cache[kid] = k
+	delete(v.unknown, kid)
 	v.mu.Unlock()
 	return k, nil
 }

@@ -49,7 +49,7 @@ func TestOnlyTheStacksLoadBalancerNamesTheCaller(t *testing.T) {
 		"another ALB of the account":             other.Sign("u2", now.Add(time.Minute)),
 		"another ALB claiming to be this one":    other.SignWith(map[string]any{"alg": "ES256", "kid": alb.Kid, "signer": alb.ARN, "exp": now.Add(time.Minute).Unix()}, map[string]any{"sub": "u2"}),
 		"this ALB's signature over other claims": parts[0] + "." + victim[1] + "." + parts[2],
-		"expired":                                alb.Sign("u1", now),
+		"expired":                                alb.Sign("u1", now.Add(-albauth.Leeway)),
 		"the plain identity header":              "u2",
 		"alg none":                               alb.SignWith(map[string]any{"alg": "none", "kid": alb.Kid, "signer": alb.ARN, "exp": now.Add(time.Minute).Unix()}, map[string]any{"sub": "u2"}),
 		"no exp":                                 alb.SignWith(map[string]any{"alg": "ES256", "kid": alb.Kid, "signer": alb.ARN}, map[string]any{"sub": "u2"}),
@@ -85,6 +85,44 @@ func TestAnUnreachableKeyEndpointIsRetryableNotUnauthorized(t *testing.T) {
 	down = false
 	if sub, err := v.Verify(context.Background(), tok); err != nil || sub != "u1" {
 		t.Fatalf("after it is back: %q, %v", sub, err)
+	}
+}
+
+// A kid the key endpoint does not have (403 or 404) is a forgery, not an
+// outage: ErrInvalid (401), and the kid is refused for a while without
+// another fetch. A token a few seconds past its exp (clock skew) is taken;
+// one past the leeway is not.
+func TestAKidTheEndpointDoesNotHaveIsAForgeryAndIsNotFetchedAgain(t *testing.T) {
+	alb := albsign.New(albsign.ARN)
+	srv := alb.KeyServer()
+	defer srv.Close()
+	fetches := 0
+	keys := albauth.HTTPKeys(srv.URL, nil)
+	at := now
+	v, err := albauth.New(alb.ARN, func(ctx context.Context, kid string) (*ecdsa.PublicKey, error) { fetches++; return keys(ctx, kid) }, func() time.Time { return at })
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	made := alb.SignWith(map[string]any{"alg": "ES256", "kid": "made-up-kid", "signer": alb.ARN, "exp": now.Add(time.Minute).Unix()}, map[string]any{"sub": "u2"})
+	for range 3 {
+		if _, err := v.Verify(ctx, made); !errors.Is(err, albauth.ErrInvalid) || errors.Is(err, albauth.ErrKeyUnavailable) {
+			t.Fatalf("a made-up kid: %v, want ErrInvalid only", err)
+		}
+	}
+	if fetches != 1 {
+		t.Errorf("%d fetches of a kid the endpoint does not have, want 1", fetches)
+	}
+	at = now.Add(31 * time.Second)
+	if _, err := v.Verify(ctx, made); !errors.Is(err, albauth.ErrInvalid) || fetches != 2 {
+		t.Errorf("after the memory's TTL: %v, %d fetches, want ErrInvalid after a second fetch", err, fetches)
+	}
+	at = now
+	if sub, err := v.Verify(ctx, alb.Sign("u1", now.Add(-albauth.Leeway+time.Second))); err != nil || sub != "u1" {
+		t.Errorf("a token inside the leeway: %q, %v", sub, err)
+	}
+	if _, err := v.Verify(ctx, alb.Sign("u1", now.Add(-albauth.Leeway))); !errors.Is(err, albauth.ErrInvalid) {
+		t.Errorf("a token past the leeway: %v", err)
 	}
 }
 

@@ -2,6 +2,7 @@ package api_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"sort"
@@ -14,6 +15,7 @@ import (
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
+	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/testkit/specwire"
 )
 
@@ -125,6 +127,35 @@ func (c contractWorld) pay(row, key, body string) api.Response {
 // status the spec does not declare, or whose body or headers it does not
 // describe, fails here.
 func TestTheAnswerTableMatchesTheSpec(t *testing.T) {
+	// The problem type each problem row must carry: the spec lets a status
+	// carry several (a 409 is in-progress or key-voided), so the status alone
+	// would not tell a voided key from a running one.
+	problemOf := map[string]string{
+		"same key, different fingerprint": "key-reused",
+		"missing key":                     "bad-request",
+		"invalid body":                    "bad-request",
+		"body too large":                  "too-large",
+		"request older than the deadline": "deadline-exceeded",
+		"no caller":                       "unauthorized",
+		"repeat while the original runs":  "in-progress",
+		"a different request inside a live claimant's lease": "in-progress",
+		"key voided by a resolve call":                       "key-voided",
+		"resolve of a key outside the alphabet":              "bad-request",
+		"key store down: a duplicate meets the PENDING row":  "in-progress",
+		"ledger outcome unknown":                             "ledger-unconfirmed",
+		"ledger unavailable":                                 "ledger-unavailable",
+		"PSP invalid request":                                "psp-rejected",
+		"PSP invalid request, replayed":                      "psp-rejected",
+		"resolve of a payment the PSP refused":               "psp-rejected",
+		"refund of an unknown payment":                       "not-found",
+		"refund of a declined payment":                       "not-refundable",
+		"refund without a key":                               "bad-request",
+		"refund key reused for another payment":              "key-reused",
+		"another refund key for a payment with a refund":     "refund-exists",
+		"refund the PSP failed":                              "refund-failed",
+		"refund with the ledger down":                        "ledger-unavailable",
+		"resolve with the ledger down":                       "ledger-unavailable",
+	}
 	seen := map[string]int{}
 	expect := func(t *testing.T, row string, r api.Response, status int, header string) {
 		t.Helper()
@@ -134,6 +165,19 @@ func TestTheAnswerTableMatchesTheSpec(t *testing.T) {
 		}
 		if header != "" && r.Headers.Get(header) == "" {
 			t.Errorf("%s: no %s header: %v", row, header, r.Headers)
+		}
+		want, isProblem := problemOf[row]
+		if got := r.Headers.Get("Content-Type"); (got == problem.ContentType) != isProblem {
+			t.Errorf("%s: content type %q; a problem row is exactly one listed with its type", row, got)
+		}
+		if isProblem {
+			var p struct {
+				Type   string `json:"type"`
+				Status int    `json:"status"`
+			}
+			if err := json.Unmarshal(r.Body, &p); err != nil || p.Type != problem.TypeBase+want || p.Status != r.Status {
+				t.Errorf("%s: problem %s, want type %s%s and status %d (%v)", row, r.Body, problem.TypeBase, want, r.Status, err)
+			}
 		}
 	}
 	declined := strings.Replace(body3000, "pm_card_visa", "pm_card_chargeDeclined", 1)
@@ -208,6 +252,15 @@ func TestTheAnswerTableMatchesTheSpec(t *testing.T) {
 		c.claims = idem.NewStore(unreachableDynamo(), "idem")
 		c.rebuild()
 		expect(t, "key store unavailable", c.pay("201 degraded", "K1", body3000), http.StatusCreated, "")
+	})
+
+	t.Run("a different request inside a live claimant's lease", func(t *testing.T) {
+		c := contractWorld{newWorld(t), t}
+		c.hooks.AfterClaim = crashOnce() // the claimant dies before its row
+		c.rebuild()
+		c.h.Serve(context.Background(), api.Request{Method: http.MethodPost, Path: "/payments", Headers: http.Header{"Idempotency-Key": {"K1"}, "Content-Type": {"application/json"}}, Body: []byte(body3000), Caller: "u1", Arrival: c.clock.Now()})
+		// Not 422 yet: without a row the claimant may never become the payment.
+		expect(t, "a different request inside a live claimant's lease", c.pay("409 other request", "K1", strings.Replace(body3000, "3000", "3001", 1)), http.StatusConflict, "Retry-After")
 	})
 
 	t.Run("key store down, the original in flight", func(t *testing.T) {

@@ -315,6 +315,12 @@ func (a *attempt) charge(ctx context.Context, row ledger.Payment, call psp.Call)
 	case late:
 		a.log.Warn("PSP reply after the deadline; recording UNKNOWN", "outcome", res.Outcome.String())
 		return a.unknown(wctx, row)
+	case errors.Is(err, psp.ErrNotSent):
+		// Nothing went out, but the intent is durable: the resolver pays it
+		// once the key reads again. Never FAILED, never "nothing ran".
+		a.log.Error("PSP call not sent: the API key could not be read; the payment waits UNKNOWN for the resolver", "err", err)
+		h.d.Metrics.Count(psp.MetricKeyUnreadable, 1)
+		return a.unknown(wctx, row)
 	case err != nil && psp.NotCharged(err, call):
 		a.log.Error("PSP refused the request; nothing was charged", "err", err, "takeover", call == psp.Replay)
 		h.d.Metrics.Count("PSPRejected", 1)

@@ -49,6 +49,9 @@ func TestAnUnreadablePSPKeyChargesNothingAndNeverFailsThePayment(t *testing.T) {
 	if n := len(w.Sim.Charges()); n != 0 {
 		t.Fatalf("%d charges with no key, want 0", n)
 	}
+	if got := w.Metric(psp.MetricKeyUnreadable); got != 1 {
+		t.Fatalf("%s = %v, want 1 (the stack alarms on it)", psp.MetricKeyUnreadable, got)
+	}
 
 	readable.Store(true)
 	w.Clock.Advance(10 * time.Second)

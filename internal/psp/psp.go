@@ -104,6 +104,11 @@ var (
 	ErrInvalidWebhook = errors.New("psp: invalid webhook")
 )
 
+// MetricKeyUnreadable is the count the callers emit for a call not sent
+// because the API key could not be read (ErrNotSent): every payment then
+// waits UNKNOWN for the resolver, so the stack alarms on it.
+const MetricKeyUnreadable = "PSPKeyUnreadable"
+
 // APIError is an error answer from the PSP, reduced to the fields oncepay
 // acts on. The raw stripe.Error can carry the card holder's billing details
 // (its payment_method object), so it is never logged or wrapped as is.

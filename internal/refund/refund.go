@@ -205,6 +205,7 @@ func (a *Attempter) Attempt(ctx context.Context, r ledger.Refund, now time.Time)
 		// Nothing went out (the key could not be read): the refund's state
 		// stays what it was, and the next attempt sends it.
 		log.Error("refund not sent: the PSP key could not be read; the refund stays open", "err", err)
+		a.Metrics.Count(psp.MetricKeyUnreadable, 1)
 		return a.open(ctx, r, false, "", now, log)
 	case err != nil:
 		// A refusal under our own key is not proof either way (another

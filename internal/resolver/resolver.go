@@ -439,7 +439,11 @@ func (r *Resolver) call(ctx context.Context, rn *run, f func(context.Context) (p
 	}
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
 	defer cancel()
-	return f(cctx)
+	res, err := f(cctx)
+	if errors.Is(err, psp.ErrNotSent) {
+		r.d.Metrics.Count(psp.MetricKeyUnreadable, 1)
+	}
+	return res, err
 }
 
 // wait takes a token from the rate cap (unless the PSP client's transport
