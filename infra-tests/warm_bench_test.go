@@ -77,6 +77,16 @@ func pay(b *testing.B, fl *testenv.RunningLambda, variant, key string, replay bo
 	return took
 }
 
+// cpu is the bootstrap's CPU time so far.
+func cpu(b *testing.B, fl *testenv.RunningLambda) time.Duration {
+	b.Helper()
+	d, err := fl.CPU()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return d
+}
+
 func p50(ds []time.Duration) time.Duration {
 	c := slices.Clone(ds)
 	slices.Sort(c)
@@ -138,6 +148,8 @@ func BenchmarkLambdaWarmInvoke(b *testing.B) {
 		replay string // the key of the payment it replays
 		first  []time.Duration
 		again  []time.Duration
+		// The bootstrap's own CPU time, summed over the timed calls.
+		firstCPU, againCPU time.Duration
 	}
 	vs := []*variant{
 		{name: "noinline", fl: testenv.StartLambda(b, testenv.BuildLambdaWith(b, "api", mk), vars)},
@@ -160,10 +172,14 @@ func BenchmarkLambdaWarmInvoke(b *testing.B) {
 			order = []*variant{vs[1], vs[0]}
 		}
 		for _, v := range order {
+			c0 := cpu(b, v.fl)
 			v.again = append(v.again, pay(b, v.fl, v.name, v.replay, true))
+			v.againCPU += cpu(b, v.fl) - c0
 		}
 		for _, v := range order {
+			c0 := cpu(b, v.fl)
 			v.first = append(v.first, pay(b, v.fl, v.name, fmt.Sprintf("warm-%s-%s-%d", run, v.name, i), false))
+			v.firstCPU += cpu(b, v.fl) - c0
 		}
 	}
 	// Reported after the loop: b.Loop's first call resets what was
@@ -172,6 +188,9 @@ func BenchmarkLambdaWarmInvoke(b *testing.B) {
 	for _, v := range vs {
 		b.ReportMetric(ms(p50(v.again)), "api-warm-replay-"+v.name+"-p50-ms")
 		b.ReportMetric(ms(p50(v.first)), "api-warm-first-"+v.name+"-p50-ms")
+		us := func(d time.Duration, n int) float64 { return float64(d.Nanoseconds()) / 1e3 / float64(n) }
+		b.ReportMetric(us(v.againCPU, len(v.again)), "api-cpu-replay-"+v.name+"-us")
+		b.ReportMetric(us(v.firstCPU, len(v.first)), "api-cpu-first-"+v.name+"-us")
 	}
 	b.ReportMetric(ms(p50(vs[0].again))/ms(p50(vs[1].again)), "api-warm-replay-noinline/inline")
 	b.ReportMetric(ms(p50(vs[0].first))/ms(p50(vs[1].first)), "api-warm-first-noinline/inline")

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -148,4 +150,75 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return string(b.buf)
+}
+
+// CPU is the CPU time the function's bootstrap has used so far, every
+// thread summed, from the kernel's per-task schedstat (nanoseconds, not the
+// 10 ms ticks of /proc/<pid>/stat): the process's own cost, apart from the
+// emulator's and the caller's. It is an error before the first invocation
+// started the bootstrap. Linux only.
+func (fl *RunningLambda) CPU() (time.Duration, error) {
+	pid, err := childOf(fl.proc.PID)
+	if err != nil {
+		return 0, err
+	}
+	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
+	if err != nil || len(tasks) == 0 {
+		return 0, fmt.Errorf("bootstrap %d: no task schedstat (%v)", pid, err)
+	}
+	var sum int64
+	for _, f := range tasks {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // a thread that exited since the glob
+		}
+		fields := strings.Fields(string(b))
+		if len(fields) == 0 {
+			return 0, fmt.Errorf("%s: empty", f)
+		}
+		ns, err := strconv.ParseInt(fields[0], 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("%s: %w", f, err)
+		}
+		sum += ns
+	}
+	return time.Duration(sum), nil
+}
+
+// childOf is the one child of process ppid: the emulator's bootstrap (which
+// the emulator starts in a process group of its own).
+func childOf(ppid int) (int, error) {
+	stats, err := filepath.Glob("/proc/[0-9]*/stat")
+	if err != nil {
+		return 0, fmt.Errorf("list processes: %w", err)
+	}
+	found := 0
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue // gone since the glob
+		}
+		// pid (comm) state ppid ...: comm may hold spaces and parens.
+		s := string(b)
+		i := strings.LastIndexByte(s, ')')
+		if i < 0 {
+			continue
+		}
+		fields := strings.Fields(s[i+1:])
+		if len(fields) < 2 || fields[1] != strconv.Itoa(ppid) {
+			continue
+		}
+		pid, err := strconv.Atoi(strings.Fields(s[:i])[0])
+		if err != nil {
+			continue
+		}
+		if found != 0 {
+			return 0, fmt.Errorf("process %d has more than one child (%d, %d)", ppid, found, pid)
+		}
+		found = pid
+	}
+	if found == 0 {
+		return 0, fmt.Errorf("process %d: no bootstrap running", ppid)
+	}
+	return found, nil
 }
