@@ -28,7 +28,7 @@ func TestReportHoldsFiguresAgainstTargets(t *testing.T) {
 	dir := t.TempDir()
 	plots := filepath.Join(dir, "plots")
 	var out strings.Builder
-	if err := run(strings.NewReader(sample), &out, "make bench", plots, nil); err != nil {
+	if err := run(strings.NewReader(sample+peerLine+"\n"), &out, "make bench", plots, nil); err != nil {
 		t.Fatal(err)
 	}
 	md := out.String()
@@ -150,7 +150,7 @@ func TestReportWithoutWarmInvokeOrPSP300(t *testing.T) {
 // failed) is refused instead of reported without its rows, and the cost
 // model is not filled in with guesses for what was not measured.
 func TestReportRefusesARunMissingABenchmark(t *testing.T) {
-	lost := regexp.MustCompile(`(?m)^BenchmarkWorkerTransaction.*\n`).ReplaceAllString(sample, "")
+	lost := regexp.MustCompile(`(?m)^BenchmarkWorkerTransaction.*\n`).ReplaceAllString(sample+peerLine+"\n", "")
 	var out strings.Builder
 	err := run(strings.NewReader(lost), &out, "make bench", "", benchmarks)
 	if err == nil || !strings.Contains(err.Error(), "WorkerTransaction") {
