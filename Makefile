@@ -151,6 +151,7 @@ bench: ## benchmarks on a freshly started local cloud; writes BENCHMARKS.md (rat
 	@go test -count=1 -run '^$$' -bench PeerSideBySide -benchtime 100x ./infra-tests/peer/ | tee -a bench-out/bench.txt
 	@# the live stack (make up started it), open loop, after the in-process runs: it loads the stack hard
 	@go test -count=1 -timeout 30m -run '^$$' -bench LiveTapToPush -benchtime 1x ./infra-tests/live/ | tee -a bench-out/bench.txt
+	@go test -count=1 -timeout 10m -run '^$$' -bench LiveHotMerchant -benchtime 1x ./infra-tests/live/ | tee -a bench-out/bench.txt
 	@go run ./cmd/benchreport -cmd "make bench" -plots docs/benchmarks < bench-out/bench.txt > BENCHMARKS.md
 	@echo "bench: wrote BENCHMARKS.md"
 

@@ -116,3 +116,51 @@ func writeLive(out io.Writer, f figures) {
 		}
 	}
 }
+
+// hotBench is the live stack's hot-merchant benchmark (infra-tests/live).
+const hotBench = "LiveHotMerchant"
+
+// writeHot sets one hot merchant's events/s through relay -> SQS FIFO ->
+// worker against what one worker transaction allows (1/its time, from
+// WorkerTransaction in the same run), with the many-merchant figure and
+// the in-process harness's beside it.
+func writeHot(out io.Writer, f figures) {
+	hot, ok1 := f.get(hotBench, "hot-events/s")
+	many, ok2 := f.get(hotBench, "many-events/s")
+	if !ok1 || !ok2 {
+		return
+	}
+	fmt.Fprintln(out, "## One hot merchant")
+	fmt.Fprintln(out)
+	fmt.Fprintln(out, "One merchant's events are serialised twice: by its SQS FIFO message group (the queue hands out a group's next batch only when the last is done) and by its balance row. LiveHotMerchant pays a backlog on the live stack (every function under aws-lambda-rie, the stream and queue mappings played as Lambda plays them, moto's queue and topic) and reads how fast the worker's credits commit, from the credits' own commit stamps; the many-merchant phase spreads the same backlog over several merchants, one group each. The ceiling a single group could reach is one worker transaction after another: 1/(WorkerTransaction's first delivery) from the same run.")
+	fmt.Fprintln(out)
+	fmt.Fprintln(out, "| figure | events/s | against 1/(worker transaction) |")
+	fmt.Fprintln(out, "|---|---|---|")
+	ceiling, okc := f.get("WorkerTransaction", "first-ms/op")
+	frac := func(v float64) string {
+		if !okc || ceiling <= 0 {
+			return "–"
+		}
+		return fmt.Sprintf("%.2fx", v/(1000/ceiling))
+	}
+	if okc && ceiling > 0 {
+		fmt.Fprintf(out, "| 1/(worker transaction), first delivery (%.1f ms) | %.0f | 1.00x |\n", ceiling, 1000/ceiling)
+	}
+	ingest := func(unit string) string {
+		if v, ok := f.get(hotBench, unit); ok {
+			return fmt.Sprintf(" (paid at %.1f/s)", v)
+		}
+		return ""
+	}
+	fmt.Fprintf(out, "| live stack, one merchant%s | %.1f | %s |\n", ingest("hot-ingest/s"), hot, frac(hot))
+	fmt.Fprintf(out, "| live stack, many merchants%s | %.1f | %s |\n", ingest("many-ingest/s"), many, frac(many))
+	if v, ok := f.get("RelayToWorker", "hot-events/s"); ok {
+		fmt.Fprintf(out, "| in-process harness, one merchant | %.1f | %s |\n", v, frac(v))
+	}
+	if v, ok := f.get("RelayToWorker", "many-events/s"); ok {
+		fmt.Fprintf(out, "| in-process harness, many merchants | %.1f | %s |\n", v, frac(v))
+	}
+	fmt.Fprintln(out)
+	fmt.Fprintln(out, "A drain rate near its paid-at rate means the worker kept up and the figure is the ingest's. Between one transaction and the next of a group sit the push's SNS publish and the second commit (the notification marked SENT), the queue's delete, and the mapping's next receive: that, not the ledger, is what the hot merchant's rate is made of here. Spreading merchants over groups is what lifts it; a merchant that needs more than one group's rate needs its events sharded (the balance row stays one writer at a time).")
+	fmt.Fprintln(out)
+}

@@ -92,3 +92,22 @@ func TestReportRefusesARunWithoutTheLiveStack(t *testing.T) {
 		t.Fatalf("err = %v, want LiveTapToPush named as missing", err)
 	}
 }
+
+// The hot merchant's live rate is set against one worker transaction after
+// another, from the same run.
+func TestHotMerchantAgainstTheWorkerTransaction(t *testing.T) {
+	in := sample + "BenchmarkLiveHotMerchant-2 \t 1\t 1 ns/op\t 8 hot-events/s\t 40 hot-ingest/s\t 16 many-events/s\t 30 many-ingest/s\n"
+	var out strings.Builder
+	if err := run(strings.NewReader(in), &out, "make bench", t.TempDir(), nil); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"| 1/(worker transaction), first delivery (5.0 ms) | 200 | 1.00x |",
+		"| live stack, one merchant (paid at 40.0/s) | 8.0 | 0.04x |",
+		"| live stack, many merchants (paid at 30.0/s) | 16.0 | 0.08x |",
+	} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("report lacks %q", want)
+		}
+	}
+}

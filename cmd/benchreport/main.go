@@ -45,7 +45,7 @@ const iterUnit = "iterations "
 var benchmarks = []string{
 	"FirstCall", "Replay", "Steps", "RequestCounts", "FirstCallPSP300", "WorkerTransaction", "RelayToWorker",
 	"Concurrency", "OutboxToPush", "TapToPush", "LambdaBootstrap", "LambdaWarmInvoke",
-	peerBench, liveBench,
+	peerBench, liveBench, hotBench,
 }
 
 // targets are the ratios the project's targets hold (DEVELOPERS.md,

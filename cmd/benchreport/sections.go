@@ -49,6 +49,7 @@ func writeSections(out io.Writer, f figures, plots string) error {
 		return err
 	}
 	writeLive(out, f)
+	writeHot(out, f)
 	writeCost(out, f)
 	return nil
 }
