@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -14,8 +12,6 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
-	"github.com/oncepay/oncepay/internal/localcloud/frontdoor"
-	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 	"github.com/oncepay/oncepay/internal/stackenv"
 	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
@@ -38,13 +34,7 @@ const hotBacklog = 90
 // time) from WorkerTransaction in the same run. It runs once whatever b.N
 // is: run with -benchtime 1x.
 func BenchmarkLiveHotMerchant(b *testing.B) {
-	env := testenv.AWS(b)
-	root, err := localenv.Root()
-	if err != nil {
-		b.Fatal(err)
-	}
-	api := httpAPIURL(b, filepath.Join(root, ".local", "outputs.json"), env.Get(stackenv.FrontDoorURL))
-	testenv.Reachable(b, "the live stack's HTTP API", api)
+	env, api, token := frontDoor(b, "bench-hot-"+testenv.RandomID(4), time.Hour)
 	dsn := env.Get(stackenv.LedgerDSN)
 	if dsn == "" {
 		b.Fatalf("%s is not set: the live stack's environment lacks its ledger", stackenv.LedgerDSN)
@@ -55,14 +45,6 @@ func BenchmarkLiveHotMerchant(b *testing.B) {
 		b.Fatalf("the live stack's ledger: %v", err)
 	}
 	defer db.Close(ctx)
-	secret, err := os.ReadFile(filepath.Join(root, ".local", "frontdoor.key"))
-	if err != nil {
-		b.Fatalf("the front door's key (the live stack writes it): %v", err)
-	}
-	token, err := frontdoor.Mint([]byte(strings.TrimSpace(string(secret))), "bench-hot-"+testenv.RandomID(4), time.Hour, time.Now())
-	if err != nil {
-		b.Fatal(err)
-	}
 	client := &http.Client{Timeout: patience, Transport: &http.Transport{MaxIdleConnsPerHost: 64}}
 	run := testenv.RandomID(6)
 

@@ -60,25 +60,10 @@ type phase struct {
 // come within 30 s, counts against the percentiles as slower than every
 // delivered one. It runs once whatever b.N is: run with -benchtime 1x.
 func BenchmarkLiveTapToPush(b *testing.B) {
-	env := testenv.AWS(b)
-	root, err := localenv.Root()
-	if err != nil {
-		b.Fatal(err)
-	}
-	api := httpAPIURL(b, filepath.Join(root, ".local", "outputs.json"), env.Get(stackenv.FrontDoorURL))
-	testenv.Reachable(b, "the live stack's HTTP API", api)
+	env, api, token := frontDoor(b, "bench-"+testenv.RandomID(4), 2*time.Hour)
 	topic := env.Get(stackenv.PushTopicArn)
 	if topic == "" {
 		b.Fatalf("%s is not set: the live stack's environment lacks the push topic", stackenv.PushTopicArn)
-	}
-	secret, err := os.ReadFile(filepath.Join(root, ".local", "frontdoor.key"))
-	if err != nil {
-		b.Fatalf("the front door's key (the live stack writes it): %v", err)
-	}
-	secret = []byte(strings.TrimSpace(string(secret))) // as the front door reads it
-	token, err := frontdoor.Mint(secret, "bench-"+testenv.RandomID(4), 2*time.Hour, time.Now())
-	if err != nil {
-		b.Fatal(err)
 	}
 	sq, sn := testenv.SQS(b), testenv.SNS(b)
 	if n, err := testenv.DropDeadSubscriptions(context.Background(), sn, sq, topic); err != nil {
@@ -185,6 +170,29 @@ func BenchmarkLiveTapToPush(b *testing.B) {
 	for _, l := range lines {
 		b.Log(l)
 	}
+}
+
+// frontDoor finds the live stack (its environment, its HTTP API's URL,
+// reachable) and mints a token naming caller, valid for ttl, with the key
+// the front door verifies with.
+func frontDoor(b *testing.B, caller string, ttl time.Duration) (env localenv.Env, api, token string) {
+	b.Helper()
+	env = testenv.AWS(b)
+	root, err := localenv.Root()
+	if err != nil {
+		b.Fatal(err)
+	}
+	api = httpAPIURL(b, filepath.Join(root, ".local", "outputs.json"), env.Get(stackenv.FrontDoorURL))
+	testenv.Reachable(b, "the live stack's HTTP API", api)
+	secret, err := os.ReadFile(filepath.Join(root, ".local", "frontdoor.key"))
+	if err != nil {
+		b.Fatalf("the front door's key (the live stack writes it): %v", err)
+	}
+	secret = []byte(strings.TrimSpace(string(secret))) // as the front door reads it
+	if token, err = frontdoor.Mint(secret, caller, ttl, time.Now()); err != nil {
+		b.Fatal(err)
+	}
+	return env, api, token
 }
 
 // driver taps the live stack.
