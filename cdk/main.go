@@ -3,14 +3,17 @@
 // Context (cdk synth|deploy -c key=value) selects the deployment:
 //
 //	oncepay:profile                  sandbox (default) or prod
-//	oncepay:pspSecretArn             complete ARN of an existing PSP secret (default: a placeholder secret is created)
-//	oncepay:pspSecretKeyArn          the customer-managed KMS key that secret is encrypted with, if any (its readers get kms:Decrypt)
+//	oncepay:pspKeySecretArn          complete ARN of an existing secret {"api_key": …}, read by the api and the resolver (default: a placeholder is created)
+//	oncepay:pspKeySecretKmsKey       with it, required: the customer-managed KMS key it is encrypted with (its readers get kms:Decrypt), or aws-managed
+//	oncepay:webhookSecretArn         complete ARN of an existing secret {"webhook_secret": …}, read by the webhook (default: a placeholder is created)
+//	oncepay:webhookSecretKmsKey      with it, required: its KMS key's ARN, or aws-managed
 //	oncepay:pspUrl                   a Stripe-compatible base URL (default: Stripe)
 //	oncepay:jwtIssuer                an external JWT issuer (default: a Cognito user pool in the stack)
 //	oncepay:jwtAudience              its audiences, comma-separated
 //	oncepay:albCertificateArn        ACM certificate: adds the ALB front door
 //	oncepay:albDomainName            the name the certificate covers
 //	oncepay:albCognitoDomainPrefix   hosted sign-in prefix for the ALB's Cognito action
+//	oncepay:albKeysUrl               where the ALB's public keys are (default https://public-keys.auth.elb.<Region>.<URL suffix>; GovCloud must set it)
 //	oncepay:platformApplicationArns  SNS platform applications, comma-separated
 //	oncepay:ledgerProxy              true/false: override the profile's RDS Proxy choice
 //	oncepay:resolverReservedConcurrency  default 1; 0 for accounts whose concurrency quota is 10

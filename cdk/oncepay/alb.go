@@ -27,6 +27,28 @@ type AlbProps struct {
 	// Oidc authenticates against any OpenID Connect provider instead of the
 	// stack's user pool.
 	Oidc *AlbOidcProps
+	// KeysURL is where the api reads the public keys the load balancer
+	// signs its claims with (ONCEPAY_ALB_KEYS_URL, the key id appended);
+	// "" is AlbKeysURL's https://public-keys.auth.elb.<Region>.<URL suffix>.
+	// GovCloud publishes them elsewhere
+	// (https://s3-us-gov-west-1.amazonaws.com/aws-elb-public-keys-prod-us-gov-west-1,
+	// and us-gov-east-1 likewise): set it there (docs/deploy.md).
+	KeysURL string
+}
+
+// AlbKeysURL is the ALB public-key endpoint of the stack's Region and
+// partition, resolved by CloudFormation: the api would otherwise build it
+// from the Region alone, which is wrong in partitions it does not know.
+func AlbKeysURL() *string {
+	return awscdk.Fn_Sub(jsii.String("https://public-keys.auth.elb.${AWS::Region}.${AWS::URLSuffix}"), nil)
+}
+
+// keysURL is KeysURL, else AlbKeysURL.
+func (p AlbProps) keysURL() *string {
+	if p.KeysURL != "" {
+		return jsii.String(p.KeysURL)
+	}
+	return AlbKeysURL()
 }
 
 // AlbOidcProps is an OpenID Connect provider for the ALB's authenticate
@@ -50,9 +72,13 @@ type AlbFrontDoorProps struct {
 
 // AlbFrontDoor is an internet-facing ALB with one HTTPS listener. The
 // payment routes pass an authenticate action (Cognito or OIDC) first: the
-// load balancer then sets x-amzn-oidc-identity itself, overwriting whatever a
-// client sent, and the api handler reads the caller from it. The webhook
-// route has no authenticate action: the PSP's signature is its guard.
+// load balancer then sends the user's claims signed (x-amzn-oidc-data,
+// ES256), and the api takes the caller from them only after verifying the
+// signature against the key the ALB publishes, the signer against this
+// load balancer (ONCEPAY_ALB_ARN) and the expiry (internal/albauth); the
+// unsigned x-amzn-oidc-identity is not read, since another load balancer of
+// the account could set it. The webhook route has no authenticate action:
+// the PSP's signature is its guard.
 type AlbFrontDoor struct {
 	constructs.Construct
 	LoadBalancer   awselasticloadbalancingv2.ApplicationLoadBalancer
@@ -66,6 +92,9 @@ type AlbFrontDoor struct {
 	// AccessLogs is nil in an environment-agnostic stack (see below).
 	AccessLogs awss3.Bucket
 }
+
+// AlbNotFoundBody is the listener's answer to a request no rule takes.
+const AlbNotFoundBody = `{"message":"Not Found"}`
 
 // NewAlbFrontDoor creates the load balancer and its routes.
 func NewAlbFrontDoor(scope constructs.Construct, id string, props *AlbFrontDoorProps) *AlbFrontDoor {
@@ -101,10 +130,13 @@ func NewAlbFrontDoor(scope constructs.Construct, id string, props *AlbFrontDoorP
 		SslPolicy:    awselasticloadbalancingv2.SslPolicy_RECOMMENDED_TLS,
 		// ELB accepts only text/plain, text/css, text/html,
 		// application/javascript and application/json here, and refuses
-		// problem+json at deploy time, not at synth.
+		// problem+json at deploy time, not at synth. The body is the
+		// published spec's application/json 404 (GatewayMessage), the shape
+		// the HTTP API's own 404 has: a problem-shaped body under
+		// application/json matches no answer the spec describes.
 		DefaultAction: awselasticloadbalancingv2.ListenerAction_FixedResponse(jsii.Number(404), &awselasticloadbalancingv2.FixedResponseOptions{
 			ContentType: jsii.String("application/json"),
-			MessageBody: jsii.String(`{"type":"about:blank","title":"Not Found","status":404}`),
+			MessageBody: jsii.String(AlbNotFoundBody),
 		}),
 		Open: jsii.Bool(false), // the security group above opens 443
 	})

@@ -153,7 +153,7 @@ func NewIdempotentApi(scope constructs.Construct, id string, props *IdempotentAp
 		props.Ledger.Connect(fn, user)
 	}
 	if props.Psp != nil {
-		props.Psp.GrantRead(fn)
+		props.Psp.GrantKeyRead(fn)
 	}
 	suppress(cfn(fn.Function), "Serverless-LambdaDLQ",
 		"Invoked synchronously by API Gateway (or the ALB): the caller gets the error and retries with the same Idempotency-Key; Lambda never queues these events, so a DLQ would stay empty.")

@@ -1,6 +1,7 @@
 package oncepay_test
 
 import (
+	"encoding/json"
 	"regexp"
 	"slices"
 	"strings"
@@ -64,8 +65,10 @@ var proxyName = regexp.MustCompile(`^[A-Za-z](?:[A-Za-z0-9]|-[A-Za-z0-9]){0,62}$
 var uniqueName = regexp.MustCompile(`^OncepayProd[A-Za-z0-9]+[0-9A-F]{8}$`)
 
 // The prod proxy's physical name is unique to its stack and path, so two
-// stacks in one account do not collide and a replacement does not fail on
-// its own name.
+// stacks in one account do not collide. It is deterministic
+// (Names.uniqueResourceName hashes the path): a replacement of the proxy
+// still wants its own name while the old proxy holds it, and fails, so a
+// change that replaces it needs a new construct id (docs/deploy.md).
 func TestTheLedgerProxyNameIsUniqueToItsStack(t *testing.T) {
 	proxies := synth(t, oncepay.ProfileProd).resourcesOfType("AWS::RDS::DBProxy")
 	if len(proxies) != 1 {
@@ -90,20 +93,85 @@ func TestProfilesNameDifferentStacks(t *testing.T) {
 	}
 }
 
-// The ALB variant watches its own 5xx: a Lambda target that fails behind
-// the ALB shows there, not in the HTTP API's metrics.
-func TestTheAlbVariantAlarmsOnItsOwn5xx(t *testing.T) {
+// The ALB variant watches its own 5xx and its targets': a Lambda target
+// that fails behind the ALB shows there, not in the HTTP API's metrics, and
+// the api's own 5xx answers (503, a replayed 502) are the target's, which
+// HTTPCode_ELB_5XX_Count does not count.
+func TestTheAlbVariantAlarmsOnItsOwn5xxAndItsTargets(t *testing.T) {
 	s := synthALB(t)
-	a, ok := s.stack.Monitoring.Alarms[oncepay.AlarmAlb5xx]
-	if !ok {
-		t.Fatal("no ALB 5xx alarm")
+	lb := s.logicalID(t, s.stack.Alb.LoadBalancer)
+	for name, metric := range map[string]string{oncepay.AlarmAlb5xx: "HTTPCode_ELB_5XX_Count", oncepay.AlarmAlbTarget5xx: "HTTPCode_Target_5XX_Count"} {
+		a, ok := s.stack.Monitoring.Alarms[name]
+		if !ok {
+			t.Errorf("no alarm %s", name)
+			continue
+		}
+		p := s.resource(t, s.logicalID(t, a))["Properties"].(map[string]any)
+		dims := show(p["Dimensions"])
+		if p["Namespace"] != "AWS/ApplicationELB" || p["MetricName"] != metric || p["Statistic"] != "Sum" || p["Threshold"] != 1.0 ||
+			p["ComparisonOperator"] != "GreaterThanOrEqualToThreshold" || !strings.Contains(dims, `"LoadBalancer"`) || !strings.Contains(dims, lb) {
+			t.Errorf("%s: %s", name, show(p))
+		}
 	}
-	p := s.resource(t, s.logicalID(t, a))["Properties"].(map[string]any)
-	if p["Namespace"] != "AWS/ApplicationELB" || p["MetricName"] != "HTTPCode_ELB_5XX_Count" || p["Threshold"] != 1.0 {
-		t.Errorf("ALB 5xx alarm: %s", show(p))
+	for _, name := range []string{oncepay.AlarmAlb5xx, oncepay.AlarmAlbTarget5xx} {
+		if _, ok := synth(t, oncepay.ProfileSandbox).stack.Monitoring.Alarms[name]; ok {
+			t.Errorf("%s in a stack without an ALB", name)
+		}
 	}
-	if _, ok := synth(t, oncepay.ProfileSandbox).stack.Monitoring.Alarms[oncepay.AlarmAlb5xx]; ok {
-		t.Error("an ALB alarm in a stack without an ALB")
+}
+
+// The ALB's own 404 is the published spec's application/json 404
+// (GatewayMessage: {"message": …}, as the HTTP API's own 404), not a
+// problem-shaped body under a content type that says plain JSON.
+func TestTheAlbsOwn404IsTheSpecsGatewayMessage(t *testing.T) {
+	s := synthALB(t)
+	n := 0
+	for id, r := range s.resourcesOfType("AWS::ElasticLoadBalancingV2::Listener") {
+		for _, a := range r["Properties"].(map[string]any)["DefaultActions"].([]any) {
+			fr, ok := a.(map[string]any)["FixedResponseConfig"].(map[string]any)
+			if !ok {
+				continue
+			}
+			n++
+			var body map[string]any
+			if err := json.Unmarshal([]byte(fr["MessageBody"].(string)), &body); err != nil {
+				t.Fatalf("%s: body %v: %v", id, fr["MessageBody"], err)
+			}
+			if fr["StatusCode"] != "404" || fr["ContentType"] != "application/json" || !jsonEqual(body, map[string]any{"message": "Not Found"}) {
+				t.Errorf("%s: fixed response %s, want 404 application/json {\"message\":\"Not Found\"}", id, show(fr))
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d fixed responses, want the listener's default", n)
+	}
+}
+
+// The api reads the ALB's public keys where the stack says, for its Region
+// and partition (https://public-keys.auth.elb.<Region>.<URL suffix>),
+// not from a host it builds from the Region alone; a deployer sets
+// another base with oncepay:albKeysUrl (GovCloud publishes its keys on S3).
+func TestTheApiIsToldWhereTheAlbsKeysAre(t *testing.T) {
+	keysURL := func(s *synthesized) string {
+		vars := s.resource(t, s.logicalID(t, s.stack.Api.Function.Function))["Properties"].(map[string]any)["Environment"].(map[string]any)["Variables"].(map[string]any)
+		if v, ok := vars[oncepay.EnvAlbKeysURL]; ok {
+			return render(v)
+		}
+		return ""
+	}
+	if got := keysURL(synthALB(t)); got != "https://public-keys.auth.elb.${AWS::Region}.${AWS::URLSuffix}" {
+		t.Errorf("%s = %s", oncepay.EnvAlbKeysURL, got)
+	}
+	const gov = "https://s3-us-gov-west-1.amazonaws.com/aws-elb-public-keys-prod-us-gov-west-1"
+	s := synthVariant(t, "alb-govcloud", oncepay.ProfileSandbox, map[string]any{
+		oncepay.ContextAlbCertificateArn: albCertificate, oncepay.ContextAlbCognitoDomainPrefix: "oncepay-test",
+		oncepay.ContextAlbKeysURL: gov,
+	})
+	if got := keysURL(s); got != gov {
+		t.Errorf("with %s: %s = %s", oncepay.ContextAlbKeysURL, oncepay.EnvAlbKeysURL, got)
+	}
+	if got := keysURL(synth(t, oncepay.ProfileSandbox)); got != "" {
+		t.Errorf("without an ALB: %s = %s", oncepay.EnvAlbKeysURL, got)
 	}
 }
 
@@ -127,6 +195,22 @@ func TestTheLedgerExportsItsLog(t *testing.T) {
 		}
 		if !found {
 			t.Errorf("%s: no parameter group logs DDL", name)
+		}
+	}
+}
+
+// The ledger logs DDL, ALTER ROLE … PASSWORD '…' included, and Secrets
+// Manager's PostgreSQL rotation sets passwords that way in plain text: so
+// no secret of a stack whose cluster logs DDL rotates (docs/deploy.md, The
+// ledger's log), and the ledger secret's suppression says why.
+func TestNoRotationWritesPasswordsIntoTheDDLLog(t *testing.T) {
+	for name, s := range variants(t) {
+		if n := len(s.resourcesOfType("AWS::SecretsManager::RotationSchedule")); n != 0 {
+			t.Errorf("%s: %d rotation schedules, with log_statement=ddl", name, n)
+		}
+		meta, _ := s.resource(t, s.logicalID(t, s.stack.Data.Ledger.Secret))["Metadata"].(map[string]any)
+		if reason := show(meta); !strings.Contains(reason, "log_statement=ddl") {
+			t.Errorf("%s: the ledger secret's SMG4 reason does not say why it does not rotate: %s", name, reason)
 		}
 	}
 }

@@ -40,6 +40,7 @@ const (
 	EnvLedgerSecretArn = stackenv.LedgerSecretArn
 	EnvPSPURL          = stackenv.PSPURL
 	EnvAlbArn          = stackenv.AlbArn
+	EnvAlbKeysURL      = stackenv.AlbKeysURL
 )
 
 // AssetsContextKey names the directory that holds build/<fn>/bootstrap

@@ -133,14 +133,16 @@ func TestFunctionEnvironment(t *testing.T) {
 	}
 	claims := "${" + s.logicalID(t, st.Data.Claims.Table) + "}"
 	outbox := "${" + s.logicalID(t, st.Data.Outbox.Table) + "}"
-	secret := "${" + s.logicalID(t, st.Psp.Secret) + "}"
+	keySecret := "${" + s.logicalID(t, st.Psp.KeySecret) + "}"
+	webhookSecret := "${" + s.logicalID(t, st.Psp.WebhookSecret) + "}"
+	sm := "https://secretsmanager.${AWS::Region}.${AWS::URLSuffix}"
 	host := "${" + s.logicalID(t, st.Data.Ledger.Cluster) + ".Endpoint.Address}"
 	port := "${" + s.logicalID(t, st.Data.Ledger.Cluster) + ".Endpoint.Port}"
 	dsn := "postgres://oncepay_app@" + host + ":" + port + "/oncepay?sslmode=require"
 	ledger := map[string]string{stackenv.LedgerDSN: dsn, stackenv.LedgerEndpoint: host, oncepay.EnvLedgerAppUser: "oncepay_app"}
 	timing := map[string]string{"ONCEPAY_DEADLINE": "5s", "ONCEPAY_CLOCK_MARGIN": "1s", "ONCEPAY_CLIENT_TIMEOUT": "10s",
 		"ONCEPAY_PRESTAMP_WAIT": "500ms", "ONCEPAY_KEY_WINDOW": "1h0m0s"}
-	apiKey := map[string]string{oncepay.EnvPSPSecretArn: secret}
+	apiKey := map[string]string{oncepay.EnvPSPKeySecretArn: keySecret, oncepay.EnvSecretsManagerEndpoint: sm}
 	join := func(ms ...map[string]string) map[string]string {
 		out := map[string]string{}
 		for _, m := range ms {
@@ -162,7 +164,7 @@ func TestFunctionEnvironment(t *testing.T) {
 		"worker":   {st.Worker.Function, join(ledger, push)},
 		"resolver": {st.Resolver, join(ledger, timing, apiKey, map[string]string{stackenv.IdemTable: claims, stackenv.OutboxTable: outbox})},
 		"webhook": {st.Webhook, join(ledger, map[string]string{
-			stackenv.OutboxTable: outbox, oncepay.EnvPSPSecretArn: secret})},
+			stackenv.OutboxTable: outbox, oncepay.EnvWebhookSecretArn: webhookSecret, oncepay.EnvSecretsManagerEndpoint: sm})},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -173,7 +175,7 @@ func TestFunctionEnvironment(t *testing.T) {
 	}
 	m := env(st.Migration.Function)
 	if m[stackenv.LedgerSecretArn] != "${"+s.logicalID(t, st.Data.Ledger.Secret)+"}" || m[stackenv.LedgerEndpoint] != host ||
-		m[oncepay.EnvLedgerAppUser] != "oncepay_app" || len(m) != 3 {
+		m[oncepay.EnvLedgerAppUser] != "oncepay_app" || m[oncepay.EnvSecretsManagerEndpoint] != sm || len(m) != 4 {
 		t.Errorf("migrate environment: %s", show(m))
 	}
 	for name, c := range cases {
@@ -399,6 +401,9 @@ func TestAlarms(t *testing.T) {
 		oncepay.AlarmChargedButClosed:   {metrics.Namespace, oncepay.MetricWebhookSucceededOnFailed, "Sum", map[string]any{"Function": oncepay.FnWebhook}, 1},
 		oncepay.AlarmNotifStuck:         {metrics.Namespace, oncepay.MetricNotifStuck, "Maximum", map[string]any{"Function": oncepay.FnWorker}, 1},
 		oncepay.AlarmOutboxRedriven:     {metrics.Namespace, oncepay.MetricOutboxRedriven, "Sum", map[string]any{"Function": oncepay.FnResolver}, 1},
+		// Either function without the key makes no PSP call: one is enough.
+		oncepay.AlarmApiPSPKeyUnreadable:      {metrics.Namespace, "PSPKeyUnreadable", "Sum", map[string]any{"Function": oncepay.FnAPI}, 1},
+		oncepay.AlarmResolverPSPKeyUnreadable: {metrics.Namespace, "PSPKeyUnreadable", "Sum", map[string]any{"Function": oncepay.FnResolver}, 1},
 
 		oncepay.AlarmApiErrors:        {"AWS/Lambda", "Errors", "Sum", map[string]any{"FunctionName": fnName(st.Api.Function)}, 1},
 		oncepay.AlarmWebhookErrors:    {"AWS/Lambda", "Errors", "Sum", map[string]any{"FunctionName": fnName(st.Webhook)}, 1},
@@ -450,6 +455,15 @@ func TestAlarms(t *testing.T) {
 			}
 			if !jsonEqual(got, exp) {
 				t.Errorf("alarm %s:\n got %s\nwant %s", name, show(got), show(exp))
+			}
+			if w.metric == "PSPKeyUnreadable" {
+				// What to look at when the key cannot be read.
+				desc, _ := p["AlarmDescription"].(string)
+				for _, what := range []string{"policy", "KMS key", "Secrets Manager endpoint"} {
+					if !strings.Contains(desc, what) {
+						t.Errorf("alarm %s: the description does not say to check the %s: %q", name, what, desc)
+					}
+				}
 			}
 		})
 	}
@@ -693,14 +707,15 @@ func TestStackPropsFromContext(t *testing.T) {
 		return oncepay.StackPropsFromContext(awscdk.NewApp(&awscdk.AppProps{Context: ctx}))
 	}
 	p, err := parse(map[string]any{
-		oncepay.ContextPSPSecretArn: "arn:aws:secretsmanager:eu-west-1:111111111111:secret:psp-AbCdEf", oncepay.ContextLedgerProxy: "true",
-		oncepay.ContextJWTIssuer: "https://login.example.com/", oncepay.ContextJWTAudience: "a, b",
+		oncepay.ContextPSPKeySecretArn: "arn:aws:secretsmanager:eu-west-1:111111111111:secret:psp-AbCdEf", oncepay.ContextPSPKeySecretKmsKey: oncepay.AwsManagedKey,
+		oncepay.ContextLedgerProxy: "true",
+		oncepay.ContextJWTIssuer:   "https://login.example.com/", oncepay.ContextJWTAudience: "a, b",
 		oncepay.ContextPlatformApplicationArns: pushApp, oncepay.ContextResolverConcurrency: "0",
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if p.Profile != oncepay.ProfileSandbox || p.Psp.SecretArn == "" || p.LedgerProxy == nil || !*p.LedgerProxy ||
+	if p.Profile != oncepay.ProfileSandbox || p.Psp.KeySecret.Arn == "" || p.Psp.WebhookSecret.Arn != "" || p.LedgerProxy == nil || !*p.LedgerProxy ||
 		!jsonEqual(p.Auth.Audience, []string{"a", "b"}) || len(p.PlatformApplicationArns) != 1 || p.Alb != nil ||
 		p.ResolverReservedConcurrency == nil || *p.ResolverReservedConcurrency != 0 {
 		t.Errorf("parsed %+v", p)
@@ -711,6 +726,7 @@ func TestStackPropsFromContext(t *testing.T) {
 		"alb without prefix":      {oncepay.ContextAlbCertificateArn: albCertificate},
 		"not a string":            {oncepay.ContextPSPURL: 42},
 		"negative concurrency":    {oncepay.ContextResolverConcurrency: "-1"},
+		"ALB keys without an ALB": {oncepay.ContextAlbKeysURL: "https://keys.example/"},
 	} {
 		if _, err := parse(bad); err == nil {
 			t.Errorf("%s: accepted", name)

@@ -278,7 +278,8 @@ func propsOf(t *testing.T, js map[string]any, id string) map[string]any {
 }
 
 // render turns a CloudFormation value into a readable string: Ref X is
-// ${X}, GetAtt X.A is ${X.A}, Fn::Join concatenates, anything else is ${?}.
+// ${X}, GetAtt X.A is ${X.A}, Fn::Join concatenates, Fn::Sub is its string,
+// anything else is ${?}.
 func render(v any) string {
 	switch x := v.(type) {
 	case string:
@@ -302,6 +303,9 @@ func render(v any) string {
 		}
 		if ga, ok := x["Fn::GetAtt"].([]any); ok && len(ga) == 2 {
 			return fmt.Sprintf("${%v.%v}", ga[0], ga[1])
+		}
+		if sub, ok := x["Fn::Sub"].(string); ok {
+			return sub // its ${...} are CloudFormation's own
 		}
 		if j, ok := x["Fn::Join"].([]any); ok && len(j) == 2 {
 			sep, _ := j[0].(string)

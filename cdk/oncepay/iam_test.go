@@ -166,12 +166,13 @@ func TestGrants(t *testing.T) {
 	events := "${" + lid(st.Data.Events.Queue) + ".Arn}"
 	topic := "${" + lid(st.Data.Push.Topic) + "}"
 	ledgerSecret := "${" + lid(st.Data.Ledger.Secret) + "}"
-	pspSecret := "${" + lid(st.Psp.Secret) + "}"
-	pspKey := "${" + lid(st.Psp.Key) + ".Arn}"
-	readPSP := map[string][]string{"secretsmanager:GetSecretValue": {pspSecret}}
-	if pspKey != key { // the stack gives the PSP secret the data key, which keyWrite decrypts already
-		readPSP["kms:Decrypt"] = []string{pspKey}
+	// Each PSP secret to its own readers; the stack encrypts both with the
+	// data key, which keyWrite decrypts already.
+	if lid(st.Psp.KeySecretKey) != lid(st.Data.Key) || lid(st.Psp.WebhookSecretKey) != lid(st.Data.Key) {
+		t.Errorf("the PSP secrets are not under the data key")
 	}
+	readKey := map[string][]string{"secretsmanager:GetSecretValue": {"${" + lid(st.Psp.KeySecret) + "}"}}
+	readWebhookSecret := map[string][]string{"secretsmanager:GetSecretValue": {"${" + lid(st.Psp.WebhookSecret) + "}"}}
 	asyncDlq := "${" + lid(st.AsyncFailures) + ".Arn}"
 	relayFailures := "${" + lid(st.Relay.FailureQueue) + ".Arn}"
 	dbuser := "arn:${AWS::Partition}:rds-db:${AWS::Region}:${AWS::AccountId}:dbuser:${" + lid(st.Data.Ledger.Cluster) + ".DBClusterResourceId}/" + oncepay.LedgerAppUser
@@ -212,7 +213,7 @@ func TestGrants(t *testing.T) {
 		fn   *oncepay.GoFunction
 		want map[string][]string
 	}{
-		{"api", st.Api.Function, base(st.Api.Function, true, merge(keyWrite, readPSP, map[string][]string{
+		{"api", st.Api.Function, base(st.Api.Function, true, merge(keyWrite, readKey, map[string][]string{
 			"dynamodb:GetItem": {claims}, "dynamodb:PutItem": {claims, outbox}, "dynamodb:UpdateItem": {claims}, "dynamodb:DeleteItem": {claims},
 			"rds-db:connect": {dbuser},
 		}))},
@@ -228,12 +229,12 @@ func TestGrants(t *testing.T) {
 			"sns:Publish":    {topic},
 			"rds-db:connect": {dbuser},
 		})},
-		{"resolver", st.Resolver, base(st.Resolver, true, merge(keyWrite, readPSP, map[string][]string{
+		{"resolver", st.Resolver, base(st.Resolver, true, merge(keyWrite, readKey, map[string][]string{
 			"dynamodb:PutItem": {outbox}, "dynamodb:UpdateItem": {claims, outbox},
 			"rds-db:connect":  {dbuser},
 			"sqs:SendMessage": {asyncDlq},
 		}))},
-		{"webhook", st.Webhook, base(st.Webhook, true, merge(keyWrite, readPSP, map[string][]string{
+		{"webhook", st.Webhook, base(st.Webhook, true, merge(keyWrite, readWebhookSecret, map[string][]string{
 			"dynamodb:PutItem": {outbox},
 			"rds-db:connect":   {dbuser},
 		}))},

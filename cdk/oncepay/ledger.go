@@ -135,6 +135,9 @@ func NewLedger(scope constructs.Construct, id string, props *LedgerProps) *Ledge
 		// TLS for every login, not only IAM ones (which require it anyway);
 		// DDL in the exported log beside the failed logins PostgreSQL logs
 		// anyway (FATAL), so a schema change outside a migration is seen.
+		// DDL includes ALTER ROLE: a password set in plain text lands in
+		// the log, so passwords are set only as SCRAM verifiers (psql's
+		// \password), never by Secrets Manager's rotation (docs/deploy.md).
 		Parameters:            &map[string]*string{"rds.force_ssl": jsii.String("1"), "log_statement": jsii.String("ddl")},
 		CloudwatchLogsExports: jsii.Strings("postgresql"),
 		Backup:                &awsrds.BackupProps{Retention: backup},
@@ -152,10 +155,15 @@ func NewLedger(scope constructs.Construct, id string, props *LedgerProps) *Ledge
 		props.Override(cp)
 	}
 	// RDS creates /aws/rds/cluster/<id>/postgresql itself, never expiring
-	// (docs/deploy.md: set its retention once). Making the group here would
-	// need a fixed cluster identifier, and prod retains both: a redeploy
-	// after a destroy, or any replacement, would then fail on the names.
-	// CDK's own retention option adds a custom-resource function instead.
+	// (docs/deploy.md: set its retention per profile with
+	// put-retention-policy). Making the group here before the cluster
+	// would need a fixed cluster identifier, and prod retains both: a
+	// redeploy after a destroy, or any replacement, would then fail on the
+	// names. Making it after the cluster (named from its Ref) races RDS,
+	// and fails on every stack whose RDS-made group exists already. CDK's
+	// own retention option adds a Node.js custom-resource function with a
+	// managed policy and logs:PutRetentionPolicy on "*", which the local
+	// cloud cannot run and the stack's IAM checks refuse.
 	c.MaxCapacity, c.ConnectionsAlarm = *cp.ServerlessV2MaxCapacity, props.ConnectionsAlarm
 	c.Cluster = awsrds.NewDatabaseCluster(c.Construct, jsii.String("Cluster"), cp)
 	// The secret, security group and parameter group follow a retained
@@ -180,7 +188,9 @@ func NewLedger(scope constructs.Construct, id string, props *LedgerProps) *Ledge
 		c.addProxy(props)
 	}
 	suppress(cfn(c.Secret), "AwsSolutions-SMG4",
-		"The admin secret is not on the payment path: handlers authenticate with short-lived IAM tokens. It is used by the migration function and operators; rotation (Ledger.Cluster.AddRotationSingleUser) needs a SAR-hosted Lambda and is left to the deployer.")
+		"The admin secret is not on the payment path: handlers authenticate with short-lived IAM tokens. It is used by the migration function and operators. "+
+			"Secrets Manager's PostgreSQL rotation is not turned on: it sets the new password with ALTER USER ... WITH PASSWORD in plain text, which the cluster's log_statement=ddl writes to the exported log; "+
+			"an operator changes it as a SCRAM verifier and puts the password in the secret (docs/deploy.md).")
 	return c
 }
 
@@ -281,7 +291,8 @@ func (c *Ledger) ConnectAdmin(fn *GoFunction) {
 	fn.Grant([]string{"secretsmanager:GetSecretValue"}, c.Secret.SecretArn())
 	fn.grantKey(c.Key, []string{"kms:Decrypt"})
 	fn.SetEnv(map[string]*string{
-		EnvLedgerSecretArn: c.Secret.SecretArn(),
-		EnvLedgerEndpoint:  c.Cluster.ClusterEndpoint().Hostname(),
+		EnvLedgerSecretArn:        c.Secret.SecretArn(),
+		EnvLedgerEndpoint:         c.Cluster.ClusterEndpoint().Hostname(),
+		EnvSecretsManagerEndpoint: SecretsManagerEndpoint(),
 	})
 }

@@ -36,6 +36,10 @@ const (
 	// MetricOutboxRedriven: the resolver's sweep re-drove events the worker
 	// had not processed a grace period after their commit (outbox.MetricRedriven).
 	MetricOutboxRedriven = "OutboxRedriven"
+	// MetricPSPKeyUnreadable: the api or the resolver needed the PSP API key
+	// and could not read its secret (and held no value to fall back on), so
+	// it made no PSP call: payments wait as UNKNOWN, refunds as pending.
+	MetricPSPKeyUnreadable = "PSPKeyUnreadable"
 )
 
 // AlarmPeriod is the evaluation period of every alarm.
@@ -57,20 +61,23 @@ const (
 	AlarmOutboxRedriven      = "OutboxRedriven"
 	RelayIteratorAgeMaxMilli = 60_000 // a minute behind the outbox is an outage of the event path
 
-	AlarmApiErrors           = "ApiErrors"
-	AlarmWebhookErrors       = "WebhookErrors"
-	AlarmApiThrottles        = "ApiThrottles"
-	AlarmWebhookThrottles    = "WebhookThrottles"
-	AlarmWorkerThrottles     = "WorkerThrottles"
-	AlarmHttpApi5xx          = "HttpApi5xx"
-	AlarmHttpApiLatency      = "HttpApiLatencyP99"
-	AlarmAlb5xx              = "Alb5xx"
-	AlarmEventsOldest        = "EventsOldestMessageAge"
-	AlarmLedgerCapacity      = "LedgerCapacity"
-	AlarmLedgerConnections   = "LedgerConnections"
-	AlarmClaimsReadThrottle  = "ClaimsReadThrottles"
-	AlarmClaimsWriteThrottle = "ClaimsWriteThrottles"
-	AlarmOutboxWriteThrottle = "OutboxWriteThrottles"
+	AlarmApiErrors                = "ApiErrors"
+	AlarmWebhookErrors            = "WebhookErrors"
+	AlarmApiThrottles             = "ApiThrottles"
+	AlarmWebhookThrottles         = "WebhookThrottles"
+	AlarmWorkerThrottles          = "WorkerThrottles"
+	AlarmHttpApi5xx               = "HttpApi5xx"
+	AlarmHttpApiLatency           = "HttpApiLatencyP99"
+	AlarmAlb5xx                   = "Alb5xx"
+	AlarmAlbTarget5xx             = "AlbTarget5xx"
+	AlarmApiPSPKeyUnreadable      = "ApiPSPKeyUnreadable"
+	AlarmResolverPSPKeyUnreadable = "ResolverPSPKeyUnreadable"
+	AlarmEventsOldest             = "EventsOldestMessageAge"
+	AlarmLedgerCapacity           = "LedgerCapacity"
+	AlarmLedgerConnections        = "LedgerConnections"
+	AlarmClaimsReadThrottle       = "ClaimsReadThrottles"
+	AlarmClaimsWriteThrottle      = "ClaimsWriteThrottles"
+	AlarmOutboxWriteThrottle      = "OutboxWriteThrottles"
 
 	// EventsOldestMaxSeconds: a FIFO group whose head waits five minutes
 	// holds that merchant's credits back (a poison event retried, a worker
@@ -157,6 +164,17 @@ func newMonitoring(s *Stack) *Monitoring {
 		custom(MetricNotifStuck, FnWorker, "Maximum"))
 	atLeastOne(AlarmOutboxRedriven, "The resolver's sweep re-drove events the worker had not processed 30 s after their commit: the relay, the events queue or the worker is failing or slow (events parked in the events DLQ are re-driven too, so they return once the cause is fixed). The resolver logs each re-drive with its event id.", custom(MetricOutboxRedriven, FnResolver, "Sum"))
 	atLeastOne(AlarmKeyStoreDegraded, "The api answered without the claim table (the ledger's unique key alone guarded those payments).", custom(MetricKeyStoreDegraded, FnAPI, "Sum"))
+	// Without the key no PSP call is made: the api leaves each payment
+	// UNKNOWN and the resolver cannot settle them, so money waits while
+	// nothing else fails (no function error, no 5xx beyond the 202s).
+	keyUnreadable := func(who string) string {
+		return "The " + who + " could not read the PSP API key's secret (output PspKeySecretArn) and made no PSP call: payments wait as UNKNOWN. " +
+			"Check the secret's resource policy and that the function's role may call secretsmanager:GetSecretValue on it, its KMS key's grant " +
+			"(kms:Decrypt for the role: an imported secret needs oncepay:pspKeySecretKmsKey), and that the function reaches the Secrets Manager " +
+			"endpoint (the VPC's interface endpoint in prod, the NAT in a sandbox); the function's log names the error."
+	}
+	atLeastOne(AlarmApiPSPKeyUnreadable, keyUnreadable("api"), custom(MetricPSPKeyUnreadable, FnAPI, "Sum"))
+	atLeastOne(AlarmResolverPSPKeyUnreadable, keyUnreadable("resolver"), custom(MetricPSPKeyUnreadable, FnResolver, "Sum"))
 	atLeastOne(AlarmChargedButClosed, "The PSP reported a charge (payment_intent.succeeded) for a payment the ledger holds as FAILED or VOID: money taken with no payment behind it; refund or settle it by hand.", custom(MetricWebhookSucceededOnFailed, FnWebhook, "Sum"))
 	c.alarm(AlarmRelayIteratorAge, "The relay is more than a minute behind the outbox stream.",
 		s.Relay.Function.Function.Metric(jsii.String("IteratorAge"), &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")}),
@@ -186,9 +204,10 @@ func newMonitoring(s *Stack) *Monitoring {
 	c.Dashboard.AddWidgets(
 		graph("Queue depth: events, events DLQ, relay failures, async failures",
 			depth(s.Data.Events.Queue), depth(s.Data.Events.Dlq), depth(s.Relay.FailureQueue), depth(s.AsyncFailures)),
-		graph("Money in doubt, degraded answers, stuck notifications",
+		graph("Money in doubt, degraded answers, stuck notifications, PSP key unreadable",
 			custom(MetricUnknownOverHorizon, FnResolver, "Maximum"), custom(MetricKeyStoreDegraded, FnAPI, "Sum"),
-			custom(MetricNotifStuck, FnWorker, "Maximum")),
+			custom(MetricNotifStuck, FnWorker, "Maximum"),
+			custom(MetricPSPKeyUnreadable, FnAPI, "Sum"), custom(MetricPSPKeyUnreadable, FnResolver, "Sum")),
 		graph("Relay iterator age (ms)",
 			s.Relay.Function.Function.Metric(jsii.String("IteratorAge"), &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")})),
 	)
@@ -242,8 +261,14 @@ func (c *Monitoring) frontDoorAlarms(s *Stack, period awscdk.Duration, errs func
 			h.MetricLatency(&awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("p99")}), HttpApiLatencyAlarm(s.Timing.Deadline))
 	}
 	if a := s.Alb; a != nil {
+		sum := &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Sum")}
 		c.alarm(AlarmAlb5xx, "The ALB answered 5xx itself (a target failed, timed out or was throttled).",
-			a.LoadBalancer.Metrics().HttpCodeElb(awselasticloadbalancingv2.HttpCodeElb_ELB_5XX_COUNT, &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Sum")}), 1)
+			a.LoadBalancer.Metrics().HttpCodeElb(awselasticloadbalancingv2.HttpCodeElb_ELB_5XX_COUNT, sum), 1)
+		// The api's own 5xx (503 ledger down or deadline passed, a stored
+		// 502 replayed) reach the caller as the target's answer, which
+		// HTTPCode_ELB_5XX_Count does not count.
+		c.alarm(AlarmAlbTarget5xx, "The ALB's targets (the api, the webhook) answered 5xx: see their logs by status and payment_id; ApiErrors and WebhookErrors fire too when a function itself failed.",
+			a.LoadBalancer.Metrics().HttpCodeTarget(awselasticloadbalancingv2.HttpCodeTarget_TARGET_5XX_COUNT, sum), 1)
 	}
 }
 

@@ -98,7 +98,8 @@ func TestNagSuppressions(t *testing.T) {
 			want := []string{
 				id(d.Events.Dlq) + " Serverless-SQSRedrivePolicy",
 				id(d.Ledger.Secret) + " AwsSolutions-SMG4",
-				id(st.Psp.Secret) + " AwsSolutions-SMG4",
+				id(st.Psp.KeySecret) + " AwsSolutions-SMG4",
+				id(st.Psp.WebhookSecret) + " AwsSolutions-SMG4",
 				id(st.AsyncFailures) + " Serverless-SQSRedrivePolicy",
 				id(st.Relay.FailureQueue) + " AwsSolutions-SQS3",
 				id(st.Relay.FailureQueue) + " Serverless-SQSRedrivePolicy",

@@ -155,17 +155,33 @@ func (p Profile) UserPoolFeaturePlan() awscognito.FeaturePlan {
 
 // Context keys cdk/main.go reads into StackProps (see StackPropsFromContext).
 const (
-	ContextPSPSecretArn = "oncepay:pspSecretArn"
-	ContextPSPURL       = "oncepay:pspUrl"
-	// ContextPSPSecretKeyArn is the customer-managed KMS key an imported
-	// PSP secret is encrypted with: the functions that read the secret are
-	// granted kms:Decrypt on it (without it, every read is refused).
+	ContextPSPURL = "oncepay:pspUrl"
+	// ContextPSPKeySecretArn imports the secret of the Stripe API key
+	// ({"api_key": …}, read by the api and the resolver), and
+	// ContextWebhookSecretArn the secret of the webhook signing secret
+	// ({"webhook_secret": …}, read by the webhook): two secrets, so each
+	// function reads only its own. Each needs its KMS key's context: the
+	// ARN of the customer-managed key it is encrypted with (its readers
+	// get kms:Decrypt), or AwsManagedKey.
+	ContextPSPKeySecretArn     = "oncepay:pspKeySecretArn"
+	ContextPSPKeySecretKmsKey  = "oncepay:pspKeySecretKmsKey"
+	ContextWebhookSecretArn    = "oncepay:webhookSecretArn"
+	ContextWebhookSecretKmsKey = "oncepay:webhookSecretKmsKey"
+	// ContextPSPSecretArn and ContextPSPSecretKeyArn are refused: they
+	// named one secret holding both fields, which let the webhook read the
+	// API key. A context that does nothing must not look as if it did.
+	ContextPSPSecretArn    = "oncepay:pspSecretArn"
 	ContextPSPSecretKeyArn = "oncepay:pspSecretKeyArn"
 	// ContextPSPSecretRevision is refused: it made the functions re-read a
 	// secret CloudFormation had put in their environment; they read it at
 	// run time now (Psp), and a context that does nothing must not look
 	// as if it did.
-	ContextPSPSecretRevision       = "oncepay:pspSecretRevision"
+	ContextPSPSecretRevision = "oncepay:pspSecretRevision"
+	// ContextAlbKeysURL is where the ALB's public keys are read (the api's
+	// ONCEPAY_ALB_KEYS_URL, without the key id): default
+	// https://public-keys.auth.elb.<Region>.<URL suffix>; GovCloud
+	// publishes them elsewhere and must set it.
+	ContextAlbKeysURL              = "oncepay:albKeysUrl"
 	ContextJWTIssuer               = "oncepay:jwtIssuer"
 	ContextJWTAudience             = "oncepay:jwtAudience"
 	ContextAlbCertificateArn       = "oncepay:albCertificateArn"
@@ -206,16 +222,38 @@ func StackPropsFromContext(scope constructs.Construct) (*StackProps, error) {
 	if scope.Node().TryGetContext(jsii.String(ContextPSPSecretRevision)) != nil {
 		return nil, fmt.Errorf("oncepay: context %s is gone: the functions read the PSP secret at run time (within 5 minutes of a put-secret-value), with no deploy", ContextPSPSecretRevision)
 	}
+	for _, k := range []string{ContextPSPSecretArn, ContextPSPSecretKeyArn} {
+		if scope.Node().TryGetContext(jsii.String(k)) != nil {
+			return nil, fmt.Errorf("oncepay: context %s is gone: the PSP's credentials are two secrets now, so the webhook cannot read the API key: "+
+				"import them with %s and %s, each with its KMS key (%s, %s: a key ARN or %q); docs/deploy.md",
+				k, ContextPSPKeySecretArn, ContextWebhookSecretArn, ContextPSPKeySecretKmsKey, ContextWebhookSecretKmsKey, AwsManagedKey)
+		}
+	}
 	get := map[string]string{}
-	for _, k := range []string{ContextPSPSecretArn, ContextPSPSecretKeyArn, ContextPSPURL, ContextJWTIssuer, ContextJWTAudience, ContextAlbCertificateArn,
-		ContextAlbDomainName, ContextAlbCognitoDomainPrefix, ContextPlatformApplicationArns, ContextLedgerProxy, ContextResolverConcurrency} {
+	for _, k := range []string{ContextPSPKeySecretArn, ContextPSPKeySecretKmsKey, ContextWebhookSecretArn, ContextWebhookSecretKmsKey, ContextPSPURL,
+		ContextJWTIssuer, ContextJWTAudience, ContextAlbCertificateArn, ContextAlbDomainName, ContextAlbCognitoDomainPrefix, ContextAlbKeysURL,
+		ContextPlatformApplicationArns, ContextLedgerProxy, ContextResolverConcurrency} {
 		if get[k], err = str(k); err != nil {
 			return nil, err
 		}
 	}
+	psp := PspProps{
+		KeySecret:     ImportedSecret{Arn: get[ContextPSPKeySecretArn], KmsKeyArn: get[ContextPSPKeySecretKmsKey]},
+		WebhookSecret: ImportedSecret{Arn: get[ContextWebhookSecretArn], KmsKeyArn: get[ContextWebhookSecretKmsKey]},
+		URL:           get[ContextPSPURL],
+	}
+	if err := psp.KeySecret.validate(ContextPSPKeySecretArn, ContextPSPKeySecretKmsKey); err != nil {
+		return nil, err
+	}
+	if err := psp.WebhookSecret.validate(ContextWebhookSecretArn, ContextWebhookSecretKmsKey); err != nil {
+		return nil, err
+	}
+	if psp.KeySecret.Arn != "" && psp.KeySecret.Arn == psp.WebhookSecret.Arn {
+		return nil, fmt.Errorf("oncepay: %s and %s name one secret: the webhook could then read the API key", ContextPSPKeySecretArn, ContextWebhookSecretArn)
+	}
 	p := &StackProps{
 		Profile:                 profile,
-		Psp:                     PspProps{SecretArn: get[ContextPSPSecretArn], SecretKeyArn: get[ContextPSPSecretKeyArn], URL: get[ContextPSPURL]},
+		Psp:                     psp,
 		Auth:                    AuthProps{Issuer: get[ContextJWTIssuer], Audience: list(get[ContextJWTAudience])},
 		PlatformApplicationArns: list(get[ContextPlatformApplicationArns]),
 	}
@@ -223,13 +261,16 @@ func StackPropsFromContext(scope constructs.Construct) (*StackProps, error) {
 		return nil, fmt.Errorf("oncepay: %s needs %s", ContextJWTIssuer, ContextJWTAudience)
 	}
 	if cert := get[ContextAlbCertificateArn]; cert != "" {
-		p.Alb = &AlbProps{CertificateArn: cert, DomainName: get[ContextAlbDomainName], CognitoDomainPrefix: get[ContextAlbCognitoDomainPrefix]}
+		p.Alb = &AlbProps{CertificateArn: cert, DomainName: get[ContextAlbDomainName], CognitoDomainPrefix: get[ContextAlbCognitoDomainPrefix], KeysURL: get[ContextAlbKeysURL]}
 		if p.Auth.Issuer != "" {
 			return nil, fmt.Errorf("oncepay: the ALB front door's authenticate action with an external issuer needs OIDC endpoints and a client secret: set StackProps.Alb.Oidc in code")
 		}
 		if p.Alb.CognitoDomainPrefix == "" {
 			return nil, fmt.Errorf("oncepay: %s needs %s", ContextAlbCertificateArn, ContextAlbCognitoDomainPrefix)
 		}
+	}
+	if get[ContextAlbKeysURL] != "" && p.Alb == nil {
+		return nil, fmt.Errorf("oncepay: %s is set without the ALB front door (%s)", ContextAlbKeysURL, ContextAlbCertificateArn)
 	}
 	if v := get[ContextResolverConcurrency]; v != "" {
 		n, err := strconv.Atoi(v)

@@ -89,7 +89,8 @@ const (
 	OutputWebhookURL       = "WebhookUrl"
 	OutputUserPoolID       = "UserPoolId"
 	OutputUserPoolClientID = "UserPoolClientId"
-	OutputPSPSecretArn     = "PspSecretArn"
+	OutputPSPKeySecretArn  = "PspKeySecretArn"
+	OutputWebhookSecretArn = "WebhookSecretArn"
 	OutputAlarmTopicArn    = "AlarmTopicArn"
 	OutputDashboardName    = "DashboardName"
 	OutputAlbURL           = "AlbUrl"
@@ -219,7 +220,7 @@ func (s *Stack) addFunctions(props *StackProps) {
 		Description:         "oncepay resolver: settles UNKNOWN and stale PENDING payments by replaying the PSP call with the same key; re-drives events the worker has not processed",
 	})
 	d.Ledger.Connect(s.Resolver, LedgerAppUser)
-	s.Psp.GrantRead(s.Resolver)
+	s.Psp.GrantKeyRead(s.Resolver) // the sweep's replays and the refund follower charge and refund
 	s.grantOutboxPut(s.Resolver)
 	// The outbox sweep's re-drive: an UpdateItem that rewrites an item the
 	// worker has not processed, so its stream carries a new record.
@@ -249,7 +250,7 @@ func (s *Stack) addFunctions(props *StackProps) {
 		Description:   "oncepay webhook: POST /webhooks/psp, Stripe-signed events -> inbox + allowed state moves",
 	})
 	d.Ledger.Connect(s.Webhook, LedgerAppUser)
-	s.Psp.GrantRead(s.Webhook)
+	s.Psp.GrantWebhookSecretRead(s.Webhook) // the signing secret alone: never the API key
 	s.grantOutboxPut(s.Webhook)
 	suppress(cfn(s.Webhook.Function), "Serverless-LambdaDLQ",
 		"Invoked synchronously by API Gateway (or the ALB): a failure answers the PSP with a 5xx and the PSP redelivers the event (Stripe retries for days); Lambda never queues these events.")
@@ -273,8 +274,12 @@ func (s *Stack) addFunctions(props *StackProps) {
 			UserPool:   s.Api.UserPool,
 		})
 		// The api takes an ALB event's caller only from claims this load
-		// balancer signed (internal/albauth): it must know which one.
-		s.Api.Function.SetEnv(map[string]*string{EnvAlbArn: s.Alb.LoadBalancer.LoadBalancerArn()})
+		// balancer signed (internal/albauth): it must know which one, and
+		// where its keys are published in this partition.
+		s.Api.Function.SetEnv(map[string]*string{
+			EnvAlbArn:     s.Alb.LoadBalancer.LoadBalancerArn(),
+			EnvAlbKeysURL: props.Alb.keysURL(),
+		})
 	}
 }
 
@@ -310,7 +315,8 @@ func (s *Stack) addOutputs() {
 		out(OutputUserPoolID, "Cognito user pool of the API's callers", s.Api.UserPool.UserPoolId())
 		out(OutputUserPoolClientID, "Cognito app client (the JWT audience)", s.Api.UserPoolClient.UserPoolClientId())
 	}
-	out(OutputPSPSecretArn, "PSP credentials secret: put the Stripe test key and webhook secret here", s.Psp.Secret.SecretArn())
+	out(OutputPSPKeySecretArn, "PSP API key secret, read by the api and the resolver: put {\"api_key\": the Stripe key} here", s.Psp.KeySecret.SecretArn())
+	out(OutputWebhookSecretArn, "PSP webhook signing secret, read by the webhook: put {\"webhook_secret\": the endpoint's whsec_...} here", s.Psp.WebhookSecret.SecretArn())
 	out(OutputAlarmTopicArn, "alarm notifications topic (subscribe to it)", s.Monitoring.Topic.TopicArn())
 	out(OutputDashboardName, "CloudWatch dashboard", s.Monitoring.Dashboard.DashboardName())
 	if s.Alb != nil {

@@ -243,7 +243,8 @@ func TestOutputs(t *testing.T) {
 		// Cognito or dashboard, and skips them).
 		"UserPoolId":       ref(s.logicalID(t, s.stack.Api.UserPool)),
 		"UserPoolClientId": ref(s.logicalID(t, s.stack.Api.UserPoolClient)),
-		"PspSecretArn":     ref(s.logicalID(t, s.stack.Psp.Secret)),
+		"PspKeySecretArn":  ref(s.logicalID(t, s.stack.Psp.KeySecret)),
+		"WebhookSecretArn": ref(s.logicalID(t, s.stack.Psp.WebhookSecret)),
 		"AlarmTopicArn":    ref(s.logicalID(t, s.stack.Monitoring.Topic)),
 		"DashboardName":    ref(s.logicalID(t, s.stack.Monitoring.Dashboard)),
 	}

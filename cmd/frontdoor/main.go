@@ -111,8 +111,8 @@ func templateDoor(path string, h *api.Handler, secret []byte, log *slog.Logger) 
 		case strings.HasPrefix(r.Key, "POST /payments"):
 			fns[r.Function] = inProcess(h.Invoke)
 		case r.Key == "POST /webhooks/psp":
-			if os.Getenv(webhook.EnvSecret) == "" && os.Getenv(stackenv.PSPSecretArn) == "" {
-				log.Warn("no webhook secret: the webhook route is not served", "env", webhook.EnvSecret, "or", stackenv.PSPSecretArn)
+			if os.Getenv(webhook.EnvSecret) == "" && os.Getenv(stackenv.WebhookSecretArn) == "" {
+				log.Warn("no webhook secret: the webhook route is not served", "env", webhook.EnvSecret, "or", stackenv.WebhookSecretArn)
 				continue
 			}
 			wh, err := webhook.FromEnv(context.Background(), boot.Logger("webhook"))

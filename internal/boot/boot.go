@@ -108,7 +108,7 @@ func iamAuth(ctx context.Context, pc *pgxpool.Config) error {
 	return nil
 }
 
-// LocalPSPKey is the key a process without ONCEPAY_PSP_SECRET_ARN uses: the
+// LocalPSPKey is the key a process without ONCEPAY_PSP_KEY_SECRET_ARN uses: the
 // simulator and stripe-mock accept any key, Stripe does not.
 const LocalPSPKey = "sk_test_oncepay_local"
 
@@ -152,21 +152,22 @@ func Secret(ctx context.Context, cfg aws.Config, log *slog.Logger, arnVar, field
 }
 
 // PSP returns the PSP client for ONCEPAY_PSP_URL (empty: Stripe itself). Its
-// API key is the api_key field of the secret ONCEPAY_PSP_SECRET_ARN, read at
+// API key is the api_key field of the secret ONCEPAY_PSP_KEY_SECRET_ARN (the
+// key's own secret, which the webhook cannot read), read at
 // run time and cached for minutes (a rolled key is used without a deploy,
 // and a 401 makes it read afresh). Without the variable a PSP at
 // ONCEPAY_PSP_URL (the simulator, stripe-mock) gets LocalPSPKey; Stripe
 // itself without a secret is an error at init, not a 401 on every payment.
 func PSP(ctx context.Context, cfg aws.Config, log *slog.Logger) (*psp.Client, error) {
 	pc := psp.Config{BaseURL: os.Getenv(stackenv.PSPURL), Logger: log}
-	key, ok, err := Secret(ctx, cfg, log, stackenv.PSPSecretArn, stackenv.PSPSecretAPIKey)
+	key, ok, err := Secret(ctx, cfg, log, stackenv.PSPKeySecretArn, stackenv.PSPSecretAPIKey)
 	switch {
 	case err != nil:
 		return nil, err
 	case ok:
 		pc.Key, pc.KeyRefresh = key.Read, key.Fresh
 	case pc.BaseURL == "":
-		return nil, fmt.Errorf("boot: %s is not set: Stripe needs the key from the PSP secret", stackenv.PSPSecretArn)
+		return nil, fmt.Errorf("boot: %s is not set: Stripe needs the key from the PSP key secret", stackenv.PSPKeySecretArn)
 	default:
 		pc.APIKey = LocalPSPKey
 	}

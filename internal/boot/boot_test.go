@@ -2,11 +2,17 @@ package boot
 
 import (
 	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 // With the stack's IAM user set, every new connection carries a freshly
@@ -57,5 +63,49 @@ func TestOutboxIsNilWithoutATableAndAPublisherWithOne(t *testing.T) {
 	t.Setenv("ONCEPAY_OUTBOX_TABLE", "outbox")
 	if pub, err := Outbox(cfg, log); err != nil || pub == nil {
 		t.Fatalf("with a table: %v, %v", pub, err)
+	}
+}
+
+// The api's and the resolver's PSP key is read from the key's own secret
+// (ONCEPAY_PSP_KEY_SECRET_ARN), never from the webhook's, which the stack
+// does not let them read: with both variables set only the key's secret is
+// asked for, and with the webhook's alone Stripe gets no key.
+func TestPSPReadsTheKeysSecretAndNotTheWebhooks(t *testing.T) {
+	const keyArn, webhookArn = "arn:aws:secretsmanager:eu-west-1:111111111111:secret:key-AbCdEf", "arn:aws:secretsmanager:eu-west-1:111111111111:secret:webhook-GhIjKl"
+	var mu sync.Mutex
+	var asked []string
+	sm := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var in struct{ SecretId string }
+		_ = json.NewDecoder(r.Body).Decode(&in)
+		mu.Lock()
+		asked = append(asked, in.SecretId)
+		mu.Unlock()
+		_ = json.NewEncoder(w).Encode(map[string]string{"ARN": in.SecretId, "SecretString": `{"api_key":"sk_test_boot"}`})
+	}))
+	defer sm.Close()
+	t.Setenv("AWS_REGION", "eu-west-1")
+	t.Setenv("AWS_ACCESS_KEY_ID", "AKIDEXAMPLE")
+	t.Setenv("AWS_SECRET_ACCESS_KEY", "secret")
+	t.Setenv("AWS_ENDPOINT_URL_SECRETS_MANAGER", sm.URL)
+	t.Setenv(stackenv.PSPKeySecretArn, keyArn)
+	t.Setenv(stackenv.WebhookSecretArn, webhookArn)
+	t.Setenv(stackenv.PSPURL, "http://127.0.0.1:1")
+	ctx := context.Background()
+	cfg, err := AWS(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := PSP(ctx, cfg, Logger("test")); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	if len(asked) != 1 || asked[0] != keyArn {
+		t.Errorf("Secrets Manager was asked for %v, want the key's secret %s alone", asked, keyArn)
+	}
+	mu.Unlock()
+	t.Setenv(stackenv.PSPKeySecretArn, "")
+	t.Setenv(stackenv.PSPURL, "")
+	if _, err := PSP(ctx, cfg, Logger("test")); err == nil || !strings.Contains(err.Error(), stackenv.PSPKeySecretArn) {
+		t.Errorf("Stripe with only the webhook's secret: %v, want an error naming %s", err, stackenv.PSPKeySecretArn)
 	}
 }

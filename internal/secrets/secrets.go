@@ -11,9 +11,10 @@
 // makes it with the SDK's own parts instead: its SigV4 signer, the
 // config's credentials and HTTP client, and its standard retryer's
 // classification and backoff. What it leaves out: binary secrets, version
-// ids and stages (it reads AWSCURRENT), dual-stack endpoints, and the
-// public endpoints of partitions other than aws and aws-cn (set
-// AWS_ENDPOINT_URL_SECRETS_MANAGER there). secrets_test.go checks the call
+// ids and stages (it reads AWSCURRENT) and dual-stack endpoints. The
+// endpoint comes from the stack (ONCEPAY_SECRETS_MANAGER_ENDPOINT, right in
+// every partition), a guess from the Region serving only processes outside
+// it. secrets_test.go checks the call
 // against moto and against the SDK client's own request.
 package secrets
 
@@ -38,6 +39,7 @@ import (
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
 	"github.com/oncepay/oncepay/internal/awsclient"
+	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 // Defaults of Options.
@@ -97,8 +99,9 @@ const (
 )
 
 // New returns a Store for cfg. The endpoint is AWS_ENDPOINT_URL_SECRETS_MANAGER,
-// else cfg.BaseEndpoint, else Secrets Manager's public endpoint in cfg's
-// Region (its FIPS endpoint when AWS_USE_FIPS_ENDPOINT is true).
+// else cfg.BaseEndpoint, else the one the stack names in
+// ONCEPAY_SECRETS_MANAGER_ENDPOINT, else Secrets Manager's public endpoint
+// in cfg's Region (its FIPS endpoint when AWS_USE_FIPS_ENDPOINT is true).
 func New(cfg aws.Config, opts Options) (*Store, error) {
 	if cfg.Region == "" {
 		return nil, errors.New("secrets: no region")
@@ -111,15 +114,7 @@ func New(cfg aws.Config, opts Options) (*Store, error) {
 		return nil, fmt.Errorf("secrets: %w", err)
 	}
 	if ep == "" {
-		host := "secretsmanager"
-		if fips, _ := strconv.ParseBool(os.Getenv("AWS_USE_FIPS_ENDPOINT")); fips {
-			host += "-fips"
-		}
-		suffix := "amazonaws.com"
-		if strings.HasPrefix(cfg.Region, "cn-") {
-			suffix = "amazonaws.com.cn"
-		}
-		ep = "https://" + host + "." + cfg.Region + "." + suffix
+		ep = defaultEndpoint(cfg.Region)
 	}
 	if opts.TTL <= 0 {
 		opts.TTL = DefaultTTL
@@ -151,6 +146,28 @@ func New(cfg aws.Config, opts Options) (*Store, error) {
 		cache:   map[string]entry{},
 		lock:    make(chan struct{}, 1),
 	}, nil
+}
+
+// defaultEndpoint is the endpoint when the SDK's variables name none: the
+// stack's (stackenv.SecretsManagerEndpoint, built from the partition's URL
+// suffix), else one guessed from the Region, which knows only the aws and
+// aws-cn partitions (for a process outside the stack). FIPS asks for the
+// FIPS host, which the stack's variable does not name; FIPS endpoints are
+// all in amazonaws.com partitions, which the guess knows.
+func defaultEndpoint(region string) string {
+	fips, _ := strconv.ParseBool(os.Getenv("AWS_USE_FIPS_ENDPOINT"))
+	if ep := os.Getenv(stackenv.SecretsManagerEndpoint); ep != "" && !fips {
+		return ep
+	}
+	host := "secretsmanager"
+	if fips {
+		host += "-fips"
+	}
+	suffix := "amazonaws.com"
+	if strings.HasPrefix(region, "cn-") {
+		suffix = "amazonaws.com.cn"
+	}
+	return "https://" + host + "." + region + "." + suffix
 }
 
 // String returns the SecretString of the secret id (a name or an ARN).

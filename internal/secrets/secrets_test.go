@@ -22,6 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 
 	"github.com/oncepay/oncepay/internal/secrets"
+	"github.com/oncepay/oncepay/internal/stackenv"
 	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
 
@@ -276,4 +277,45 @@ func verifySigV4(r *http.Request, body []byte, secretKey string) error {
 		return fmt.Errorf("signature does not verify:\n sent %s\n want %s", auth, clone.Header.Get("Authorization"))
 	}
 	return nil
+}
+
+// The endpoint: the SDK's variables first (the local cloud points
+// AWS_ENDPOINT_URL_SECRETS_MANAGER at its gate), then the one the stack
+// names for its partition (issue 17 review: a host guessed from the Region
+// is wrong in amazonaws.eu), then the guess; FIPS asks for the FIPS host,
+// which the stack's variable does not name.
+func TestTheStacksEndpointWinsOverTheGuessAndNotOverTheSDKs(t *testing.T) {
+	const stack = "https://secretsmanager.eusc-de-east-1.amazonaws.eu"
+	creds := aws.CredentialsProviderFunc(func(context.Context) (aws.Credentials, error) {
+		return aws.Credentials{AccessKeyID: "a", SecretAccessKey: "s"}, nil
+	})
+	for name, c := range map[string]struct {
+		stackVar, sdkVar, base, fips string
+		region, want                 string
+	}{
+		"the stack's":            {stackVar: stack, region: "eusc-de-east-1", want: stack},
+		"the SDK's service var":  {stackVar: stack, sdkVar: "http://127.0.0.1:1", region: "eusc-de-east-1", want: "http://127.0.0.1:1"},
+		"the SDK's base":         {stackVar: stack, base: "http://127.0.0.1:2", region: "eusc-de-east-1", want: "http://127.0.0.1:2"},
+		"the guess":              {region: "eu-central-1", want: "https://secretsmanager.eu-central-1.amazonaws.com"},
+		"the guess in China":     {region: "cn-north-1", want: "https://secretsmanager.cn-north-1.amazonaws.com.cn"},
+		"FIPS asks for its host": {stackVar: "https://secretsmanager.us-east-1.amazonaws.com", fips: "true", region: "us-east-1", want: "https://secretsmanager-fips.us-east-1.amazonaws.com"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Setenv(stackenv.SecretsManagerEndpoint, c.stackVar)
+			t.Setenv("AWS_ENDPOINT_URL_SECRETS_MANAGER", c.sdkVar)
+			t.Setenv("AWS_USE_FIPS_ENDPOINT", c.fips)
+			t.Setenv("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "")
+			cfg := aws.Config{Region: c.region, Credentials: creds}
+			if c.base != "" {
+				cfg.BaseEndpoint = aws.String(c.base)
+			}
+			s, err := secrets.New(cfg, secrets.Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := secrets.EndpointOf(s); got != c.want {
+				t.Errorf("endpoint %s, want %s", got, c.want)
+			}
+		})
+	}
 }

@@ -41,19 +41,34 @@ var OutputVars = map[string]string{
 	"LedgerEndpoint":  LedgerEndpoint,
 }
 
-// The PSP's credentials: the functions get the PSP secret's ARN in
-// PSPSecretArn, never a value, and read its fields at run time
-// (internal/secrets): the api and the resolver PSPSecretAPIKey, the webhook
-// PSPSecretWebhookSecret. The local cloud hands the webhook secret to the
-// PSP simulator in PSPSimWebhookSecret, so the simulator signs with what
-// the function verifies.
+// The PSP's credentials are two secrets, each read only by the functions
+// that use it: the Stripe API key (which charges and refunds) by the api and
+// the resolver, the webhook signing secret by the webhook, so the
+// internet-facing webhook cannot read the key and the key's readers cannot
+// forge webhooks. A function gets its own secret's ARN, never a value, and
+// reads the field at run time (internal/secrets). The local cloud hands the
+// webhook secret to the PSP simulator in PSPSimWebhookSecret, so the
+// simulator signs with what the function verifies.
 const (
-	PSPSecretArn           = "ONCEPAY_PSP_SECRET_ARN"
+	// PSPKeySecretArn names the secret whose PSPSecretAPIKey field is the
+	// Stripe API key (api, resolver).
+	PSPKeySecretArn = "ONCEPAY_PSP_KEY_SECRET_ARN"
+	// WebhookSecretArn names the secret whose PSPSecretWebhookSecret field
+	// is the webhook signing secret (webhook).
+	WebhookSecretArn = "ONCEPAY_WEBHOOK_SECRET_ARN"
+
 	PSPSecretAPIKey        = "api_key"        // Stripe secret key, sk_test_… in a sandbox
 	PSPSecretWebhookSecret = "webhook_secret" // Stripe endpoint signing secret, whsec_…
 	PSPSimWebhookSecret    = "PSPSIM_WEBHOOK_SECRET"
 	// WebhookSecret holds a fixed signing secret for a webhook handler run
 	// outside the stack (cmd/frontdoor, a benchmark); a function of the
-	// stack never has it (a stack test checks), it reads PSPSecretArn.
+	// stack never has it (a stack test checks), it reads WebhookSecretArn.
 	WebhookSecret = "ONCEPAY_WEBHOOK_SECRET"
 )
+
+// SecretsManagerEndpoint is Secrets Manager's endpoint as the stack names
+// it for its Region and partition (Fn::Sub over AWS::URLSuffix), which
+// internal/secrets prefers to its own guess: a host built from the Region
+// alone is wrong in partitions it does not know (amazonaws.eu). The SDK's
+// AWS_ENDPOINT_URL_SECRETS_MANAGER and AWS_ENDPOINT_URL still win.
+const SecretsManagerEndpoint = "ONCEPAY_SECRETS_MANAGER_ENDPOINT"

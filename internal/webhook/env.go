@@ -17,8 +17,8 @@ import (
 const (
 	// EnvSecret holds a fixed signing secret, for a handler run outside the
 	// stack (cmd/frontdoor, a benchmark). The stack's function has none: it
-	// reads the PSP secret's webhook_secret (ONCEPAY_PSP_SECRET_ARN) at run
-	// time.
+	// reads the webhook secret's webhook_secret (ONCEPAY_WEBHOOK_SECRET_ARN)
+	// at run time.
 	EnvSecret = stackenv.WebhookSecret
 	// EnvTolerance is the signature timestamp tolerance (a Go duration;
 	// default 300s).
@@ -33,7 +33,7 @@ func FromEnv(ctx context.Context, log *slog.Logger) (*Handler, error) {
 		return nil, err
 	}
 	var cfg Config
-	read, ok, err := boot.Secret(ctx, awsCfg, log, stackenv.PSPSecretArn, stackenv.PSPSecretWebhookSecret)
+	read, ok, err := boot.Secret(ctx, awsCfg, log, stackenv.WebhookSecretArn, stackenv.PSPSecretWebhookSecret)
 	switch {
 	case err != nil:
 		return nil, err
@@ -41,7 +41,7 @@ func FromEnv(ctx context.Context, log *slog.Logger) (*Handler, error) {
 		cfg.SecretFrom = read.Read
 	default:
 		if cfg.Secret, err = boot.Require(EnvSecret); err != nil {
-			return nil, fmt.Errorf("webhook: neither %s nor %s is set: %w", stackenv.PSPSecretArn, EnvSecret, err)
+			return nil, fmt.Errorf("webhook: neither %s nor %s is set: %w", stackenv.WebhookSecretArn, EnvSecret, err)
 		}
 	}
 	if v := os.Getenv(EnvTolerance); v != "" {

@@ -31,7 +31,7 @@ func apiUnderTheRunner(b *testing.B) (*lambdarun.Runner, lambdarun.Function, []b
 			api = f
 		}
 	}
-	vars := map[string]string{} // no ONCEPAY_PSP_SECRET_ARN: the simulator's local key
+	vars := map[string]string{} // no ONCEPAY_PSP_KEY_SECRET_ARN: the simulator's local key
 	for k, v := range env {
 		vars[k] = v
 	}

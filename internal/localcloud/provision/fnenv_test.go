@@ -27,23 +27,31 @@ func TestEveryFunctionOfTheRealTemplateResolvesLocally(t *testing.T) {
 	if len(fns) < 6 {
 		t.Fatalf("the template has %d functions, want the stack's 6: %v", len(fns), fns)
 	}
-	var psp struct {
-		APIKey        string `json:"api_key"`
-		WebhookSecret string `json:"webhook_secret"`
-		arn           string
+	// The PSP's two secrets: the API key's and the signing secret's.
+	type pspSecret struct {
+		value, arn string
+		readers    int
 	}
-	pspID := st.Template.OfType("AWS::SecretsManager::Secret")
-	for _, id := range pspID {
-		if strings.HasPrefix(id, "PspSecret") {
-			if err := json.Unmarshal([]byte(st.Secret(t, id)), &psp); err != nil {
+	psp := map[string]*pspSecret{stackenv.PSPKeySecretArn: nil, stackenv.WebhookSecretArn: nil}
+	for _, id := range st.Template.OfType("AWS::SecretsManager::Secret") {
+		var v map[string]string
+		switch {
+		case strings.HasPrefix(id, "PspKeySecret"):
+			if err := json.Unmarshal([]byte(st.Secret(t, id)), &v); err != nil {
 				t.Fatal(err)
 			}
-			psp.arn = st.Physical[id].Arn
+			psp[stackenv.PSPKeySecretArn] = &pspSecret{value: v[stackenv.PSPSecretAPIKey], arn: st.Physical[id].Arn}
+		case strings.HasPrefix(id, "PspWebhookSecret"):
+			if err := json.Unmarshal([]byte(st.Secret(t, id)), &v); err != nil {
+				t.Fatal(err)
+			}
+			psp[stackenv.WebhookSecretArn] = &pspSecret{value: v[stackenv.PSPSecretWebhookSecret], arn: st.Physical[id].Arn}
 		}
 	}
-	pspReaders := 0
-	if psp.WebhookSecret == "" {
-		t.Fatal("no PSP secret provisioned")
+	for k, p := range psp {
+		if p == nil || p.value == "" {
+			t.Fatalf("no secret provisioned for %s", k)
+		}
 	}
 	dsns := 0
 	tokens := map[string]string{}
@@ -84,20 +92,25 @@ func TestEveryFunctionOfTheRealTemplateResolvesLocally(t *testing.T) {
 				t.Errorf("%s: DSN %s, want host %s with sslmode=require", id, dsn, want)
 			}
 		}
-		if v, ok := env[stackenv.PSPSecretArn]; ok {
-			pspReaders++
-			if v != psp.arn {
-				t.Errorf("%s: PSP secret ARN %q, want the provisioned %q", id, v, psp.arn)
+		for k, p := range psp {
+			if v, ok := env[k]; ok {
+				p.readers++
+				if v != p.arn {
+					t.Errorf("%s: %s %q, want the provisioned %q", id, k, v, p.arn)
+				}
 			}
-		}
-		for k, v := range env {
-			if strings.Contains(v, psp.APIKey) || strings.Contains(v, psp.WebhookSecret) {
-				t.Errorf("%s: %s holds a value of the PSP secret", id, k)
+			for ek, v := range env {
+				if strings.Contains(v, p.value) {
+					t.Errorf("%s: %s holds the value of the secret %s names", id, ek, k)
+				}
 			}
 		}
 	}
-	if pspReaders != 3 {
-		t.Errorf("%d functions are given the PSP secret, want the api, the resolver and the webhook", pspReaders)
+	if n := psp[stackenv.PSPKeySecretArn].readers; n != 2 {
+		t.Errorf("%d functions are given the PSP key's secret, want the api and the resolver", n)
+	}
+	if n := psp[stackenv.WebhookSecretArn].readers; n != 1 {
+		t.Errorf("%d functions are given the signing secret, want the webhook", n)
 	}
 	if dsns < 4 {
 		t.Errorf("%d functions got a ledger DSN, want the api, worker, resolver and webhook", dsns)
@@ -145,19 +158,25 @@ func TestADynamicReferenceResolvesToTheProvisionedSecret(t *testing.T) {
 	ev := st.Config.Evaluator(st.Template, st.Physical, st.Secrets)
 	ctx := context.Background()
 	got, err := ev.String(ctx, map[string]any{"Fn::Join": []any{"", []any{
-		"{{resolve:secretsmanager:", map[string]any{"Ref": "PspSecret950F7E80"}, ":SecretString:webhook_secret::}}"}}})
+		"{{resolve:secretsmanager:", map[string]any{"Ref": webhookSecretID}, ":SecretString:webhook_secret::}}"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var psp map[string]string
-	if err := json.Unmarshal([]byte(st.Secret(t, "PspSecret950F7E80")), &psp); err != nil {
+	var webhook, key map[string]string
+	if err := json.Unmarshal([]byte(st.Secret(t, webhookSecretID)), &webhook); err != nil {
 		t.Fatal(err)
 	}
-	if got != psp["webhook_secret"] || len(got) != 40 || strings.ContainsAny(got, `!"#$%&'()*+,-./:;<=>?@[\]^_{|}~`+"`") {
-		t.Errorf("webhook_secret resolved to %q; the secret holds %q (want 40 characters, no punctuation)", got, psp["webhook_secret"])
+	if err := json.Unmarshal([]byte(st.Secret(t, keySecretID)), &key); err != nil {
+		t.Fatal(err)
 	}
-	if psp["api_key"] != "sk_test_replace_me" {
-		t.Errorf("api_key %q, want the template's", psp["api_key"])
+	const punct = `!"#$%&'()*+,-./:;<=>?@[\]^_{|}~` + "`"
+	if got != webhook["webhook_secret"] || len(got) != 40 || strings.ContainsAny(got, punct) || len(webhook) != 1 {
+		t.Errorf("webhook_secret resolved to %q; the secret holds %v (want its one field, 40 characters, no punctuation)", got, webhook)
+	}
+	// The API key's placeholder is random until the deployer puts a Stripe
+	// key there (the simulator takes any); the secret holds nothing else.
+	if k := key["api_key"]; len(k) != 40 || strings.ContainsAny(k, punct) || len(key) != 1 {
+		t.Errorf("the key secret holds %v, want one generated api_key", key)
 	}
 	var ledger map[string]any
 	if err := json.Unmarshal([]byte(st.Secret(t, "DataLedgerSecret5C03D25B")), &ledger); err != nil {
@@ -172,7 +191,7 @@ func TestADynamicReferenceResolvesToTheProvisionedSecret(t *testing.T) {
 		t.Errorf("ledger secret %v: want host %s port %d engine postgres dbname oncepay", ledger, st.Config.PGHost, st.Config.PGPort)
 	}
 	// Provisioning again keeps the values, as CloudFormation keeps a secret.
-	p := &provision.Provisioner{Secrets: st.Secrets, SecretPrefix: strings.TrimSuffix(st.Physical["PspSecret950F7E80"].Name, "PspSecret950F7E80")}
+	p := &provision.Provisioner{Secrets: st.Secrets, SecretPrefix: strings.TrimSuffix(st.Physical[webhookSecretID].Name, webhookSecretID)}
 	again := map[string]provision.Physical{}
 	for k, v := range st.Physical {
 		again[k] = v
@@ -180,10 +199,10 @@ func TestADynamicReferenceResolvesToTheProvisionedSecret(t *testing.T) {
 	if err := p.ProvisionSecrets(ctx, st.Template, again); err != nil {
 		t.Fatal(err)
 	}
-	if again["PspSecret950F7E80"].Arn != st.Physical["PspSecret950F7E80"].Arn || !strings.Contains(st.Secret(t, "PspSecret950F7E80"), got) {
-		t.Error("a second provision replaced the PSP secret")
+	if again[webhookSecretID].Arn != st.Physical[webhookSecretID].Arn || !strings.Contains(st.Secret(t, webhookSecretID), got) {
+		t.Error("a second provision replaced the signing secret")
 	}
-	if _, err := ev.String(ctx, "{{resolve:secretsmanager:"+st.Physical["PspSecret950F7E80"].Arn+":SecretString:no_such_key::}}"); !errors.Is(err, provision.ErrUnresolvable) {
+	if _, err := ev.String(ctx, "{{resolve:secretsmanager:"+st.Physical[webhookSecretID].Arn+":SecretString:no_such_key::}}"); !errors.Is(err, provision.ErrUnresolvable) {
 		t.Errorf("a missing JSON key resolved: %v", err)
 	}
 }

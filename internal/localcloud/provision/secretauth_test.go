@@ -2,6 +2,7 @@ package provision_test
 
 import (
 	"encoding/json"
+	"sort"
 	"strings"
 	"testing"
 
@@ -10,29 +11,27 @@ import (
 )
 
 const (
-	ledgerSecretID = "DataLedgerSecret5C03D25B"
-	dataKeyID      = "DataKey5F086070"
-	migrationFnID  = "MigrationFunctionC04042BC"
-	apiFnID        = "ApiFunction52E267E3"
-	ledgerARN      = "arn:aws:secretsmanager:us-east-1:000000000000:secret:DataLedgerSecret-AbCdEf"
-	pspARN         = "arn:aws:secretsmanager:us-east-1:000000000000:secret:PspSecret-GhIjKl"
-	keyARN         = "arn:aws:kms:us-east-1:000000000000:key/0b1c2d3e"
+	ledgerSecretID  = "DataLedgerSecret5C03D25B"
+	keySecretID     = "PspKeySecret57605E34"     // the PSP API key's: the api and the resolver
+	webhookSecretID = "PspWebhookSecretAA63E13E" // the webhook signing secret's: the webhook
+	dataKeyID       = "DataKey5F086070"
+	migrationFnID   = "MigrationFunctionC04042BC"
+	apiFnID         = "ApiFunction52E267E3"
+	ledgerARN       = "arn:aws:secretsmanager:us-east-1:000000000000:secret:DataLedgerSecret-AbCdEf"
+	pspKeyARN       = "arn:aws:secretsmanager:us-east-1:000000000000:secret:PspKeySecret-GhIjKl"
+	webhookARN      = "arn:aws:secretsmanager:us-east-1:000000000000:secret:PspWebhookSecret-MnOpQr"
+	keyARN          = "arn:aws:kms:us-east-1:000000000000:key/0b1c2d3e"
 )
 
 // callers builds the Secrets Manager gate's table over tpl with the secrets and the
 // key at fixed local ARNs and a token per function ("token-<logical id>").
 func callers(t *testing.T, tpl *provision.Template) map[string]provisionCaller {
 	t.Helper()
-	var pspID string
-	for _, id := range tpl.OfType("AWS::SecretsManager::Secret") {
-		if strings.HasPrefix(id, "PspSecret") {
-			pspID = id
-		}
-	}
 	phys := map[string]provision.Physical{
-		ledgerSecretID: {Type: "AWS::SecretsManager::Secret", Arn: ledgerARN},
-		pspID:          {Type: "AWS::SecretsManager::Secret", Arn: pspARN},
-		dataKeyID:      {Type: "AWS::KMS::Key", Arn: keyARN},
+		ledgerSecretID:  {Type: "AWS::SecretsManager::Secret", Arn: ledgerARN},
+		keySecretID:     {Type: "AWS::SecretsManager::Secret", Arn: pspKeyARN},
+		webhookSecretID: {Type: "AWS::SecretsManager::Secret", Arn: webhookARN},
+		dataKeyID:       {Type: "AWS::KMS::Key", Arn: keyARN},
 	}
 	envs := map[string]map[string]string{}
 	for _, id := range tpl.OfType("AWS::Lambda::Function") {
@@ -58,29 +57,38 @@ type provisionCaller struct {
 }
 
 // On the real template only the migration function's role reads the
-// ledger secret (and decrypts its key), and only the api's, the
-// resolver's and the webhook's read the PSP secret: the gate serves each
-// function what its role grants on AWS, and nothing else.
+// ledger secret (and decrypts its key), only the api's and the resolver's
+// read the PSP API key's secret, and only the webhook's the signing
+// secret: the gate serves each function what its role grants on AWS, and
+// nothing else. So the internet-facing webhook is refused the key that
+// charges and refunds, and the api and the resolver the secret that would
+// let them forge a webhook.
 func TestEachFunctionMayReadOnlyTheSecretsItsRoleGrants(t *testing.T) {
 	cs := callers(t, testenv.Template(t))
 	if len(cs) < 6 {
 		t.Fatalf("%d callers, want every function: %v", len(cs), cs)
 	}
-	pspReaders := 0
+	readers := map[string][]string{}
 	for id, c := range cs {
-		if got, want := c.read(ledgerARN), id == migrationFnID; got != want {
-			t.Errorf("%s: may read the ledger secret = %v, want %v", id, got, want)
-		}
-		want := strings.HasPrefix(id, "ApiFunction") || strings.HasPrefix(id, "ResolverFunction") || strings.HasPrefix(id, "WebhookFunction")
-		if got := c.read(pspARN); got != want {
-			t.Errorf("%s: may read the PSP secret = %v, want %v", id, got, want)
-		}
-		if want {
-			pspReaders++
+		for secret, arn := range map[string]string{"ledger": ledgerARN, "key": pspKeyARN, "webhook": webhookARN} {
+			if c.read(arn) {
+				readers[secret] = append(readers[secret], strings.TrimRightFunc(id, func(r rune) bool { return r >= '0' && r <= '9' || r >= 'A' && r <= 'F' }))
+			}
 		}
 	}
-	if _, ok := cs[apiFnID]; !ok || pspReaders != 3 {
-		t.Errorf("the API function in the table: %v; %d functions read the PSP secret, want 3", ok, pspReaders)
+	for secret, want := range map[string][]string{
+		"ledger":  {"MigrationFunction"},
+		"key":     {"ApiFunction", "ResolverFunction"},
+		"webhook": {"WebhookFunction"},
+	} {
+		got := readers[secret]
+		sort.Strings(got)
+		if strings.Join(got, ",") != strings.Join(want, ",") {
+			t.Errorf("the %s secret may be read by %v, want %v alone", secret, got, want)
+		}
+	}
+	if _, ok := cs[apiFnID]; !ok {
+		t.Error("the API function is not in the table")
 	}
 }
 
@@ -154,11 +162,8 @@ func TestASharedSessionTokenIsAnError(t *testing.T) {
 		envs[id] = map[string]string{"AWS_SESSION_TOKEN": provision.LocalSessionToken}
 	}
 	phys := map[string]provision.Physical{ledgerSecretID: {Type: "AWS::SecretsManager::Secret", Arn: ledgerARN}}
-	for _, id := range tpl.OfType("AWS::SecretsManager::Secret") {
-		if strings.HasPrefix(id, "PspSecret") {
-			phys[id] = provision.Physical{Type: "AWS::SecretsManager::Secret", Arn: pspARN}
-		}
-	}
+	phys[keySecretID] = provision.Physical{Type: "AWS::SecretsManager::Secret", Arn: pspKeyARN}
+	phys[webhookSecretID] = provision.Physical{Type: "AWS::SecretsManager::Secret", Arn: webhookARN}
 	ev := &provision.Evaluator{Template: tpl, Physical: phys, Region: "us-east-1", AccountID: "000000000000"}
 	if _, err := provision.SecretCallers(tpl, ev, envs); err == nil || !strings.Contains(err.Error(), "make up") {
 		t.Errorf("shared token: %v, want an error saying to provision again", err)

@@ -172,10 +172,12 @@ func Up(ctx context.Context, c Config) (localenv.Env, error) {
 		return nil, err
 	}
 	// The simulator signs its webhooks with the secret the webhook
-	// function verifies: the webhook_secret field of the PSP secret its
-	// environment names.
+	// function verifies: the webhook_secret field of the signing secret
+	// its environment names. The API key's secret needs no hand-over: the
+	// simulator takes any key, and the api and the resolver read theirs
+	// from moto through the gate.
 	for _, id := range t.OfType("AWS::Lambda::Function") {
-		arn := envs[id][stackenv.PSPSecretArn]
+		arn := envs[id][stackenv.WebhookSecretArn]
 		if arn == "" {
 			continue
 		}

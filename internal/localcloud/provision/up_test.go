@@ -94,12 +94,12 @@ func TestUpLeavesTheLedgerToTheMigrationCustomResource(t *testing.T) {
 	var pspSecret struct {
 		WebhookSecret string `json:"webhook_secret"`
 	}
-	got, err := testenv.SecretsManager(t).GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(envs["WebhookFunction6FF7199F"][stackenv.PSPSecretArn])})
+	got, err := testenv.SecretsManager(t).GetSecretValue(ctx, &secretsmanager.GetSecretValueInput{SecretId: aws.String(envs["WebhookFunction6FF7199F"][stackenv.WebhookSecretArn])})
 	if err != nil || json.Unmarshal([]byte(aws.ToString(got.SecretString)), &pspSecret) != nil {
-		t.Fatalf("the webhook function's PSP secret: %v", err)
+		t.Fatalf("the webhook function's signing secret: %v", err)
 	}
 	if s := env[stackenv.PSPSimWebhookSecret]; s == "" || s != pspSecret.WebhookSecret {
-		t.Errorf("the simulator's webhook secret %q is not the webhook_secret of the webhook function's PSP secret", s)
+		t.Errorf("the simulator's webhook secret %q is not the webhook_secret of the webhook function's signing secret", s)
 	}
 
 	again, err := provision.Up(ctx, c)

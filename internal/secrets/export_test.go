@@ -1,0 +1,4 @@
+package secrets
+
+// EndpointOf is the endpoint s calls.
+func EndpointOf(s *Store) string { return s.endpoint }
