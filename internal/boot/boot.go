@@ -9,6 +9,8 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"runtime"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -29,6 +31,35 @@ import (
 // with the function's name.
 func Logger(function string) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(os.Stdout, nil)).With("function", function)
+}
+
+// vCPUMemoryMB is the memory size at which Lambda gives a function the
+// equivalent of one vCPU; it allocates CPU in proportion to memory.
+const vCPUMemoryMB = 1769
+
+// FitProcs sets GOMAXPROCS to the CPU Lambda allocates the function: one
+// per 1,769 MB of AWS_LAMBDA_FUNCTION_MEMORY_SIZE, at least one, at most
+// what the machine shows. The sandbox shows every vCPU of its host slice
+// whatever the share, and a Go runtime that schedules on two threads
+// inside a fraction of one spends the share on cross-thread wake-ups and
+// spinning: under aws-lambda-rie one thread cut the api's CPU per request
+// by about a fifth (LambdaWarmInvoke's allprocs figures in BENCHMARKS.md,
+// measured in every make bench). An explicit
+// GOMAXPROCS, or no Lambda memory size (not in Lambda), is left alone. It
+// returns the setting now in force.
+func FitProcs(log *slog.Logger) int {
+	if os.Getenv("GOMAXPROCS") != "" {
+		return runtime.GOMAXPROCS(0)
+	}
+	mb, err := strconv.Atoi(os.Getenv("AWS_LAMBDA_FUNCTION_MEMORY_SIZE"))
+	if err != nil || mb <= 0 {
+		return runtime.GOMAXPROCS(0)
+	}
+	n := min(max(1, mb/vCPUMemoryMB), runtime.NumCPU())
+	if prev := runtime.GOMAXPROCS(n); prev != n {
+		log.Info("GOMAXPROCS fitted to the function's CPU share", "memory_mb", mb, "gomaxprocs", n, "was", prev)
+	}
+	return n
 }
 
 // Require returns the value of the environment variable name or an error

@@ -3,9 +3,12 @@ package boot
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -107,5 +110,35 @@ func TestPSPReadsTheKeysSecretAndNotTheWebhooks(t *testing.T) {
 	t.Setenv(stackenv.PSPURL, "")
 	if _, err := PSP(ctx, cfg, Logger("test")); err == nil || !strings.Contains(err.Error(), stackenv.PSPKeySecretArn) {
 		t.Errorf("Stripe with only the webhook's secret: %v, want an error naming %s", err, stackenv.PSPKeySecretArn)
+	}
+}
+
+// GOMAXPROCS follows the function's memory: one per 1,769 MB, at least one,
+// at most the machine's CPUs; an explicit GOMAXPROCS or no Lambda memory
+// size leaves it alone.
+func TestFitProcsFollowsTheFunctionsCPUShare(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	log := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	machine := runtime.NumCPU()
+	for _, c := range []struct {
+		mem, procs string
+		want       int
+	}{
+		{"512", "", 1},
+		{"1769", "", 1},
+		{"3008", "", 1},
+		{"10240", "", min(5, machine)},
+		{"", "", machine},
+		{"512", "2", 2},
+	} {
+		runtime.GOMAXPROCS(machine)
+		t.Setenv("AWS_LAMBDA_FUNCTION_MEMORY_SIZE", c.mem)
+		t.Setenv("GOMAXPROCS", c.procs)
+		if c.procs != "" {
+			runtime.GOMAXPROCS(2)
+		}
+		if got := FitProcs(log); got != c.want || runtime.GOMAXPROCS(0) != c.want {
+			t.Errorf("memory %q, GOMAXPROCS %q: FitProcs = %d, runtime %d, want %d", c.mem, c.procs, got, runtime.GOMAXPROCS(0), c.want)
+		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 func main() {
 	log := boot.Logger("api")
+	boot.FitProcs(log)
 	h, err := api.FromEnv(context.Background(), log)
 	if err != nil {
 		log.Error("init", "err", err)

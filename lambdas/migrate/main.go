@@ -35,7 +35,10 @@ const physicalID = "oncepay-ledger-schema"
 
 var log = boot.Logger("migrate")
 
-func main() { lambda.Start(cfn.LambdaWrap(handle)) }
+func main() {
+	boot.FitProcs(log)
+	lambda.Start(cfn.LambdaWrap(handle))
+}
 
 func handle(ctx context.Context, ev cfn.Event) (string, map[string]any, error) {
 	log.Info("custom resource", "request", string(ev.RequestType), "logical_id", ev.LogicalResourceID)

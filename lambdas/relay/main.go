@@ -18,6 +18,7 @@ import (
 
 func main() {
 	log := boot.Logger("relay")
+	boot.FitProcs(log)
 	fail := func(err error) { log.Error("init", "err", err); os.Exit(1) }
 	cfg, err := boot.AWS(context.Background())
 	if err != nil {

@@ -16,6 +16,7 @@ import (
 
 func main() {
 	log := boot.Logger("resolver")
+	boot.FitProcs(log)
 	s, err := resolver.SetupFromEnv(context.Background(), log)
 	if err != nil {
 		log.Error("init", "err", err)

@@ -16,6 +16,7 @@ import (
 
 func main() {
 	log := boot.Logger("webhook")
+	boot.FitProcs(log)
 	h, err := webhook.FromEnv(context.Background(), log)
 	if err != nil {
 		log.Error("init", "err", err)

@@ -21,6 +21,7 @@ import (
 func main() {
 	ctx := context.Background()
 	log := boot.Logger("worker")
+	boot.FitProcs(log)
 	fail := func(err error) { log.Error("init", "err", err); os.Exit(1) }
 	cfg, err := boot.AWS(ctx)
 	if err != nil {
