@@ -182,8 +182,8 @@ const notesHead = `
 - **FirstCall** interleaves the floor (the four round trips the target
   names, bare: the claim's conditional put, the guard insert, the PSP call,
   the final commit as one statement), the design's floor (the same plus the
-  bare completion UpdateItem) and one full API call. The design (the seed's
-  order) needs five sequential round trips: claim, PENDING insert, PSP,
+  bare completion UpdateItem) and one full API call. The design (HANDLE's
+  order, docs/mechanism.md#seed-part-3) needs five sequential round trips: claim, PENDING insert, PSP,
   settle commit, completion. The completion must follow the commit so the
   key record never answers what the ledger does not hold: ahead of or beside
   the commit, a crash between the two would leave a stored 201 the ledger
