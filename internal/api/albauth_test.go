@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/albauth"
 	"github.com/oncepay/oncepay/internal/api"
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/testkit/albsign"
@@ -47,7 +48,7 @@ func TestTheALBCallerIsTheSignedOneNotTheHeader(t *testing.T) {
 	other := albsign.New("arn:aws:elasticloadbalancing:us-east-1:123456789012:loadbalancer/app/another/00000000000000aa")
 	for name, data := range map[string]string{
 		"another load balancer's claims": other.Sign("u2", now.Add(time.Hour)),
-		"expired claims":                 albsign.Default.Sign("u2", now.Add(-time.Second)),
+		"expired claims":                 albsign.Default.Sign("u2", now.Add(-albauth.Leeway)),
 		"no claims":                      "",
 	} {
 		if st, body := send(w.API, map[string]string{"x-amzn-oidc-data": data, "x-amzn-oidc-identity": "u2"}, "K2"); st != http.StatusUnauthorized {
