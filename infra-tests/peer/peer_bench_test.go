@@ -34,6 +34,7 @@ import (
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
 	"github.com/oncepay/oncepay/internal/stackenv"
+	"github.com/oncepay/oncepay/internal/testkit/apitest"
 	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
 
@@ -57,20 +58,13 @@ const (
 )
 
 // event is POST /payments as the HTTP API (payload 2.0) delivers it behind
-// its JWT authorizer.
+// its JWT authorizer (apitest's builder, the one the api's own tests use).
 func event(key string) events.APIGatewayV2HTTPRequest {
-	return events.APIGatewayV2HTTPRequest{
-		Version: "2.0", RouteKey: "POST /payments", RawPath: "/payments",
-		Headers: map[string]string{"idempotency-key": key, "content-type": "application/json"},
-		Body:    body,
-		RequestContext: events.APIGatewayV2HTTPRequestContext{
-			TimeEpoch: time.Now().UnixMilli(),
-			HTTP:      events.APIGatewayV2HTTPRequestContextHTTPDescription{Method: "POST", Path: "/payments"},
-			Authorizer: &events.APIGatewayV2HTTPRequestContextAuthorizerDescription{
-				JWT: &events.APIGatewayV2HTTPRequestContextAuthorizerJWTDescription{Claims: map[string]string{"sub": caller}},
-			},
-		},
+	ev, err := apitest.HTTPAPIEvent(http.MethodPost, "/payments", caller, map[string]string{"Idempotency-Key": key}, body, time.Now())
+	if err != nil {
+		panic(err) // a fixed path the gateway always takes
 	}
+	return ev
 }
 
 // answer is what API Gateway would answer for one invocation: the

@@ -89,6 +89,7 @@ type RunningLambda struct {
 	Started time.Time // when the emulator process was started
 	proc    *lambdarun.Process
 	logs    *syncBuffer
+	boot    int // the bootstrap's pid, once CPU found it
 }
 
 // StartLambda starts bootstrap under aws-lambda-rie with env (after test
@@ -158,10 +159,17 @@ func (b *syncBuffer) String() string {
 // emulator's and the caller's. It is an error before the first invocation
 // started the bootstrap. Linux only.
 func (fl *RunningLambda) CPU() (time.Duration, error) {
-	pid, err := childOf(fl.proc.PID)
-	if err != nil {
-		return 0, err
+	// The bootstrap lives as long as its environment: find it once, and
+	// again only when it is gone (a restarted environment), not by
+	// reading every process's stat around each invocation.
+	if _, err := os.Stat(fmt.Sprintf("/proc/%d", fl.boot)); fl.boot == 0 || err != nil {
+		pid, err := childOf(fl.proc.PID)
+		if err != nil {
+			return 0, err
+		}
+		fl.boot = pid
 	}
+	pid := fl.boot
 	tasks, err := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/schedstat", pid))
 	if err != nil || len(tasks) == 0 {
 		return 0, fmt.Errorf("bootstrap %d: no task schedstat (%v)", pid, err)
