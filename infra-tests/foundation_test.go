@@ -109,8 +109,9 @@ func trimQuotes(b []byte) []byte {
 	return b
 }
 
-// Seed Part 4: expiry is checked in the read path and in every condition;
-// TTL only deletes, later. On the provisioned claim table.
+// Expiry is checked in the read path and in every condition
+// (docs/mechanism.md#seed-part-4); TTL only deletes, later. On the
+// provisioned key record table.
 func TestClaimConditionTreatsAnExpiredRecordAsAbsent(t *testing.T) {
 	env := testenv.AWS(t)
 	ctx := context.Background()

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The local cloud of DESIGN §6: DynamoDB Local (:8000), moto_server (:4566) and
+# The local cloud (docs/mechanism.md#design-6): DynamoDB Local (:8000), moto_server (:4566) and
 # a PostgreSQL cluster of the project's own (own data dir, own port). Every
 # port is on 127.0.0.1; logs and pids live under .local/ (git-ignored).
 #   localcloud.sh up     start what is not running, wait until ready (idempotent)

@@ -10,7 +10,7 @@ mkdir -p "$LOCAL/bin" "$LOCAL/tools" "$LOCAL/logs" "$LOCAL/pids"
 
 say() { printf 'setup: %s\n' "$*"; }
 
-# Pinned versions (TOOLCHAIN.md lists what was measured on these machines).
+# Pinned versions: a change here is a change of what the tests ran against.
 DDB_LOCAL_NPM=amplify-dynamodb-simulator@2.9.30   # carries DynamoDB Local 1.25.1 in package/emulator
 STATICCHECK=honnef.co/go/tools/cmd/staticcheck@v0.8.2
 STRIPE_MOCK=github.com/stripe/stripe-mock@v0.203.0

@@ -18,8 +18,9 @@ import (
 	"github.com/oncepay/oncepay/internal/config"
 )
 
-// The routes of the payment API (DESIGN §2). The webhook route is added by
-// whoever wires the webhook function (AddUnauthenticatedRoute).
+// The routes of the payment API (docs/mechanism.md#design-2). The webhook
+// route is added by whoever wires the webhook function
+// (AddUnauthenticatedRoute).
 const (
 	RoutePayments = "/payments"
 	RouteResolve  = "/payments/{key}/resolve"

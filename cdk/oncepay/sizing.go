@@ -29,7 +29,7 @@ type Sizing struct {
 // on a caller's request path (api, webhook) are bound by the payment
 // deadline: their timeout is config.Timing.FunctionTimeout() (deadline +
 // clock margin, 6 s with the defaults), so a function can never outlive the
-// deadline by more than the margin (DESIGN §3).
+// deadline by more than the margin (docs/mechanism.md#design-3).
 type Sizings struct {
 	API, Webhook, Relay, Worker, Resolver, Migrate Sizing
 }

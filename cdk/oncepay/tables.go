@@ -7,7 +7,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 )
 
-// Attribute names the handlers rely on (DESIGN §4).
+// Attribute names the handlers rely on (docs/mechanism.md#design-4).
 const (
 	ClaimPartitionKey  = "pk"         // the scope: caller + client key
 	OutboxPartitionKey = "event_id"   // derived, so a re-put is the same item

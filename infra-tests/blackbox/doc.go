@@ -1,7 +1,7 @@
-// Package blackbox tests the running stack as a client, a PSP and an
-// operator see it, and nothing else (issue 14, DESIGN §6b): the HTTP API
-// (stack output HttpApiUrl) with a caller's bearer token, the webhook route
-// (WebhookUrl), a queue of the suite's own subscribed to the push topic
+// Package blackbox tests the running stack as a client, a PSP and an operator
+// see it, and nothing else (issue 14, docs/mechanism.md#design-6b): the HTTP
+// API (stack output HttpApiUrl) with a caller's bearer token, the webhook
+// route (WebhookUrl), a queue of the suite's own subscribed to the push topic
 // (PushTopicArn), the PSP simulator's admin API (/_sim/: faults, charges),
 // the local cloud's admin API (/_local/status, /_local/kill) and the
 // documented read interface `inspect` (one payment's row, credits and

@@ -24,9 +24,9 @@ func newActors(name string) actors {
 	return actors{caller: "bb-" + name + "-" + r, merchant: "mbb-" + name + "-" + r}
 }
 
-// paymentID is the payment a key names for the caller: derived, as every
-// id of the chain is (DESIGN §1), so a case can arm a PSP fault on the
-// charge key before it pays.
+// paymentID is the payment a key names for the caller: derived, as every id
+// of the chain is (docs/mechanism.md#design-1), so a case can arm a PSP fault
+// on the charge key before it pays.
 func (a actors) paymentID(key string) string { return ids.PaymentID(ids.Scope(a.caller, key)) }
 
 func (a actors) body(order string, amount int64, method string) payBody {

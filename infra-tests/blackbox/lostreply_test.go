@@ -15,10 +15,11 @@ import (
 // settled within 90 s with no client call (the resolver runs every minute).
 const resolverBound = 90 * time.Second
 
-// seedOpening is m1's balance before the seed's tap (DESIGN §2). The suite
-// cannot set a merchant's balance through the surface, and m1 is shared by
-// everything on the stack, so it pays the seed's payment to a merchant of
-// its own (balance 0) and compares the delta.
+// seedOpening is m1's balance before the story's tap
+// (docs/mechanism.md#seed-part-0). The suite cannot set a merchant's balance
+// through the surface, and m1 is shared by everything on the stack, so it
+// pays the story's payment to a merchant of its own (balance 0) and compares
+// the delta.
 const seedOpening = 12000
 
 // TestALostReplyIsSettledByTheResolverWithNoClientCall plays the seed's
@@ -93,11 +94,12 @@ func TestALostReplyIsSettledByTheResolverWithNoClientCall(t *testing.T) {
 		t.Errorf("retry after the resolver: %v, want 201 SUCCEEDED replayed with charge %v", final, r.Payment.PSPCharge)
 	}
 
-	// The seed's count (Part 13), as far as the surface reaches: one charge,
-	// one credit, m1's 12,000 -> 15,000 as a +3,000 delta, one notification
-	// shown. The seed's second alert is worker w1 dying between its push
-	// and recording SENT; a kill through the admin API lands at a random
-	// moment, not at that one, so with no kill the count is one alert.
+	// The story's count (docs/mechanism.md#seed-part-13), as far as the
+	// surface reaches: one charge, one credit, m1's 12,000 -> 15,000 as a
+	// +3,000 delta, one notification shown. The story's second alert is worker
+	// w1 dying between its push and recording SENT; a kill through the admin
+	// API lands at a random moment, not at that one, so with no kill the
+	// count is one alert.
 	seed := count{Charges: story.Want.Charges, Credits: story.Want.Credits, BalanceDelta: story.Want.Balance - seedOpening,
 		Shown: story.Want.Shown, Alerts: story.Want.Alerts - 1}
 	t.Logf("the seed's payment through the surface: %+v (the seed's, less w1's crash alert: %+v)", c, seed)

@@ -295,7 +295,7 @@ func (tk tokens) of(caller string) (string, error) {
 	return tok, nil
 }
 
-// payBody is POST /payments' body (DESIGN §2).
+// payBody is POST /payments' body (docs/mechanism.md#design-2).
 type payBody struct {
 	MerchantID    string `json:"merchant_id"`
 	OrderID       string `json:"order_id"`

@@ -35,9 +35,9 @@ func crashOnce(eventID string) func(context.Context, event.Event) error {
 	}
 }
 
-// Seed snapshot P3: the relay sends ev_7, then dies before Lambda records
-// the batch as done; twice. Three sends of one event: m1 is credited once,
-// one notification intent, sent once.
+// The story's snapshot P3 (docs/mechanism.md#seed-part-0): the relay sends
+// ev_7, then dies before Lambda records the batch as done; twice. Three sends
+// of one event: m1 is credited once, one notification intent, sent once.
 func TestSnapshotP3_RelayCrashesTwiceAfterSending_CreditsM1Once(t *testing.T) {
 	t.Parallel()
 	crashes := 2
@@ -94,10 +94,10 @@ func TestSnapshotP3_RelayCrashesTwiceAfterSending_CreditsM1Once(t *testing.T) {
 	}
 }
 
-// Seed snapshot P4: w1 pushes and dies before marking the intent SENT. The
-// redelivery finds the inbox row (no second credit) and the PENDING intent,
-// and pushes again with the same replace id: the phone shows one
-// notification.
+// The story's snapshot P4 (docs/mechanism.md#seed-part-0): w1 pushes and dies
+// before marking the intent SENT. The redelivery finds the inbox row (no
+// second credit) and the PENDING intent, and pushes again with the same
+// replace id: the phone shows one notification.
 func TestSnapshotP4_WorkerDiesAfterPushBeforeSent_PushesAgainWithTheSameReplaceID(t *testing.T) {
 	t.Parallel()
 	ev7 := pay("pay_7", "m1", inbox.Succeeded, 3000)
@@ -126,8 +126,9 @@ func TestSnapshotP4_WorkerDiesAfterPushBeforeSent_PushesAgainWithTheSameReplaceI
 	}
 }
 
-// Seed Branch R ("ready means notified"): the worker commits, then dies
-// before pushing. The redelivery finds the inbox row and still pushes.
+// Branch R, "ready means notified" (docs/mechanism.md#seed-part-7): the
+// worker commits, then dies before pushing. The redelivery finds the inbox
+// row and still pushes.
 func TestBranchR_WorkerDiesAfterCommitBeforePush_RedeliveryStillPushes(t *testing.T) {
 	t.Parallel()
 	ev7 := pay("pay_7", "m1", inbox.Succeeded, 3000)
@@ -336,9 +337,10 @@ func TestTheInboxNotTheQueueStopsARepeat(t *testing.T) {
 	}
 }
 
-// Seed Branch N, the counterfactual: without the notification record every
-// delivery pushes. The replace id still hides the copy on screen, but the
-// phone buzzes twice. With the record, the redelivery pushes nothing.
+// Branch N (docs/mechanism.md#seed-part-7), the counterfactual: without the
+// notification record every delivery pushes. The replace id still hides the
+// copy on screen, but the phone buzzes twice. With the record, the redelivery
+// pushes nothing.
 func TestBranchN_WithoutTheNotifRecordARedeliveryPushesAgain(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {

@@ -1,7 +1,8 @@
-// Package messaging_test runs the seed's messaging beats (Parts 6 and 7) on
-// the local cloud: outbox table and stream in DynamoDB Local, the events FIFO
-// queue, its DLQ and the push topic in moto, the ledger in PostgreSQL, and
-// the harness playing Lambda's event-source mappings between them. Every test
+// Package messaging_test runs the story's messaging beats
+// (docs/mechanism.md#seed-part-6, docs/mechanism.md#seed-part-7) on the local
+// cloud: outbox table and stream in DynamoDB Local, the events FIFO queue,
+// its DLQ and the push topic in moto, the ledger in PostgreSQL, and the
+// harness playing Lambda's event-source mappings between them. Every test
 // builds its own world (tables, queues, topic, database) so tests run in
 // parallel and never meet.
 package messaging_test

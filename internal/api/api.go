@@ -1,8 +1,9 @@
-// Package api is the payment API: POST /payments per seed Part 3 HANDLE —
-// deadline, claim, durable guard, derived PSP key, one settle transaction,
-// owner-conditional completion — and every answer to a repeat (DESIGN §2).
-// It is transport-neutral (Serve takes a Request) with adapters for the two
-// front doors: API Gateway HTTP APIs and an Application Load Balancer.
+// Package api is the payment API: POST /payments per HANDLE
+// (docs/mechanism.md#seed-part-3) — deadline, claim, durable guard, derived
+// PSP key, one settle transaction, owner-conditional completion — and every
+// answer to a repeat (docs/mechanism.md#design-2). It is transport-neutral
+// (Serve takes a Request) with adapters for the two front doors: API Gateway
+// HTTP APIs and an Application Load Balancer.
 package api
 
 import (

@@ -31,7 +31,7 @@ type attempt struct {
 	degraded bool // the key store could not be reached
 }
 
-// pay is seed Part 3 HANDLE.
+// pay is HANDLE (docs/mechanism.md#seed-part-3).
 func (h *Handler) pay(ctx context.Context, r Request) Response {
 	now := h.d.Clock.Now()
 	t := h.d.Timing

@@ -168,10 +168,10 @@ func TestOnlyASucceededPaymentCanBeRefunded(t *testing.T) {
 	}
 }
 
-// Seed Part 4, "When a compensation times out": the refund call's reply is
-// lost. That is UNKNOWN (202), not a failure; the resolver retries it with
-// the same derived key, the PSP replays its saved refund, and there is one
-// refund in all.
+// A compensation that times out (docs/mechanism.md#refunds): the refund
+// call's reply is lost. That is UNKNOWN (202), not a failure; the resolver
+// retries it with the same derived key, the PSP replays its saved refund, and
+// there is one refund in all.
 func TestARefundThatTimesOutIsUnknownAndTheResolverRetriesItWithTheSameKey(t *testing.T) {
 	w := worldtest.New(t, worldtest.Options{})
 	pid := ids.PaymentID(ids.Scope("u1", "K1"))

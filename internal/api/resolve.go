@@ -93,12 +93,13 @@ func (h *Handler) subresource(ctx context.Context, r Request) Response {
 	return h.resolve(ctx, r, key)
 }
 
-// resolve is seed Part 4 RESOLVE: "did it go through?" that changes the
-// state, not just reads it. Found: the payment's state. Absent (or only an
-// expired key record): insert-if-absent VOID in BOTH stores, the ledger
-// first — its unique (caller, key) decides, racing fairly with a late
-// original's InsertPending — and answer "not found, and it never will be".
-// Only the caller's own key is ever looked at: the scope is the caller's.
+// resolve is the resolve call (docs/mechanism.md#seed-part-4): "did it go
+// through?" that changes the state, not just reads it. Found: the payment's
+// state. Absent (or only an expired key record): insert-if-absent VOID in
+// BOTH stores, the ledger first — its unique (caller, key) decides, racing
+// fairly with a late original's InsertPending — and answer "not found, and it
+// never will be". Only the caller's own key is ever looked at: the scope is
+// the caller's.
 func (h *Handler) resolve(ctx context.Context, r Request, key string) Response {
 	led, ok := h.d.Ledger.(Resolver)
 	if !ok {

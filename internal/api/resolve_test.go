@@ -38,10 +38,10 @@ func mustAnswer(t *testing.T, r api.Response, status int) resolveAnswer {
 	return a
 }
 
-// Seed Part 4, RESOLVE: an absent key is voided in BOTH stores, and a late
-// original with it gets 409 with no PSP call — also after the key record's
-// window, when only the ledger's VOID row under UNIQUE (caller, key) is
-// left to answer.
+// The resolve call (docs/mechanism.md#seed-part-4): an absent key is voided
+// in BOTH stores, and a late original with it gets 409 with no PSP call —
+// also after the key record's window, when only the ledger's VOID row under
+// UNIQUE (caller, key) is left to answer.
 func TestResolveVoidsAnAbsentKeyAndTheLateOriginalGets409EvenAfterTheWindow(t *testing.T) {
 	w := worldtest.New(t, worldtest.Options{})
 	pid := ids.PaymentID(ids.Scope("u1", "K1"))
@@ -155,11 +155,11 @@ func TestResolveAndRefundRoutes(t *testing.T) {
 	}
 }
 
-// Seed Part 4: "The insert-if-absent races fairly with a late original's
-// claim: whichever gets the unique row first wins." Fifty rounds of a
-// resolve and an original with the same new key, started together with a
-// little random skew: each round exactly one wins. Either the original runs
-// (one charge; resolve reports it in progress or final) or the void wins
+// The insert-if-absent races fairly with a late original's claim: whichever
+// gets the unique row first wins (docs/mechanism.md#seed-part-4). Fifty
+// rounds of a resolve and an original with the same new key, started together
+// with a little random skew: each round exactly one wins. Either the original
+// runs (one charge; resolve reports it in progress or final) or the void wins
 // (resolve says VOID; the original gets 409; no charge). Never both.
 func TestResolveRacingALateOriginalExactlyOneWinsEveryRound(t *testing.T) {
 	w := worldtest.New(t, worldtest.Options{})

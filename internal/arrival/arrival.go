@@ -1,5 +1,5 @@
 // Package arrival reads the arrival stamp: when the front door received the
-// request (seed Part 4, "The deadline"; DESIGN §3). The server refuses to
+// request (docs/mechanism.md#seed-part-4). The server refuses to
 // start a request whose stamp is older than its deadline, so the stamp must
 // be taken where nothing queues before it, and must be one a client cannot
 // write.

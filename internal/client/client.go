@@ -1,6 +1,6 @@
-// Package client is how a correct app pays (seed Part 2 "Who makes the key,
-// and when", Part 4 "Resolve, don't just look"): the key is made at the tap
-// and journaled before the first send; every retry reuses it; an unknown
+// Package client is how a correct app pays (docs/mechanism.md#seed-part-2,
+// docs/mechanism.md#seed-part-4): the key is made at the tap and journaled
+// before the first send; every retry reuses it; an unknown
 // outcome is resolved, not guessed; a new key is made only after the server
 // said "not found, and it never will be" (or gave a definite decline and the
 // buyer asked to pay again).
@@ -11,8 +11,8 @@
 //   - 409 in progress, 429 and 5xx are retried with the same key; no answer
 //     (timeout, reset) is retried with the same key.
 //   - Anything else (a 4xx, a 409 "voided", a 2xx or 3xx the API never sends
-//     to POST /payments) is a question, not an answer (seed Part 1: "an
-//     error on a retry is a question"): the key is resolved with
+//     to POST /payments) is a question, not an answer
+//     (docs/mechanism.md#seed-part-1): the key is resolved with
 //     POST /payments/{key}/resolve before anything is decided. Only the
 //     resolve call's "not found, and it never will be" ends a key without a
 //     final answer; until then the intent stays open under its key.

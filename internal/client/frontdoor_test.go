@@ -146,10 +146,11 @@ func refuseTheRetry(t *testing.T, upstream string, status int) *httptest.Server 
 // The probe's double charge, through the real front door: the first send's
 // reply is lost, the retry hears a refusal (4xx, or a 2xx/3xx the API never
 // sends), and the app took that refusal for an answer, marked the intent
-// REJECTED, and the next tap made a new key: the order was charged twice.
-// An error on a retry is a question, not an answer (seed Part 1): the client
-// resolves the key before deciding, finds the payment, and the next tap is
-// answered from the journal. One charge, one key, for every status.
+// REJECTED, and the next tap made a new key: the order was charged twice. An
+// error on a retry is a question, not an answer
+// (docs/mechanism.md#seed-part-1): the client resolves the key before
+// deciding, finds the payment, and the next tap is answered from the journal.
+// One charge, one key, for every status.
 func TestARefusalOnARetryAfterALostReplyIsResolvedNotBelievedThroughTheFrontDoor(t *testing.T) {
 	s := live(t)
 	for _, status := range []int{400, 403, 404, 405, 408, 413, 422, 200, 204, 302, 307} {

@@ -42,11 +42,11 @@ type Payment struct {
 	PaymentMethod string `json:"payment_method"`
 }
 
-// Scope is whose intents an intent is among: one API and one caller. The
-// same order id under another token or another API is another purchase
-// (the server scopes its keys by caller, seed Part 2), and a key must only
-// ever be sent under the scope it was made for: sent by another caller it
-// names a new payment at the server, so resuming it would charge again.
+// Scope is whose intents an intent is among: one API and one caller. The same
+// order id under another token or another API is another purchase (the server
+// scopes its keys by caller, docs/mechanism.md#seed-part-2), and a key must
+// only ever be sent under the scope it was made for: sent by another caller
+// it names a new payment at the server, so resuming it would charge again.
 type Scope struct {
 	API    string `json:"api"`    // the API's base URL, normalised (NormalizeAPI)
 	Caller string `json:"caller"` // the authenticated caller: the token's subject

@@ -1,7 +1,7 @@
-// Package config holds the time rules of DESIGN §3 and reads them from the
-// environment. The defaults are the seed's: a 5 s server deadline counted
-// from the load balancer's arrival stamp, a 10 s client timeout, a 1 s clock
-// margin, and a key window of one hour.
+// Package config holds the time rules of docs/mechanism.md#design-3 and reads
+// them from the environment. The defaults are the source document's: a 5 s
+// server deadline counted from the load balancer's arrival stamp, a 10 s
+// client timeout, a 1 s clock margin, and a key window of one hour.
 package config
 
 import (
@@ -15,8 +15,9 @@ type Timing struct {
 	// Deadline: a request older than this on arrival is refused, and a
 	// running one starts no new side effect once it is reached.
 	Deadline time.Duration
-	// ClientTimeout is how long the client waits before it asks "did it
-	// go through?" (seed Formula 2's right-hand side).
+	// ClientTimeout is how long the client waits before it asks "did it go
+	// through?" (the right-hand side of Formula 2,
+	// docs/mechanism.md#seed-part-4).
 	ClientTimeout time.Duration
 	// PreStampWait bounds the wait before the arrival stamp is taken: with
 	// the stamp at the load balancer, only the network trip.
@@ -51,10 +52,10 @@ func Default() Timing {
 // it cannot outlive the deadline by more than the margin.
 func (t Timing) FunctionTimeout() time.Duration { return t.Deadline + t.Margin }
 
-// Validate checks seed Formula 2 — server deadline + the wait before the
-// stamp < client timeout — with the clock margin added to the left side,
-// because the server reads the stamp on its own clock; and that the key
-// window outlasts an in-progress lease.
+// Validate checks Formula 2 (docs/mechanism.md#seed-part-4) — server deadline
+// + the wait before the stamp < client timeout — with the clock margin added
+// to the left side, because the server reads the stamp on its own clock; and
+// that the key window outlasts an in-progress lease.
 func (t Timing) Validate() error {
 	if t.Deadline <= 0 || t.ClientTimeout <= 0 || t.Margin < 0 || t.PreStampWait < 0 || t.KeyWindow <= 0 {
 		return fmt.Errorf("config: every duration must be positive: %+v", t)

@@ -17,9 +17,9 @@ import (
 var ErrNotPointer = errors.New("idem: the record is not a pointer to this payment")
 
 // Finalize rewrites a stored pointer into the payment's final answer once
-// the payment has become final (seed Part 3: "When the payment does become
-// final, the resolver also rewrites the stored answer to the final one"). It
-// is conditional on the record still being a COMPLETED pointer to paymentID,
+// the payment has become final (docs/mechanism.md#seed-part-5: the resolver
+// rewrites the stored pointer into the final answer). It is conditional on
+// the record still being a COMPLETED pointer to paymentID,
 // so it never touches an IN_PROGRESS record (a takeover may be running), a
 // final answer, a VOID record or an absent one (it never creates an item).
 // The window (expires_at) and the owner are kept. a must be exactly the

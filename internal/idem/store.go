@@ -96,10 +96,11 @@ func (st *Store) conditional(err error, op, scope string, withItem bool) error {
 }
 
 // Takeover moves an IN_PROGRESS record whose lease has passed to a new owner,
-// only if the owner is still the one the caller read (seed Part 3, safeguard 2).
-// The record takes the new owner's fingerprint: the dead owner's was never
-// checked against the durable guard (it may have been a key reuse), and a
-// record that kept it would answer the real payment's repeats with 422.
+// only if the owner is still the one the caller read
+// (docs/mechanism.md#seed-part-3). The record takes the new owner's
+// fingerprint: the dead owner's was never checked against the durable guard
+// (it may have been a key reuse), and a record that kept it would answer the
+// real payment's repeats with 422.
 func (st *Store) Takeover(ctx context.Context, scope, readOwner, newOwner, fingerprint string, until, expires time.Time) error {
 	_, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
 		TableName:           &st.table,
@@ -117,9 +118,10 @@ func (st *Store) Takeover(ctx context.Context, scope, readOwner, newOwner, finge
 	return st.conditional(err, "takeover", scope, false)
 }
 
-// Complete stores the final answer (a != nil) or a pointer to the payment
-// (a == nil), only if owner still holds the record (seed Part 3, safeguard 3).
-// It returns ErrNotOwner if the owner changed.
+// Complete stores the final answer (a != nil) or a pointer to the payment (a
+// == nil), only if owner still holds the record
+// (docs/mechanism.md#seed-part-3). It returns ErrNotOwner if the owner
+// changed.
 func (st *Store) Complete(ctx context.Context, scope, owner string, a *Answer, expires time.Time) error {
 	values := map[string]types.AttributeValue{
 		":me": s(owner), ":completed": s(string(Completed)), ":exp": n(expiresAt(expires)),

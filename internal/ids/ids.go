@@ -1,6 +1,6 @@
-// Package ids derives every ID of the chain from the one before it (seed
-// Part 2, "derive what others must re-create"): the client's key names the
-// scope, the scope names the payment, the payment names the PSP keys, the
+// Package ids derives every ID of the chain from the one before it
+// (docs/mechanism.md#design-1): the client's key names the scope, the
+// scope names the payment, the payment names the PSP keys, the
 // events and the replace id. Nothing here is random, so a resolver, a
 // takeover or another Region re-creates the same IDs the first attempt used.
 package ids
@@ -8,7 +8,6 @@ package ids
 import (
 	"crypto/sha256"
 	"encoding/base32"
-	"fmt"
 	"strings"
 )
 
@@ -40,12 +39,6 @@ func PaymentID(scope string) string {
 
 // ChargeKey is the PSP Idempotency-Key of the payment's charge.
 func ChargeKey(paymentID string) string { return paymentID + ":charge" }
-
-// AttemptKey is the PSP key of a deliberate further attempt after a definite
-// failure: one per attempt per PSP.
-func AttemptKey(paymentID string, attempt int, psp string) string {
-	return fmt.Sprintf("%s:attempt-%d:%s", paymentID, attempt, psp)
-}
 
 // RefundKey is the PSP key of the compensation that undoes the charge.
 func RefundKey(paymentID string) string { return paymentID + ":cancel:refund" }

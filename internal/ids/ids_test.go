@@ -34,7 +34,6 @@ func TestTheChainOfIDs(t *testing.T) {
 	pid := "pay_7"
 	for got, want := range map[string]string{
 		ChargeKey(pid):                    "pay_7:charge",
-		AttemptKey(pid, 2, "psp_b"):       "pay_7:attempt-2:psp_b",
 		RefundKey(pid):                    "pay_7:cancel:refund",
 		EventID(pid, "SUCCEEDED"):         "pay_7:SUCCEEDED",
 		PaymentOfEvent("pay_7:SUCCEEDED"): "pay_7",

@@ -1,5 +1,6 @@
-// Package inbox is the worker behind the events queue (DESIGN §5, seed
-// Parts 6 and 7): the consumer's inbox, not the queue, is what stops repeats.
+// Package inbox is the worker behind the events queue
+// (docs/mechanism.md#seed-part-6, docs/mechanism.md#seed-part-7): the
+// consumer's inbox, not the queue, is what stops repeats.
 //
 // Per event, ONE PostgreSQL transaction:
 //
@@ -14,22 +15,23 @@
 // The balance is an increment, which an at-least-once consumer must never
 // make unguarded; here the inbox row commits with it, so a repeat never gets
 // that far. After the commit, and again on every redelivery whether or not
-// the inbox row was new: if the notif row is PENDING, push, then mark it
-// SENT ("ready means notified", seed Part 7 Branch R). A crash between the
-// push and SENT is the one case that pushes twice; the replace id makes the
-// second copy land on top of the first.
+// the inbox row was new: if the notif row is PENDING, push, then mark it SENT
+// ("ready means notified", Branch R of docs/mechanism.md#seed-part-7). A
+// crash between the push and SENT is the one case that pushes twice; the
+// replace id makes the second copy land on top of the first.
 //
-// A committed event never waits on its push (DESIGN §10). The event is done
-// once its transaction committed: a push that fails is logged and counted
-// (PushFailed), its row stays PENDING with the attempt recorded, and the
-// message is acknowledged all the same. Failing it instead would let one
-// buyer's broken push (an expired APNs certificate, a KMS error on the topic)
-// hold back every later event of the merchant's FIFO group and, after
-// maxReceiveCount deliveries, dead-letter them all. The PENDING row is its
-// own durable trigger: NotifSweeper (run by the resolver) sends it again with
-// the same replace id and backoff, and flags it STUCK, kept and alarmed,
-// after a give-up horizon. A push no channel can take (notify.ErrNoTarget)
-// is recorded UNDELIVERABLE: final, since no retry changes it.
+// A committed event never waits on its push (docs/mechanism.md#design-10).
+// The event is done once its transaction committed: a push that fails is
+// logged and counted (PushFailed), its row stays PENDING with the attempt
+// recorded, and the message is acknowledged all the same. Failing it instead
+// would let one buyer's broken push (an expired APNs certificate, a KMS error
+// on the topic) hold back every later event of the merchant's FIFO group and,
+// after maxReceiveCount deliveries, dead-letter them all. The PENDING row is
+// its own durable trigger: NotifSweeper (run on the worker function's own
+// schedule, every minute: Function) sends it again with the same replace id
+// and backoff, and flags it STUCK, kept and alarmed,
+// after a give-up horizon. A push no channel can take (notify.ErrNoTarget) is
+// recorded UNDELIVERABLE: final, since no retry changes it.
 //
 // Batches follow FIFO semantics: messages of one message group (one
 // merchant) are handled in order, and once one fails, the later messages of
@@ -97,10 +99,11 @@ type Pusher interface {
 type Hooks struct {
 	// BeforeEvent runs before the transaction.
 	BeforeEvent func(ctx context.Context, e event.Event) error
-	// AfterCommit runs after the commit, before the push (seed Branch R).
+	// AfterCommit runs after the commit, before the push (Branch R,
+	// docs/mechanism.md#seed-part-7).
 	AfterCommit func(ctx context.Context, e event.Event) error
 	// AfterPush runs after the push, before the notif row is marked SENT
-	// (seed snapshot P4).
+	// (the story's snapshot P4, docs/mechanism.md#seed-part-0).
 	AfterPush func(ctx context.Context, e event.Event) error
 }
 
@@ -126,8 +129,9 @@ type Config struct {
 	RetryAfter time.Duration
 	// Hooks: crash points for tests.
 	Hooks Hooks
-	// WithoutNotifRecord is a test-only switch for the seed's Branch N:
-	// no notif row is written or read, so every delivery pushes.
+	// WithoutNotifRecord is a test-only switch for Branch N
+	// (docs/mechanism.md#seed-part-7): no notif row is written or read, so
+	// every delivery pushes.
 	WithoutNotifRecord bool
 }
 

@@ -85,7 +85,8 @@ func (c SweepConfig) Delay(attempts int) time.Duration {
 
 // NotifSweeper finishes PENDING notifications the worker could not send:
 // it is their own durable trigger, so a committed credit never waits on a
-// push. The resolver runs it on its schedule. It is safe for concurrent use,
+// push. The worker function runs it on its own schedule (Function, every
+// minute). It is safe for concurrent use,
 // and runs at once skip each other's rows.
 type NotifSweeper struct {
 	db     SweepDB

@@ -22,8 +22,8 @@ import (
 // State is a payment's state.
 type State string
 
-// The payment states (seed Part 3). VOID means the key was voided by a
-// resolve call before any request with it ran.
+// The payment states (docs/mechanism.md#seed-part-5). VOID means the key was
+// voided by a resolve call before any request with it ran.
 const (
 	Pending   State = "PENDING"
 	Unknown   State = "UNKNOWN"

@@ -36,9 +36,9 @@ type WebhookResult struct {
 // inbox did not hold it yet, applies o (nil: no state move for this event
 // type) as the allowed compare-and-set with the journal entries and the
 // outbox intent: the statements Settle runs, in the same transaction as the
-// inbox row (seed Part 6). A repeat of the event changes nothing. A move that
-// is no longer allowed (the resolver or the API settled first) is not an
-// error: the inbox row is committed and Moved is false.
+// inbox row (docs/mechanism.md#seed-part-5). A repeat of the event changes
+// nothing. A move that is no longer allowed (the resolver or the API settled
+// first) is not an error: the inbox row is committed and Moved is false.
 func (s *Store) ApplyWebhook(ctx context.Context, in InboxEvent, o *Outcome, now time.Time) (WebhookResult, error) {
 	if in.ID == "" || in.Type == "" {
 		return WebhookResult{}, fmt.Errorf("ledger: webhook event without id or type")

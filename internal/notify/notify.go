@@ -1,5 +1,5 @@
 // Package notify sends the push that tells a buyer how their payment ended
-// (DESIGN §5, seed Part 7).
+// (docs/mechanism.md#seed-part-7).
 //
 // A push can't be taken back and providers take no idempotency key, so the
 // worker sends it once per intent (its notif row) and every copy carries the
@@ -20,9 +20,10 @@
 // the payment id (= replace id) and event id; nothing about the buyer.
 //
 // Targets. A caller's devices are rows of the ledger database's devices table
-// (migration 00002): caller id, SNS platform endpoint ARN and platform,
-// written by a registration endpoint of the API; the device token itself
-// stays inside SNS. The ledger was chosen over a DynamoDB table because the
+// (migration 00002): caller id, SNS platform endpoint ARN and platform; the
+// device token itself stays inside SNS. No endpoint of the API writes the
+// table yet: device registration is not built (docs/guarantees.md#not-built-yet),
+// and locally a device is a row inserted by hand (docs/localcloud.md). The ledger was chosen over a DynamoDB table because the
 // worker already holds a connection to it and reads the caller's endpoints
 // with one indexed query, and a registration is a rare write. If the caller
 // has enabled endpoints, the push is published to each; if not (or if SNS

@@ -1,5 +1,5 @@
 // Package outbox moves a payment's event from the ledger into the DynamoDB
-// outbox table, whose stream feeds the relay (DESIGN §4, seed Part 6).
+// outbox table, whose stream feeds the relay (docs/mechanism.md#seed-part-6).
 //
 // The ledger transaction that makes a payment final also records an
 // outbox_intents row (same commit). After that commit the API calls

@@ -18,7 +18,7 @@ import (
 
 // FuzzParse holds, for whatever body arrives:
 //   - Parse succeeds exactly when contractDecode, an independent strict
-//     decode of the body written from DESIGN §2 and the field rules in this
+//     decode of the body written from docs/mechanism.md#design-2 and the field rules in this
 //     package's documentation, succeeds, and then every field is equal;
 //   - every failure is a *FieldError with a reason, ErrTooLarge exactly for
 //     a body over the limit;
@@ -133,12 +133,13 @@ func FuzzParseFields(f *testing.F) {
 	})
 }
 
-// The request contract written a second way, for FuzzParse: DESIGN §2 ("a
-// JSON object with merchant_id, order_id, amount (integer minor units > 0),
-// currency (ISO 4217), payment_method; other fields are ignored") and the
-// field rules this package documents. It shares nothing with Parse but
-// encoding/json's tokenizer and the PSP's published charge rules
-// (stripespec), which are the PSP's, not this package's.
+// The request contract written a second way, for FuzzParse:
+// docs/mechanism.md#design-2 ("a JSON object with merchant_id, order_id,
+// amount (integer minor units > 0), currency (ISO 4217), payment_method;
+// other fields are ignored") and the field rules this package documents. It
+// shares nothing with Parse but encoding/json's tokenizer and the PSP's
+// published charge rules (stripespec), which are the PSP's, not this
+// package's.
 const (
 	contractMaxBody   = 16 << 10   // bytes
 	contractMaxAmount = 99_999_999 // minor units: the PSP's eight digits

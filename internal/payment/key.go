@@ -10,7 +10,7 @@ import (
 // FieldKey is the Field of a FieldError about the Idempotency-Key header.
 const FieldKey = "Idempotency-Key"
 
-// MaxKeyLen is the longest Idempotency-Key accepted (DESIGN §2).
+// MaxKeyLen is the longest Idempotency-Key accepted (docs/mechanism.md#design-2).
 const MaxKeyLen = 255
 
 // KeyAlphabet lists every byte an Idempotency-Key may hold: RFC 3986's

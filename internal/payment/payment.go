@@ -1,7 +1,7 @@
 // Package payment holds what a payment request means: the fields parsed from
 // the body of POST /payments, their fingerprint, and the rules for the
-// Idempotency-Key header (seed Part 2, "Binding the key to the request's
-// meaning"; DESIGN §2).
+// Idempotency-Key header (docs/mechanism.md#seed-part-2,
+// docs/mechanism.md#design-2).
 //
 // The parser is deliberately strict about anything that could make two
 // readers disagree on the meaning (duplicate members, case-variant member
@@ -248,12 +248,12 @@ func readID(dec *json.Decoder, field string) (string, error) {
 	return s, nil
 }
 
-// readMerchantID reads merchant_id: 1..MaxIDLen characters, each a letter,
-// a digit or ASCII punctuation (0x21-0x7E: printable ASCII without space).
-// That is exactly the alphabet SQS documents for a FIFO MessageGroupId, and
-// the merchant id becomes the events queue's group id (DESIGN §5): a
-// merchant id SQS would refuse would stall the relay and lose the events.
-// Like every id it is kept as sent.
+// readMerchantID reads merchant_id: 1..MaxIDLen characters, each a letter, a
+// digit or ASCII punctuation (0x21-0x7E: printable ASCII without space). That
+// is exactly the alphabet SQS documents for a FIFO MessageGroupId, and the
+// merchant id becomes the events queue's group id
+// (docs/mechanism.md#design-5): a merchant id SQS would refuse would stall
+// the relay and lose the events. Like every id it is kept as sent.
 func readMerchantID(dec *json.Decoder) (string, error) {
 	s, err := readString(dec, FieldMerchantID)
 	if err != nil {

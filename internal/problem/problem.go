@@ -1,6 +1,6 @@
 // Package problem renders the API's errors as RFC 9457 problem details
-// (application/problem+json), one constructor per answer in DESIGN §2's
-// table, each with a stable type URI a client can switch on.
+// (application/problem+json), one constructor per answer in the table of
+// docs/mechanism.md#design-2, each with a stable type URI a client can switch on.
 //
 // Titles are fixed per type (RFC 9457 §3.1.3: the title should not change
 // from occurrence to occurrence), and nothing here carries personal data:
@@ -196,8 +196,8 @@ func Unauthorized() Problem {
 	}
 }
 
-// KeyReused is the 422 for a key already bound to a request with a
-// different fingerprint (seed Part 2): replaying the first answer and
+// KeyReused is the 422 for a key already bound to a request with a different
+// fingerprint (docs/mechanism.md#seed-part-2): replaying the first answer and
 // running the second request would both be wrong, so nothing runs.
 func KeyReused() Problem {
 	return Problem{
@@ -221,9 +221,9 @@ func InProgress(retryAfter time.Duration) Problem {
 	}
 }
 
-// KeyVoided is the 409 for a key a resolve call declared never-to-run (seed
-// Part 4): the client has been told it may make a new key, so the late
-// original must not run.
+// KeyVoided is the 409 for a key a resolve call declared never-to-run
+// (docs/mechanism.md#seed-part-4): the client has been told it may make a new
+// key, so the late original must not run.
 func KeyVoided() Problem {
 	return Problem{
 		Type:   TypeKeyVoided,
@@ -234,9 +234,9 @@ func KeyVoided() Problem {
 }
 
 // DeadlineExceeded is the 503 for a request whose arrival stamp is already
-// older than the server's deadline (seed Part 4): its client may have given
-// up and tapped again with a new key, so it must not start. Nothing was
-// claimed, so a retry with the same key is safe.
+// older than the server's deadline (docs/mechanism.md#seed-part-4): its
+// client may have given up and tapped again with a new key, so it must not
+// start. Nothing was claimed, so a retry with the same key is safe.
 func DeadlineExceeded() Problem {
 	return Problem{
 		Type:   TypeDeadlineExceeded,
@@ -299,7 +299,7 @@ func TooLarge(limit int) Problem {
 }
 
 // NotFound is a 404 for an unknown route, or a key the caller does not own:
-// the two read the same, so keys can't be probed (seed Part 2).
+// the two read the same, so keys can't be probed (docs/mechanism.md#seed-part-2).
 func NotFound() Problem {
 	return Problem{
 		Type:   TypeNotFound,

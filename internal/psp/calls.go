@@ -143,7 +143,7 @@ func (c *Client) Retrieve(ctx context.Context, paymentIntentID string) (Result, 
 
 // Lookup finds the PaymentIntent(s) carrying our reference in metadata, for
 // use after the PSP's key window, when replaying the key would charge anew
-// (seed Part 1, "After the window"). It uses Stripe's Search API, which is
+// (docs/mechanism.md#seed-part-1). It uses Stripe's Search API, which is
 // eventually consistent (new data is searchable in under a minute, up to an
 // hour during outages): NotFound is proof only for a payment sent well
 // before; inside the key window, replay the key instead.
@@ -261,7 +261,7 @@ type RefundRequest struct {
 
 // Refund creates a refund under the request's Idempotency-Key, classified
 // like Charge: an Unknown refund is retried with the same key, never
-// abandoned (seed Part 4, "When a compensation times out").
+// abandoned (docs/mechanism.md#refunds).
 func (c *Client) Refund(ctx context.Context, req RefundRequest) (Result, error) {
 	switch {
 	case req.IdempotencyKey == "":

@@ -9,8 +9,9 @@ import (
 )
 
 // classifyError turns a failed call into a Result or a definite error,
-// following seed Part 1: only an answer that says "not done" is a failure;
-// everything that leaves the charge's fate open is Unknown.
+// following docs/mechanism.md#seed-part-1: only an answer that says "not
+// done" is a failure; everything that leaves the charge's fate open is
+// Unknown.
 func classifyError(err error) (Result, error) {
 	var se *stripe.Error
 	if !errors.As(err, &se) {

@@ -3,12 +3,13 @@
 //
 // The base URL is configuration, so one client talks to Stripe, to
 // stripe-mock (the contract tests) or to the project's simulator
-// (internal/pspsim). Every call reduces the PSP's answer to one of the seed's
-// three outcomes (Part 1): done (Succeeded), definitely not done (Declined, or
-// an error such as ErrInvalidRequest), or Unknown. A timeout, a dropped
-// connection, a 5xx, a 429 and a 409 "request in flight" are Unknown, never a
-// failure: the charge may exist, so the caller resolves it by replaying the
-// same Idempotency-Key inside the PSP's key window, or by Lookup after it.
+// (internal/pspsim). Every call reduces the PSP's answer to one of three
+// outcomes (docs/mechanism.md#seed-part-1): done (Succeeded), definitely not
+// done (Declined, or an error such as ErrInvalidRequest), or Unknown. A
+// timeout, a dropped connection, a 5xx, a 429 and a 409 "request in flight"
+// are Unknown, never a failure: the charge may exist, so the caller resolves
+// it by replaying the same Idempotency-Key inside the PSP's key window, or by
+// Lookup after it.
 package psp
 
 import (
@@ -190,9 +191,10 @@ func New(cfg Config) (*Client, error) {
 	backendCfg := &stripe.BackendConfig{
 		HTTPClient: cfg.HTTPClient,
 		// No automatic retries inside the SDK: a retry is a decision about
-		// money. The resolver owns it (same key, its own rate cap, seed
-		// Part 12), and a hidden retry would turn a timeout we must report
-		// as Unknown into a longer wait past the API's deadline.
+		// money. The resolver owns it (same key, its own rate cap,
+		// docs/mechanism.md#seed-part-12), and a hidden retry would turn a
+		// timeout we must report as Unknown into a longer wait past the API's
+		// deadline.
 		MaxNetworkRetries: stripe.Int64(0),
 		// The SDK's logger prints whole error objects, which can include the
 		// card holder's billing details; we log ids ourselves instead.

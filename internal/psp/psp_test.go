@@ -72,10 +72,10 @@ func stripeError(typ, code, msg string) string {
 	return fmt.Sprintf(`{"error":{"type":%q,"code":%q,"message":%q}}`, typ, code, msg)
 }
 
-// TestChargeClassification checks seed Part 1's rule on every kind of
-// answer: only a definite answer is definite; everything else is Unknown.
-// It also checks that stripe-go never retries on its own (one request per
-// call, even for the answers it would retry by default).
+// TestChargeClassification checks the rule of docs/mechanism.md#seed-part-1
+// on every kind of answer: only a definite answer is definite; everything
+// else is Unknown. It also checks that stripe-go never retries on its own
+// (one request per call, even for the answers it would retry by default).
 func TestChargeClassification(t *testing.T) {
 	declineBody := `{"error":{"type":"card_error","code":"card_declined","decline_code":"generic_decline","message":"Your card was declined.","charge":"ch_9","payment_intent":{"id":"pi_9","object":"payment_intent","status":"requires_payment_method","latest_charge":"ch_9"}}}`
 	cases := []struct {

@@ -1,12 +1,14 @@
-// Package refund is the compensation that undoes a charge, done the way the
-// seed asks of every compensation (Part 4, "When a compensation times out";
-// Part 10, "What a saga gives up"): the intent is recorded before the first
+// Package refund is the compensation that undoes a charge, done the way every
+// compensation must be (docs/mechanism.md#refunds,
+// docs/mechanism.md#seed-part-10): the intent is recorded before the first
 // PSP call, every attempt carries the derived key <payment_id>:cancel:refund
-// with the same parameters, so every retry is the same refund, and an
-// attempt whose outcome is open leaves the refund UNKNOWN — never a guess —
-// to be retried with exponential backoff. After the retry budget a human is
-// alerted (metric RefundStuck and an error log) while the retries go on and
-// the state stays UNKNOWN; the nightly reconciliation has the last word.
+// with the same parameters, so every retry is the same refund, and an attempt
+// whose outcome is open leaves the refund UNKNOWN — never a guess — to be
+// retried with exponential backoff. After the retry budget every further
+// open attempt counts the metric RefundStuck and logs an error line carrying
+// "alert":"RefundStuck", while the retries go on and the state stays UNKNOWN.
+// No alarm watches that metric yet, and no reconciliation against the PSP
+// exists: both are not built (docs/guarantees.md#not-built-yet).
 //
 // A refund the PSP answers pending (Stripe settles some later) is
 // recorded with its PSP id, still UNKNOWN, and later attempts read it by
@@ -363,7 +365,7 @@ func (a *Attempter) open(ctx context.Context, r ledger.Refund, sent bool, pspRef
 	a.Metrics.Count("RefundRetried", 1)
 	if !row.State.Final() && a.Backoff.Exhausted(row.Attempts) {
 		a.Metrics.Count("RefundStuck", 1)
-		log.Error("refund still open after its retry budget; alerting a human. The state stays UNKNOWN and retries go on; reconciliation has the last word",
+		log.Error("refund still open after its retry budget; the state stays UNKNOWN and retries go on",
 			"alert", "RefundStuck", "attempts", row.Attempts, "budget", a.Backoff.Budget, "state", row.State,
 			"refund_idempotency_key", ids.RefundKey(r.PaymentID), "next_attempt_at", next)
 		if err := a.Ledger.MarkRefundAlerted(wctx, r.PaymentID, now); err != nil {

@@ -1,5 +1,5 @@
 // Package relay forwards the outbox table's stream to the SQS FIFO events
-// queue (DESIGN §5, seed Part 6).
+// queue (docs/mechanism.md#seed-part-6).
 //
 // Each INSERT or MODIFY record's new image is one outbox item; it becomes one
 // message: body = the item's payload, MessageDeduplicationId = the item's

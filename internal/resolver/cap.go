@@ -16,8 +16,8 @@ import (
 // lands at most N in any second.
 const headroom = 0.9
 
-// Cap is the resolver's own cap on PSP requests (seed Part 12, "Shared
-// limits"): a token bucket with a burst of one, so that replays after an
+// Cap is the resolver's own cap on PSP requests (docs/mechanism.md#seed-part-12,
+// shared limits): a token bucket with a burst of one, so that replays after an
 // outage never take the share of the PSP's rate limit that live payments
 // need. It is safe for concurrent use.
 type Cap struct {

@@ -15,7 +15,7 @@ import (
 type Config struct {
 	// PSPRate caps the resolver's own PSP calls, in calls per second
 	// (ONCEPAY_RESOLVER_PSP_RATE, default 10). The PSP's rate limit is shared
-	// with live charges (seed Part 12, "Shared limits"; Stripe: 100/s per
+	// with live charges (docs/mechanism.md#seed-part-12; Stripe: 100/s per
 	// account by default): replays after an outage must never starve new
 	// payments. The cap is per process; the stack runs the resolver with a
 	// reserved concurrency of 1, so it is the cap.

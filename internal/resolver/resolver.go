@@ -1,4 +1,4 @@
-// Package resolver settles every unknown (seed Parts 1, 3, 4 and 12). It runs
+// Package resolver settles every unknown (docs/mechanism.md#seed-part-5). It runs
 // on a schedule (EventBridge in AWS; the local harness and the tests call
 // Run directly) and on demand.
 //
@@ -417,8 +417,9 @@ func (r *Resolver) ask(ctx context.Context, u ledger.Unsettled, rn *run) (psp.Re
 		})
 		return res, howRetrieve, err
 	case res.Outcome == psp.Unknown && res.Replayed:
-		// A saved error keeps coming back for this key (seed Part 1): look
-		// the payment up. Inside the window NotFound proves nothing.
+		// A saved error keeps coming back for this key
+		// (docs/mechanism.md#seed-part-1): look the payment up. Inside the
+		// window NotFound proves nothing.
 		res, err = r.lookup(ctx, u.ID, rn)
 		if err == nil && res.Outcome == psp.NotFound {
 			res.Outcome = psp.Unknown

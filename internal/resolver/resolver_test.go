@@ -56,11 +56,12 @@ func outboxItem(t *testing.T, w *worldtest.World, eventID string) bool {
 	return len(out.Item) > 0
 }
 
-// The seed's main line (Parts 3 and 5): the PSP charges and the reply is
-// lost, so the payment is UNKNOWN behind a stored pointer. The resolver
-// replays the derived key with the row's parameters, gets the saved charge
-// back, settles by CAS, rewrites the pointer into the final answer (the
-// API's bytes), and publishes the event. One charge.
+// The story's main line (docs/mechanism.md#seed-part-0,
+// docs/mechanism.md#seed-part-5): the PSP charges and the reply is lost, so
+// the payment is UNKNOWN behind a stored pointer. The resolver replays the
+// derived key with the row's parameters, gets the saved charge back, settles
+// by CAS, rewrites the pointer into the final answer (the API's bytes), and
+// publishes the event. One charge.
 func TestLostReplyIsSettledByTheResolverWithTheChargeFromTheReplay(t *testing.T) {
 	w := worldtest.New(t, worldtest.Options{})
 	pid := ids.PaymentID(ids.Scope("u1", "K1"))
@@ -114,11 +115,11 @@ func TestLostReplyIsSettledByTheResolverWithTheChargeFromTheReplay(t *testing.T)
 	}
 }
 
-// A crashed owner (seed Part 3): the intent is written, the owner dies
-// before the PSP call. The resolver leaves the PENDING row alone until its
-// deadline plus the margin has passed, then replays the call — the first
-// one to reach the PSP — and settles it. The owner's IN_PROGRESS record is
-// never touched.
+// A crashed owner (docs/mechanism.md#seed-part-3): the intent is written, the
+// owner dies before the PSP call. The resolver leaves the PENDING row alone
+// until its deadline plus the margin has passed, then replays the call — the
+// first one to reach the PSP — and settles it. The owner's IN_PROGRESS record
+// is never touched.
 func TestAStalePendingRowIsSettledOnlyAfterItsDeadlinePlusTheMargin(t *testing.T) {
 	w := worldtest.New(t, worldtest.Options{})
 	w.Hooks.AfterPendingInsert = func(context.Context) error { return api.ErrCrash }
@@ -203,10 +204,11 @@ func insertOpen(t *testing.T, w *worldtest.World, caller, key, state string, cre
 	return pid
 }
 
-// Seed Part 1, "After the window": the PSP may have forgotten the key, and a
-// replay would be a new charge. The resolver looks the payment up by our
-// reference instead: found -> settled with its charge (and no new charge);
-// NotFound after the window -> no charge exists -> FAILED.
+// After the PSP key window (docs/mechanism.md#seed-part-1): the PSP may have
+// forgotten the key, and a replay would be a new charge. The resolver looks
+// the payment up by our reference instead: found -> settled with its charge
+// (and no new charge); NotFound after the window -> no charge exists ->
+// FAILED.
 func TestAfterTheKeyWindowTheResolverLooksUpAndNeverReplays(t *testing.T) {
 	w := worldtest.New(t, worldtest.Options{})
 	charged := insertOpen(t, w, "u1", "K-old-charged", "UNKNOWN", 25*time.Hour)
@@ -267,8 +269,9 @@ func TestASaved500IsLookedUpAndLeftOpenInsideTheWindow(t *testing.T) {
 	}
 }
 
-// Two runs at once (seed: "safe to run twice at once"): FOR UPDATE SKIP
-// LOCKED and the lease give them disjoint rows; every row is settled once.
+// Two runs at once (docs/mechanism.md#seed-part-5: safe to run twice at
+// once): FOR UPDATE SKIP LOCKED and the lease give them disjoint rows; every
+// row is settled once.
 func TestTwoRunsAtOnceTakeDisjointRows(t *testing.T) {
 	w := worldtest.New(t, worldtest.Options{})
 	const n = 40
@@ -315,17 +318,17 @@ func TestTheRunSweepsAnIntentNeverPut(t *testing.T) {
 	}
 }
 
-// Seed Part 12, "Shared limits": UNKNOWN payments pile up in an outage, and
-// the resolver's replays must not starve live payments. With the cap at N
-// calls/s the simulator never sees more than N of the resolver's requests
-// in any one-second window (arrival times recorded in front of its
-// handler), every payment is settled, and live payments made through the
-// API meanwhile, on their own client, all succeed. The cap sits in the
-// resolver's PSP client's transport, where the requests leave. Two shapes:
-// 1,000 payments with N = 200 (an outage's backlog; on a small or busy
-// machine the work itself may be slower than the cap), and 60 with N = 20,
-// light enough that the cap is certainly what binds: the achieved rate
-// must then be close to it.
+// Shared limits (docs/mechanism.md#seed-part-12): UNKNOWN payments pile up in
+// an outage, and the resolver's replays must not starve live payments. With
+// the cap at N calls/s the simulator never sees more than N of the resolver's
+// requests in any one-second window (arrival times recorded in front of its
+// handler), every payment is settled, and live payments made through the API
+// meanwhile, on their own client, all succeed. The cap sits in the resolver's
+// PSP client's transport, where the requests leave. Two shapes: 1,000
+// payments with N = 200 (an outage's backlog; on a small or busy machine the
+// work itself may be slower than the cap), and 60 with N = 20, light enough
+// that the cap is certainly what binds: the achieved rate must then be close
+// to it.
 func TestResolverCapsItsPSPCallsAndLivePaymentsGoOn(t *testing.T) {
 	for _, tc := range []struct {
 		name       string

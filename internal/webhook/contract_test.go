@@ -18,9 +18,9 @@ import (
 	"github.com/oncepay/oncepay/internal/webhook"
 )
 
-// Every answer of POST /webhooks/psp (DESIGN §2: applied, a repeat
-// acknowledged, a forged or stale signature, too large, the secret or the
-// ledger out of reach), produced by the real handler over real parts and
+// Every answer of POST /webhooks/psp (docs/mechanism.md#design-2: applied, a
+// repeat acknowledged, a forged or stale signature, too large, the secret or
+// the ledger out of reach), produced by the real handler over real parts and
 // validated against the OpenAPI document like the api's answer table.
 func TestTheWebhookAnswersMatchTheSpec(t *testing.T) {
 	w := worldtest.New(t, worldtest.Options{})

@@ -1,6 +1,6 @@
 // Package webhook receives the PSP's webhooks: POST /webhooks/psp, in a
-// Lambda function of its own behind the HTTP API, with no JWT (the PSP
-// signs instead). DESIGN §2, seed Parts 5 and 6.
+// Lambda function of its own behind the HTTP API, with no JWT (the PSP signs
+// instead). See docs/mechanism.md#design-2 and docs/mechanism.md#seed-part-5.
 //
 // Every event is verified the way Stripe signs (stripe-go's webhook package
 // through psp.ParseWebhook: the Stripe-Signature HMAC and a timestamp

@@ -54,11 +54,12 @@ func flush(t *testing.T, w *worldtest.World, want int) {
 	}
 }
 
-// Seed Part 5, the webhook first: it makes the move (UNKNOWN -> SUCCEEDED
-// with the charge, the journal and the outbox intent); a second delivery of
-// the same event is dropped by the inbox; the resolver then finds nothing to
-// do; the stored answer is still the pointer, and it renders SUCCEEDED
-// without being rewritten. The same end state as the resolver's path.
+// The webhook first (docs/mechanism.md#seed-part-5): it makes the move
+// (UNKNOWN -> SUCCEEDED with the charge, the journal and the outbox intent);
+// a second delivery of the same event is dropped by the inbox; the resolver
+// then finds nothing to do; the stored answer is still the pointer, and it
+// renders SUCCEEDED without being rewritten. The same end state as the
+// resolver's path.
 func TestBeat5_WebhookFirstThenTheResolverFindsNothing(t *testing.T) {
 	w := worldtest.New(t, worldtest.Options{})
 	pid := lostReply(t, w, "K1", worldtest.Body3000, pspsim.FaultWebhookDuplicate)

@@ -1,6 +1,7 @@
 // Package pushboot builds, from the environment, the push side of the
 // consumer: the Notifier the worker pushes through and the NotifSweeper
-// that finishes the notifications it could not send (run by the resolver).
+// that finishes the notifications it could not send (run on the worker
+// function's own schedule).
 // It lives apart from package boot so that only the functions that push
 // link the SNS client.
 //

@@ -112,8 +112,9 @@ func TestReplayIsMarked(t *testing.T) {
 	wantCharges(t, e, 1)
 }
 
-// Seed Part 2: the same key with another amount is a different request;
-// nothing runs. The endpoint is part of the parameters too.
+// docs/mechanism.md#seed-part-2: the same key with another amount is a
+// different request; nothing runs. The endpoint is part of the parameters
+// too.
 func TestKeyReuseWithOtherParameters(t *testing.T) {
 	e := setup(t)
 	req := chargeReq("pay_k")
@@ -134,8 +135,9 @@ func TestKeyReuseWithOtherParameters(t *testing.T) {
 	}
 }
 
-// Seed Part 1: Stripe saves a 500 like any result, so a retry with the same
-// key keeps hearing it; the way forward is to look the payment up.
+// docs/mechanism.md#seed-part-1: Stripe saves a 500 like any result, so a
+// retry with the same key keeps hearing it; the way forward is to look the
+// payment up.
 func TestSaved500KeepsComingBack(t *testing.T) {
 	e := setup(t)
 	req := chargeReq("pay_500")
@@ -161,9 +163,9 @@ func TestSaved500KeepsComingBack(t *testing.T) {
 	}
 }
 
-// Seed Part 1, "After the window": the PSP forgets the key and a repeat is a
-// new request, a second charge. That is why a resolver looks up after the
-// window instead of replaying.
+// After the PSP key window (docs/mechanism.md#seed-part-1): the PSP forgets
+// the key and a repeat is a new request, a second charge. That is why a
+// resolver looks up after the window instead of replaying.
 func TestKeyForgottenAfterWindow(t *testing.T) {
 	e := setup(t, func(c *pspsim.Config) { c.KeyWindow = 24 * time.Hour })
 	req := chargeReq("pay_w")
@@ -326,8 +328,8 @@ func TestLookupByMetadata(t *testing.T) {
 	}
 }
 
-// Seed Part 4, "When a compensation times out": the refund has its own key,
-// and every retry of it is the same refund.
+// A compensation that times out (docs/mechanism.md#refunds): the refund has
+// its own key, and every retry of it is the same refund.
 func TestRefundIdempotency(t *testing.T) {
 	e := setup(t)
 	paid := mustCharge(t, e, chargeReq("pay_f"))

@@ -1,10 +1,10 @@
 // Package secretsgate is Secrets Manager's front door for the local cloud's
 // functions: `localcloud serve` points each function's
-// AWS_ENDPOINT_URL_SECRETS_MANAGER at it, and it answers their
-// GetSecretValue calls from moto (or LocalStack) after the authorization
-// Secrets Manager would apply on AWS. moto applies none, so without the gate
-// a function whose role lacks the grant would read the secret locally and
-// fail on AWS (DESIGN §6b: what AWS refuses is refused here too).
+// AWS_ENDPOINT_URL_SECRETS_MANAGER at it, and it answers their GetSecretValue
+// calls from moto (or LocalStack) after the authorization Secrets Manager
+// would apply on AWS. moto applies none, so without the gate a function whose
+// role lacks the grant would read the secret locally and fail on AWS
+// (docs/mechanism.md#design-6b: what AWS refuses is refused here too).
 //
 // What it checks, in order: the call is a SigV4-signed awsJson1.1 request
 // for the secretsmanager service in the local cloud's Region; its session

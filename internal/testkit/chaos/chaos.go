@@ -874,8 +874,8 @@ func (r *Runner) pspFault(s *schedule, p *payment, key string, charge bool) {
 // its clock; and, sometimes, late or doubled deliveries of the refund's
 // events. Refund events are never dropped: a refund that fails after it
 // succeeded is told by its webhook alone (Stripe retries it for three
-// days), and the nightly reconciliation, not this system, answers a PSP
-// that never tells.
+// days); a PSP that never tells is out of this system's reach (no
+// reconciliation against the PSP is built: docs/guarantees.md#not-built-yet).
 func (r *Runner) refundFault(s *schedule, match pspsim.Match) {
 	kinds := []pspsim.FaultKind{pspsim.FaultRefundPending, pspsim.FaultRefundFail, pspsim.FaultRefundFailLater, pspsim.FaultRefundFailLater}
 	if k := s.rng.IntN(5); k < len(kinds) {

@@ -231,8 +231,9 @@ func TestAScheduleReplaysFromItsSeed(t *testing.T) {
 	}
 }
 
-// noGuard removes the durable guard (seed Branch X), here only: every
-// request is a new payment under a random id.
+// noGuard removes the durable guard (Branch X,
+// docs/mechanism.md#seed-part-0), here only: every request is a new payment
+// under a random id.
 type noGuard struct{ api.Ledger }
 
 func (g noGuard) InsertPending(ctx context.Context, p ledger.Payment) (ledger.Payment, bool, error) {

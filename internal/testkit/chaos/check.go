@@ -19,12 +19,12 @@ import (
 	"github.com/oncepay/oncepay/internal/testkit/story"
 )
 
-// edges are the payment's state moves (seed Part 5; "" is no row yet).
-// States are sampled between steps and one step can make several moves (a
-// request inserts PENDING and settles it), so a sampled move must be a path
-// along these edges; a move out of a final state never is (a refund is its
-// own row: the payment stays SUCCEEDED, or moves to REFUNDED if the ledger
-// records it there).
+// edges are the payment's state moves (docs/mechanism.md#seed-part-5; "" is
+// no row yet). States are sampled between steps and one step can make several
+// moves (a request inserts PENDING and settles it), so a sampled move must be
+// a path along these edges; a move out of a final state never is (a refund is
+// its own row: the payment stays SUCCEEDED, or moves to REFUNDED if the
+// ledger records it there).
 var edges = map[string][]string{
 	"":          {"PENDING", "VOID"},
 	"PENDING":   {"UNKNOWN", "SUCCEEDED", "FAILED"},

@@ -352,17 +352,17 @@ func deliverOnceMore(t *testing.T, w *story.World, eventID string) {
 	}
 }
 
-// Branch R, ready means notified (seed Part 7): the worker commits the
-// credit and dies before pushing. The redelivery finds the inbox row and
-// still pushes, because the notification record says PENDING: the row is
-// SENT after the redelivery, before any sweep ran. The counterfactual is the
-// seed's worker, for which the inbox row means done: the redelivery only
-// acknowledges and nothing else finishes the record, so m1 is credited and
-// the phone shows nothing ("after the redelivery at 44.50, the phone shows
-// no notification, although m1 was credited"); the seed's count check
-// fails. With only the duplicate's check removed the sweep pushes instead:
-// each finisher alone is enough, so the guarded row's SENT-after-the-
-// redelivery is what shows the redelivery's own check at work.
+// Branch R, ready means notified (docs/mechanism.md#seed-part-7): the worker
+// commits the credit and dies before pushing. The redelivery finds the inbox
+// row and still pushes, because the notification record says PENDING: the row
+// is SENT after the redelivery, before any sweep ran. The counterfactual is
+// the source document's worker, for which the inbox row means done: the
+// redelivery only acknowledges and nothing else finishes the record, so m1
+// is credited and the phone shows nothing ("after the redelivery at 44.50, the phone shows no
+// notification, although m1 was credited"); the story's count check fails.
+// With only the duplicate's check removed the sweep pushes instead: each
+// finisher alone is enough, so the guarded row's SENT-after-the-redelivery
+// is what shows the redelivery's own check at work.
 func TestBranchR_WorkerDiesAfterCommitTheRedeliveryStillNotifies(t *testing.T) {
 	t.Parallel()
 	eventID := ids.EventID(pid7, "SUCCEEDED")
@@ -456,9 +456,9 @@ func TestBranchR_WorkerDiesAfterCommitTheRedeliveryStillNotifies(t *testing.T) {
 	}
 }
 
-// The late original (seed Part 4): the deadline refuses it, the void stops
-// it without the deadline, the VOID ledger row stops it after the window.
-// Only K2 charges; m1 is untouched.
+// The late original (docs/mechanism.md#seed-part-4): the deadline refuses it,
+// the void stops it without the deadline, the VOID ledger row stops it after
+// the window. Only K2 charges; m1 is untouched.
 func TestBranchLateOriginal_DeadlineAndVoidStopIt(t *testing.T) {
 	t.Parallel()
 	w := newWorld(t, story.Options{})

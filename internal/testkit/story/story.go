@@ -33,10 +33,10 @@ type Count struct {
 	ReplaceID string // the notification's replace id
 }
 
-// Want is the seed's count (Part 13). Two alerts: worker w1 pushed, then
-// died before recording SENT, so w2's redelivery pushes again under the same
-// replace id (one shown). A third alert would be a double push the replace
-// id hides, so it is counted, not collapsed.
+// Want is the story's count (docs/mechanism.md#seed-part-13). Two alerts:
+// worker w1 pushed, then died before recording SENT, so w2's redelivery
+// pushes again under the same replace id (one shown). A third alert would be
+// a double push the replace id hides, so it is counted, not collapsed.
 var Want = Count{Charges: 1, Credits: 1, Balance: 15000, Shown: 1, Alerts: 2}
 
 // Mismatch lists how c differs from the seed's count; empty when it agrees.
@@ -185,7 +185,8 @@ func Play(ctx context.Context, w *World) (Count, error) {
 		"retry at 10.00: %d %s replayed=%v; want 202 PROCESSING replayed", a2.Status, a2.Body, replayed(a2))
 	ck.want(len(w.Charges("")) == 1, "after the retry the PSP holds %d charges", len(w.Charges("")))
 
-	// Part 5: the resolver replays the derived key and gets the saved ch_1.
+	// docs/mechanism.md#seed-part-5: the resolver replays the derived key and
+	// gets the saved ch_1.
 	w.SetClock(10.5)
 	r, err := w.Resolver()
 	if err != nil {
@@ -365,12 +366,13 @@ func (w *World) Count(ctx context.Context, merchant string) (Count, error) {
 	return c, nil
 }
 
-// LateOriginal is the seed's Part 4 branch, for caller u2 and merchant m2
-// so the main line's count stays the seed's: A1 waits in a server's queue
-// past the phone's timeout; the phone's "did it go through?" voids K1 and
-// the buyer pays with a new key K2; when A1 finally runs, the deadline
-// refuses it, the VOID stops it even without the deadline, and the VOID
-// ledger row still stops it after the key record's hour. One charge (K2).
+// LateOriginal is the late-original branch (docs/mechanism.md#seed-part-4),
+// for caller u2 and merchant m2 so the main line's count stays the story's: A1
+// waits in a server's queue past the phone's timeout; the phone's "did it go
+// through?" voids K1 and the buyer pays with a new key K2; when A1 finally
+// runs, the deadline refuses it, the VOID stops it even without the deadline,
+// and the VOID ledger row still stops it after the key record's hour. One
+// charge (K2).
 func LateOriginal(ctx context.Context, w *World) error {
 	t, ck := w.Table, &check{}
 	start := w.Clock.Now().Add(time.Minute).Truncate(time.Second)

@@ -25,8 +25,8 @@ func newWorld(t *testing.T, o story.Options) *story.World {
 	return w
 }
 
-// The seed's whole story (Part 13) and its late-original branch: the count
-// is the seed's, and the table shows every beat.
+// The whole story (docs/mechanism.md#seed-part-13) and its late-original
+// branch: the count is the story's, and the table shows every beat.
 func TestTheSeedsStoryEndToEnd(t *testing.T) {
 	var out strings.Builder
 	c, err := story.Run(context.Background(), &out)

@@ -1,9 +1,10 @@
-// Package story replays the seed's story (Part 13) end to end on the real
-// handlers over the local cloud: the API, the resolver, the PSP webhook, the
-// outbox relay, the inbox worker and the push, with faults injected at the
-// seed's moments and time taken from a fake clock handed to every handler.
-// Nothing sleeps except the simulator's lost reply, whose real hold is a
-// fraction of a second: the fake clock jumps over the deadline instead.
+// Package story replays the story (docs/mechanism.md#seed-part-13) end to end
+// on the real handlers over the local cloud: the API, the resolver, the PSP
+// webhook, the outbox relay, the inbox worker and the push, with faults
+// injected at the story's moments and time taken from a fake clock handed to
+// every handler. Nothing sleeps except the simulator's lost reply, whose real
+// hold is a fraction of a second: the fake clock jumps over the deadline
+// instead.
 //
 // Run prints the event table and the final count and fails when a count
 // differs from the seed's: one charge, one credit to m1 (12,000 -> 15,000),

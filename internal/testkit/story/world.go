@@ -63,9 +63,10 @@ import (
 // (localcloud.TemplateDB; testenv keeps the same name).
 const templateDB = "oncepay_tmpl"
 
-// SeedTiming is the seed's timing (Parts 3 and 4): a 5 s server deadline, a
-// 10 s client timeout, a 1 s clock margin and a one-hour key window. The
-// deadline is never waited out in real time: the fake clock jumps over it.
+// SeedTiming is the story's timing (docs/mechanism.md#seed-part-4): a 5 s
+// server deadline, a 10 s client timeout, a 1 s clock margin and a one-hour
+// key window. The deadline is never waited out in real time: the fake clock
+// jumps over it.
 func SeedTiming() config.Timing {
 	return config.Timing{Deadline: 5 * time.Second, ClientTimeout: 10 * time.Second, Margin: time.Second, KeyWindow: time.Hour}
 }
@@ -77,8 +78,9 @@ type Options struct {
 	// Balances are the merchants' balances before the first tap (USD, minor
 	// units); nil: the seed's m1 = 12,000.
 	Balances map[string]int64
-	// WithoutNotifRecord switches the worker to the seed's Branch N (tests
-	// only): no notif row, so every delivery pushes.
+	// WithoutNotifRecord switches the worker to Branch N
+	// (docs/mechanism.md#seed-part-7; tests only): no notif row, so every
+	// delivery pushes.
 	WithoutNotifRecord bool
 	// DuplicateOnlyAcks and WithoutNotifSweep together are Branch R's
 	// counterfactual (tests only): the seed's worker, for which an inbox row

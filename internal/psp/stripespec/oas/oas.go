@@ -28,7 +28,7 @@ import (
 )
 
 // StripeMockVersion is the stripe-mock release whose embedded spec is
-// used: the one the contract test runs (DESIGN.md §6).
+// used: the one the contract test runs (docs/mechanism.md#design-6).
 const StripeMockVersion = "v0.203.0"
 
 // SpecPath finds stripe-mock's spec3.json in the Go module cache. It is
