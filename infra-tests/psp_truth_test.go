@@ -103,7 +103,7 @@ func TestAPendingRefundReachesItsFinalStateInTheLedger(t *testing.T) {
 		{"succeeds then fails", pspsim.FaultRefundFailLater, "failed", ledger.RefundFailed},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			w := worldtest.New(t, worldtest.Options{})
+			w := worldtest.New(t, worldtest.Options{Timing: worldtest.SteadyTiming()})
 			if r := w.Pay("u1", "K1", worldtest.Body3000); r.Status != http.StatusCreated {
 				t.Fatalf("pay = %d %s", r.Status, r.Body)
 			}
@@ -118,7 +118,7 @@ func TestAPendingRefundReachesItsFinalStateInTheLedger(t *testing.T) {
 			}
 			refunds := w.Sim.Refunds()
 			if len(refunds) != 1 {
-				t.Fatalf("PSP refunds = %+v, want one", refunds)
+				t.Fatalf("PSP refunds = %+v after the refund's %d %s, want one", refunds, r.Status, r.Body)
 			}
 			if st, _ := w.Sim.RefundStatus(refunds[0].ID); st != "pending" && tc.fault != pspsim.FaultRefundFailLater {
 				t.Fatalf("PSP refund %s, want pending", st)
@@ -160,7 +160,7 @@ func TestAPendingRefundReachesItsFinalStateInTheLedger(t *testing.T) {
 // default until this is fixed: five internal/api refund tests fail with a
 // 2 s lag).
 func TestARefundRightAfterThePaymentDoesNotWaitForSearch(t *testing.T) {
-	w := worldtest.New(t, worldtest.Options{})
+	w := worldtest.New(t, worldtest.Options{Timing: worldtest.SteadyTiming()})
 	if err := w.Sim.SetSearchLag(2 * time.Second); err != nil {
 		t.Fatal(err)
 	}

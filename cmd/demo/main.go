@@ -73,11 +73,11 @@ func run(ctx context.Context) error {
 		return err
 	}
 
-	fmt.Println("\n== the seed's story end to end (Part 13), on the real handlers over the local cloud, on a fake clock")
+	fmt.Println("\n== the story end to end (docs/mechanism.md §2), on the real handlers over the local cloud, on a fake clock")
 	if _, err := story.Run(ctx, os.Stdout); err != nil {
 		return fmt.Errorf("story: %w", err)
 	}
-	fmt.Println("== the count is the seed's")
+	fmt.Println("== the count is the story's")
 
 	return settled(ctx, root, door, sim, env.Get(stackenv.LedgerDSN), token, lost)
 }

@@ -1,5 +1,5 @@
 -- +goose Up
--- The ledger: the durable guard (seed Part 3), the journal, the outbox intent
+-- The ledger: the durable guard (docs/mechanism.md#seed-part-3), the journal, the outbox intent
 -- and the PSP webhook inbox. Every state move is a compare-and-set along the
 -- allowed edges; the trigger below refuses any other move, whoever attempts it.
 
@@ -83,7 +83,7 @@ CREATE TABLE webhook_inbox (
   received_at  TIMESTAMPTZ NOT NULL DEFAULT now()
 );
 
--- The consumer side (the worker, seed Part 6): inbox, credits, balances, notifications.
+-- The consumer side (the worker, docs/mechanism.md#seed-part-7): inbox, credits, balances, notifications.
 CREATE TABLE processed (
   event_id     TEXT PRIMARY KEY,
   processed_at TIMESTAMPTZ NOT NULL DEFAULT now()

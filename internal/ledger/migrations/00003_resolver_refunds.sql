@@ -1,6 +1,6 @@
 -- +goose Up
 -- The resolver's lease on the payments it is settling, and refunds as a
--- compensation (seed Part 4, "When a compensation times out").
+-- compensation (docs/mechanism.md#seed-part-4, "When a compensation times out").
 
 -- A resolver run claims the rows it will settle by setting a short lease, so
 -- two runs at once do not replay the same payments (the CAS and the derived

@@ -124,6 +124,7 @@ type StreamConfig struct {
 type StreamStats struct {
 	Invocations     int // handler invocations
 	Records         int // records handed over, re-deliveries included
+	Acked           int // records the checkpoint moved past after their batch succeeded (each once)
 	FunctionErrors  int // invocations that returned an error (or panicked)
 	PartialFailures int // invocations that reported batch item failures
 	Bisections      int // failed batches split in two
@@ -427,6 +428,7 @@ func (p *StreamPoller) stepShard(ctx context.Context, sh *shard) (int, error) {
 	case herr == nil && failedAt < 0:
 		log("ok")
 		p.ack(sh, recs[len(recs)-1])
+		p.stats.Acked += len(recs)
 		if n := len(sh.limits); n > 0 {
 			sh.limits = sh.limits[:n-1]
 		}
@@ -458,6 +460,7 @@ func (p *StreamPoller) stepShard(ctx context.Context, sh *shard) (int, error) {
 		log("partial failure", slog.String("failed_sequence_number", aws.ToString(recs[failedAt].Dynamodb.SequenceNumber)))
 		if failedAt > 0 {
 			p.ack(sh, recs[failedAt-1])
+			p.stats.Acked += failedAt
 		}
 		sh.attempts++
 		rest := recs[failedAt:]

@@ -639,7 +639,10 @@ func (r *Runner) step(ctx context.Context, s *schedule) error {
 		if crash {
 			w.RelayCrashes.Store(1)
 		}
-		n, err := w.Stream.Step(ctx)
+		// Until caught up with every write before the step: one poll of
+		// DynamoDB Local's stream can return part of it under load, and the
+		// trace must be the seed's, not the machine's.
+		n, err := w.RelayCaughtUp(ctx)
 		if err != nil {
 			return fmt.Errorf("relay: %w", err)
 		}
@@ -647,7 +650,7 @@ func (r *Runner) step(ctx context.Context, s *schedule) error {
 			r.cover(RelayAfterSend)
 		}
 		w.RelayCrashes.Store(0)
-		s.log("relay: %d records (crash armed %v)", n, crash)
+		s.log("relay: %d records caught up (crash armed %v)", n, crash)
 	case k < 84: // the worker, maybe dying at one of its crash points
 		s.workerCrash = ""
 		if s.rng.IntN(2) == 0 {

@@ -43,16 +43,16 @@ var Want = Count{Charges: 1, Credits: 1, Balance: 15000, Shown: 1, Alerts: 2}
 func (c Count) Mismatch() []string {
 	var out []string
 	if c.Charges != Want.Charges {
-		out = append(out, fmt.Sprintf("%d PSP charges, the seed has %d", c.Charges, Want.Charges))
+		out = append(out, fmt.Sprintf("%d PSP charges, the story has %d", c.Charges, Want.Charges))
 	}
 	if c.Credits != Want.Credits {
-		out = append(out, fmt.Sprintf("%d credits to m1, the seed has %d", c.Credits, Want.Credits))
+		out = append(out, fmt.Sprintf("%d credits to m1, the story has %d", c.Credits, Want.Credits))
 	}
 	if c.Balance != Want.Balance {
-		out = append(out, fmt.Sprintf("m1 = %d, the seed has 12,000 -> 15,000", c.Balance))
+		out = append(out, fmt.Sprintf("m1 = %d, the story has 12,000 -> 15,000", c.Balance))
 	}
 	if c.Shown != Want.Shown {
-		out = append(out, fmt.Sprintf("%d notifications on the phone, the seed has %d", c.Shown, Want.Shown))
+		out = append(out, fmt.Sprintf("%d notifications on the phone, the story has %d", c.Shown, Want.Shown))
 	}
 	return out
 }
@@ -62,7 +62,7 @@ func (c Count) Mismatch() []string {
 func (c Count) StoryMismatch() []string {
 	out := c.Mismatch()
 	if c.Alerts != Want.Alerts {
-		out = append(out, fmt.Sprintf("%d pushes reached the phone, the seed's story has %d (w1's, then w2's after the crash)", c.Alerts, Want.Alerts))
+		out = append(out, fmt.Sprintf("%d pushes reached the phone, the story has %d (w1's, then w2's after the crash)", c.Alerts, Want.Alerts))
 	}
 	return out
 }
@@ -91,7 +91,7 @@ func Run(ctx context.Context, out io.Writer) (Count, error) {
 		return c, fmt.Errorf("the late-original branch: %w", berr)
 	}
 	if m := c.StoryMismatch(); len(m) > 0 {
-		return c, fmt.Errorf("the count differs from the seed's: %v", m)
+		return c, fmt.Errorf("the count differs from the story's: %v", m)
 	}
 	return c, nil
 }
@@ -132,7 +132,7 @@ func Play(ctx context.Context, w *World) (Count, error) {
 	chargeKey, eventID := ids.ChargeKey(pid), ids.EventID(pid, string(ledger.Succeeded))
 	t.Alias(eventID, "ev_7")
 	t.Alias(pid, "pay_7")
-	w.Table.Section("the main line: u1 taps Pay once for order 42, $30.00 (seed Parts 2-7, 13)", w.T0)
+	w.Table.Section("the main line: u1 taps Pay once for order 42, $30.00 (docs/mechanism.md §2, §4-§10)", w.T0)
 
 	t.Add("phone", "tap: makes K1, writes it to the journal, sends A1", "K1")
 	// The reply is lost at the PSP: it charges, then holds its answer and
@@ -379,7 +379,7 @@ func LateOriginal(ctx context.Context, w *World) error {
 	w.Clock.Set(start)
 	at := func(s float64) time.Time { return start.Add(time.Duration(s * float64(time.Second))) }
 	set := func(s float64) { w.Clock.Set(at(s)) }
-	t.Section("branch: the late original, stopped by the deadline and the void (seed Part 4; caller u2, merchant m2)", start)
+	t.Section("branch: the late original, stopped by the deadline and the void (docs/mechanism.md §7; caller u2, merchant m2)", start)
 	body := `{"merchant_id":"m2","order_id":"43","amount":3000,"currency":"USD","payment_method":"pm_card_visa"}`
 	k1, k2 := PaymentID("u2", "K1"), PaymentID("u2", "K2")
 	t.Alias(ids.EventID(k2, "SUCCEEDED"), "ev_9")

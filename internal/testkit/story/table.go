@@ -99,7 +99,7 @@ func (t *Table) Print(out io.Writer) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if len(t.aliases) > 0 {
-		fmt.Fprintln(out, "\nthe seed's names for the real ids:")
+		fmt.Fprintln(out, "\nthe story's names for the real ids:")
 		for _, a := range t.aliases {
 			fmt.Fprintf(out, "  %-6s = %s\n", a[1], a[0])
 		}

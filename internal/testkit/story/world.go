@@ -177,6 +177,11 @@ type World struct {
 	// RelayCrashes is how many of the next relay invocations crash after
 	// their messages were sent and before the batch is acknowledged.
 	RelayCrashes atomic.Int32
+	// sentinels counts RelayCaughtUp's markers; sentinelDone is the last
+	// one a relay invocation acknowledged.
+	sentinels    int64
+	sentinelDone atomic.Int64
+	outboxTable  string
 	// Redriven counts the messages Settle moved back from the DLQ.
 	Redriven atomic.Int64
 	// OnPSP, when set, sees every PSP call as it returns (the story uses it
@@ -299,6 +304,7 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 	if err != nil {
 		return nil, err
 	}
+	w.outboxTable = outboxTable
 	streamArn, err := w.streamArn(ctx, outboxTable)
 	if err != nil {
 		return nil, err
@@ -648,6 +654,22 @@ var errRelayCrash = errors.New("story: relay died before its batch was acknowled
 
 func (w *World) relayHandler(h harness.StreamHandler) harness.StreamHandler {
 	return func(ctx context.Context, ev events.DynamoDBEvent) (events.DynamoDBEventResponse, error) {
+		// RelayCaughtUp's markers are the test's, not events: the relay
+		// never sees them (as a Lambda filter would keep them out).
+		var marker int64
+		real := ev.Records[:0:0]
+		for _, r := range ev.Records {
+			if n, ok := sentinelOf(r); ok {
+				marker = max(marker, n)
+				continue
+			}
+			real = append(real, r)
+		}
+		if len(real) == 0 {
+			w.sentinelDone.Store(max(w.sentinelDone.Load(), marker))
+			return events.DynamoDBEventResponse{}, nil
+		}
+		ev.Records = real
 		resp, err := h(ctx, ev)
 		if err == nil && len(resp.BatchItemFailures) == 0 {
 			for {
@@ -659,9 +681,60 @@ func (w *World) relayHandler(h harness.StreamHandler) harness.StreamHandler {
 					return events.DynamoDBEventResponse{}, errRelayCrash
 				}
 			}
+			w.sentinelDone.Store(max(w.sentinelDone.Load(), marker))
 		}
 		return resp, err
 	}
+}
+
+const sentinelPrefix = "relay-caught-up#"
+
+func sentinelOf(r events.DynamoDBEventRecord) (int64, bool) {
+	k, ok := r.Change.Keys["event_id"]
+	if !ok || k.DataType() != events.DataTypeString {
+		return 0, false
+	}
+	rest, found := strings.CutPrefix(k.String(), sentinelPrefix)
+	if !found {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(rest, 10, 64)
+	return n, err == nil
+}
+
+// RelayCaughtUp runs the relay until it has taken every stream record
+// written before the call, and returns how many it acknowledged. A single
+// poll is not enough to say so: DynamoDB Local's stream can hand over part
+// of what was written (a record not yet readable under load, a shard that
+// rolled over), so a schedule's trace would be the machine's, not its
+// seed's. It writes a marker item to the outbox table and polls until a
+// relay invocation has acknowledged the marker; the records the checkpoint
+// passed on the way are the same whatever the batches were.
+func (w *World) RelayCaughtUp(ctx context.Context) (int, error) {
+	w.sentinels++
+	id := w.sentinels
+	if _, err := w.Dynamo.PutItem(ctx, &dynamodb.PutItemInput{TableName: aws.String(w.outboxTable),
+		Item: map[string]ddbtypes.AttributeValue{"event_id": &ddbtypes.AttributeValueMemberS{Value: sentinelPrefix + strconv.FormatInt(id, 10)}}}); err != nil {
+		return 0, fmt.Errorf("story: relay marker: %w", err)
+	}
+	before := w.Stream.Stats().Acked
+	for range 1000 {
+		n, err := w.Stream.Step(ctx)
+		if err != nil {
+			return w.Stream.Stats().Acked - before, err
+		}
+		if w.sentinelDone.Load() >= id {
+			return w.Stream.Stats().Acked - before - 1, nil
+		}
+		if n == 0 {
+			select {
+			case <-ctx.Done():
+				return 0, ctx.Err()
+			case <-time.After(10 * time.Millisecond):
+			}
+		}
+	}
+	return w.Stream.Stats().Acked - before, fmt.Errorf("story: the relay never reached marker %d", id)
 }
 
 func pspTransport(fresh bool) http.RoundTripper {
