@@ -115,14 +115,9 @@ test-cfn: $(TEMPLATE) ## cfn-lint over the synthesized templates (sandbox, prod,
 	@cfn-lint $(VARIANTS)/prod.template.json $(VARIANTS)/alb.template.json
 	@echo "test-cfn: sandbox, prod and ALB templates lint clean"
 
-# lint runs late: scripts/warm.sh fills staticcheck's cache while test-unit
-# waits, and on a fresh machine that cache alone takes a minute to build.
-# warm.sh compiles ahead at nice 19 (the phases still build and check for
-# themselves); its log is .local/warm.log.
-TEST_PHASES := setup up test-unit test-race fuzz lint test-cfn
+TEST_PHASES := setup up lint test-unit test-race fuzz test-cfn
 test: ## the README's test command: installs, starts, lints and runs everything
-	@nice -n 19 bash scripts/warm.sh $(RACE_PKGS) & warm=$$!; trap 'kill $$warm 2>/dev/null || true' EXIT; \
-	t0=$$(date +%s); for p in $(TEST_PHASES); do \
+	@t0=$$(date +%s); for p in $(TEST_PHASES); do \
 	  $(MAKE) --no-print-directory $$p || exit 1; \
 	  echo "== test: $$p done, $$(( $$(date +%s) - t0 ))s in"; \
 	done
@@ -130,7 +125,7 @@ test: ## the README's test command: installs, starts, lints and runs everything
 	@bash scripts/testsummary.sh $(LOCAL)/test.json
 	@echo "test: all green"
 
-demo: up ## bring the local cloud up; the lost reply, a live payment tap -> push, the seed's story (~1 min)
+demo: up ## bring the local cloud up; the lost reply, a live payment tap -> push, the story (~1 min)
 	@go run ./cmd/demo
 
 BENCHTIME ?= 300x

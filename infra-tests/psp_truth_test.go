@@ -152,13 +152,8 @@ func TestAPendingRefundReachesItsFinalStateInTheLedger(t *testing.T) {
 // asked for right after the payment must not depend on it: the ledger
 // already knows the charge, and Stripe refunds by charge (or by the
 // PaymentIntent's id) without a search.
-//
-// This test fails on today's code: internal/refund finds the PaymentIntent
-// by a search on our reference whenever the ledger holds a ch_ id, so under
-// a search lag the refund is not sent and the caller hears 202 PROCESSING
-// until the index catches up (and the worlds cannot turn a lag on by
-// default until this is fixed: five internal/api refund tests fail with a
-// 2 s lag).
+// (internal/refund refunds by the ledger's ch_ id; before that fix it
+// searched, and under a search lag the caller heard 202 PROCESSING.)
 func TestARefundRightAfterThePaymentDoesNotWaitForSearch(t *testing.T) {
 	w := worldtest.New(t, worldtest.Options{Timing: worldtest.SteadyTiming()})
 	if err := w.Sim.SetSearchLag(2 * time.Second); err != nil {

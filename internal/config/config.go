@@ -61,7 +61,7 @@ func (t Timing) Validate() error {
 		return fmt.Errorf("config: every duration must be positive: %+v", t)
 	}
 	if lhs := t.Deadline + t.Margin + t.PreStampWait; lhs >= t.ClientTimeout {
-		return fmt.Errorf("config: deadline %s + margin %s + pre-stamp wait %s = %s must be < client timeout %s (seed Formula 2)",
+		return fmt.Errorf("config: deadline %s + margin %s + pre-stamp wait %s = %s must be < client timeout %s (docs/mechanism.md#seed-part-4)",
 			t.Deadline, t.Margin, t.PreStampWait, lhs, t.ClientTimeout)
 	}
 	if t.KeyWindow <= t.FunctionTimeout() {

@@ -657,19 +657,19 @@ func (w *World) relayHandler(h harness.StreamHandler) harness.StreamHandler {
 		// RelayCaughtUp's markers are the test's, not events: the relay
 		// never sees them (as a Lambda filter would keep them out).
 		var marker int64
-		real := ev.Records[:0:0]
+		kept := ev.Records[:0:0]
 		for _, r := range ev.Records {
 			if n, ok := sentinelOf(r); ok {
 				marker = max(marker, n)
 				continue
 			}
-			real = append(real, r)
+			kept = append(kept, r)
 		}
-		if len(real) == 0 {
+		if len(kept) == 0 {
 			w.sentinelDone.Store(max(w.sentinelDone.Load(), marker))
 			return events.DynamoDBEventResponse{}, nil
 		}
-		ev.Records = real
+		ev.Records = kept
 		resp, err := h(ctx, ev)
 		if err == nil && len(resp.BatchItemFailures) == 0 {
 			for {
@@ -710,6 +710,10 @@ func sentinelOf(r events.DynamoDBEventRecord) (int64, bool) {
 // seed's. It writes a marker item to the outbox table and polls until a
 // relay invocation has acknowledged the marker; the records the checkpoint
 // passed on the way are the same whatever the batches were.
+//
+// Not safe for concurrent use (the chaos runner's steps run one at a time).
+// A cost the trace's determinism pays: a crashed batch is redelivered inside
+// the same step, so no other step runs between a relay's send and its resend.
 func (w *World) RelayCaughtUp(ctx context.Context) (int, error) {
 	w.sentinels++
 	id := w.sentinels
@@ -718,7 +722,10 @@ func (w *World) RelayCaughtUp(ctx context.Context) (int, error) {
 		return 0, fmt.Errorf("story: relay marker: %w", err)
 	}
 	before := w.Stream.Stats().Acked
-	for range 1000 {
+	// A minute, not a step count: a batch that keeps failing steps with
+	// no pause, and a loaded machine's polls are slow. Only a relay whose
+	// every invocation fails (the SQS outage step uses Drain) ends here.
+	for end := time.Now().Add(time.Minute); time.Now().Before(end); {
 		n, err := w.Stream.Step(ctx)
 		if err != nil {
 			return w.Stream.Stats().Acked - before, err
