@@ -28,7 +28,7 @@ setup: ## install what is missing (PostgreSQL, Java 17, DynamoDB Local, the CDK 
 
 up: setup $(TEMPLATE) ## start the local cloud, provision it from the template, run the template as a stack (localcloud serve)
 	@bash scripts/localcloud.sh up
-	@go run ./cmd/localcloud up --template $(TEMPLATE)
+	@source scripts/ports.sh && go run ./cmd/localcloud up --template $(TEMPLATE)
 	@bash scripts/localcloud.sh apps
 
 down: ## stop the local cloud

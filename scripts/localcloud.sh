@@ -19,6 +19,9 @@ LOGS=$LOCAL/logs
 PIDS=$LOCAL/pids
 mkdir -p "$LOGS" "$PIDS"
 
+# One knob per part: a port and its URL follow each other (or are refused).
+# shellcheck source=scripts/ports.sh
+source "$ROOT/scripts/ports.sh"
 DDB_PORT=${ONCEPAY_DDB_PORT:-8000}
 MOTO_PORT=${ONCEPAY_MOTO_PORT:-4566}
 PG_PORT=${ONCEPAY_PG_PORT:-54329}

@@ -1,8 +1,8 @@
 // Command demo runs on the local cloud (after `make up`): it shows what the
-// template provisioned, plays the seed's opening beat through the front
+// template provisioned, plays the story's opening beat through the front
 // door — the PSP charges but its reply (and its webhook) is lost, so the
 // payment is UNKNOWN — then a live payment with the CLI from the tap to the
-// push on the phone, then the seed's whole story on the real handlers with a
+// push on the phone, then the story's whole story on the real handlers with a
 // fake clock (internal/story), printing its event table and final count, and
 // last the opening's payment as the live resolver settled it on its
 // schedule. It exits non-zero when any beat's count differs from what it
@@ -88,11 +88,11 @@ type opening struct {
 	answered       time.Time // when the 202 came
 }
 
-// lostReply is the seed's opening beat: the PSP charges, but its reply is
+// lostReply is the story's opening beat: the PSP charges, but its reply is
 // lost and its webhook is late, so the api can only answer 202 and record
 // UNKNOWN. On the live stack the webhook would otherwise settle the payment
 // within the api's own deadline (the simulator sends it at once), and the
-// beat would show a 201 instead of the unknown the seed starts from.
+// beat would show a 201 instead of the unknown the story starts from.
 func lostReply(ctx context.Context, door, sim, token string) (opening, error) {
 	key := fmt.Sprintf("demo-%d", time.Now().UnixNano())
 	o := opening{key: key, pid: ids.PaymentID(ids.Scope("u1", key)),

@@ -22,14 +22,14 @@ const resolverBound = 90 * time.Second
 // the delta.
 const seedOpening = 12000
 
-// TestALostReplyIsSettledByTheResolverWithNoClientCall plays the seed's
+// TestALostReplyIsSettledByTheResolverWithNoClientCall plays the story's
 // payment (story.Body: order 42, $30.00) through the surface: the PSP
 // charges and its reply is lost (its webhook too, so only the resolver can
 // settle it), the api answers 202 PROCESSING, a retry at once is the same
 // 202 replayed; then, with no client call, the resolver settles it on its
 // schedule within 90 s: SUCCEEDED, one charge, one credit, one push; a
 // retry of the original request now answers 201 SUCCEEDED. The count is
-// the seed's (story.Want) where the surface can express it.
+// the story's (story.Want) where the surface can express it.
 func TestALostReplyIsSettledByTheResolverWithNoClientCall(t *testing.T) {
 	t.Parallel()
 	s := live(t)
@@ -47,7 +47,7 @@ func TestALostReplyIsSettledByTheResolverWithNoClientCall(t *testing.T) {
 	if err := sim.arm(ctx, key, "lose_reply", 30*time.Second, 1); err != nil {
 		t.Fatal(err)
 	}
-	// The seed's webhook comes after the resolver; here it never comes, so
+	// The story's webhook comes after the resolver; here it never comes, so
 	// the settle below is the resolver's alone.
 	if err := sim.arm(ctx, key, "webhook_drop", 0, 5); err != nil {
 		t.Fatal(err)
@@ -102,8 +102,8 @@ func TestALostReplyIsSettledByTheResolverWithNoClientCall(t *testing.T) {
 	// count is one alert.
 	seed := count{Charges: story.Want.Charges, Credits: story.Want.Credits, BalanceDelta: story.Want.Balance - seedOpening,
 		Shown: story.Want.Shown, Alerts: story.Want.Alerts - 1}
-	t.Logf("the seed's payment through the surface: %+v (the seed's, less w1's crash alert: %+v)", c, seed)
+	t.Logf("the story's payment through the surface: %+v (the story's, less w1's crash alert: %+v)", c, seed)
 	if c != seed {
-		t.Errorf("count %+v, the seed's through the surface is %+v", c, seed)
+		t.Errorf("count %+v, the story's through the surface is %+v", c, seed)
 	}
 }

@@ -106,7 +106,7 @@ func newWorld(t testing.TB, o options) *world {
 			t.Fatal(err)
 		}
 	}
-	// Seed m1's balance as the seed's story has it before the tap.
+	// Seed m1's balance as the story has it before the tap.
 	if _, err := w.pool.Exec(w.ctx, `INSERT INTO merchant_balances (merchant_id, currency, balance) VALUES ('m1', 'USD', 12000)`); err != nil {
 		t.Fatal(err)
 	}

@@ -48,7 +48,7 @@ type world struct {
 	h      *api.Handler
 }
 
-// testTiming keeps the seed's rules but a short deadline, so a lost reply
+// testTiming keeps the story's rules but a short deadline, so a lost reply
 // costs the test 1 s of real time instead of 5 s. Not shorter: on a loaded
 // 2-core CI machine a whole first call has taken more than 400 ms, and a
 // request that runs past the deadline answers what the test did not ask.

@@ -1,6 +1,6 @@
 // Package clock gives handlers their notion of now. Production uses the
 // system clock; the demo and the scenario tests hand in a Fake they move by
-// hand, so the seed's timelines replay without sleeping.
+// hand, so the story's timelines replay without sleeping.
 package clock
 
 import (

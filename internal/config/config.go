@@ -36,7 +36,7 @@ type Timing struct {
 	PSPKeyWindow time.Duration
 }
 
-// Default returns the seed's values.
+// Default returns the story's values.
 func Default() Timing {
 	return Timing{
 		Deadline:      5 * time.Second,

@@ -10,7 +10,7 @@ func TestDefaultsSatisfyFormula2(t *testing.T) {
 	if err := d.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	// The seed's numbers: 5 s + 0.02 s < 10 s, with our 1 s margin on top.
+	// The story's numbers: 5 s + 0.02 s < 10 s, with our 1 s margin on top.
 	if d.Deadline+d.Margin+d.PreStampWait >= d.ClientTimeout {
 		t.Fatal("formula 2 broken by the defaults")
 	}
@@ -22,7 +22,7 @@ func TestDefaultsSatisfyFormula2(t *testing.T) {
 func TestFormula2RejectsADeadlineThatOutlivesTheClient(t *testing.T) {
 	for _, tc := range []Timing{
 		{Deadline: 9 * time.Second, ClientTimeout: 10 * time.Second, Margin: time.Second, KeyWindow: time.Hour, PSPKeyWindow: 24 * time.Hour},
-		// The seed's counterexample: the stamp taken after an 11.98 s queue.
+		// The story's counterexample: the stamp taken after an 11.98 s queue.
 		{Deadline: 5 * time.Second, ClientTimeout: 10 * time.Second, PreStampWait: 11980 * time.Millisecond, KeyWindow: time.Hour, PSPKeyWindow: 24 * time.Hour},
 		{Deadline: 5 * time.Second, ClientTimeout: 10 * time.Second, Margin: time.Second, KeyWindow: 5 * time.Second},
 	} {

@@ -24,7 +24,7 @@ import (
 	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
 
-// paidWorld makes the seed's payment through the real api, relay, worker
+// paidWorld makes the story's payment through the real api, relay, worker
 // and notifier (the story's world), with a phone of the test's own on the
 // world's push topic, and returns the world, the payment id and the phone's
 // file once the push is on it.

@@ -14,7 +14,7 @@ import (
 	"github.com/oncepay/oncepay/internal/psp"
 )
 
-// 64 concurrent copies of one charge (the seed's concurrent duplicates):
+// 64 concurrent copies of one charge (the story's concurrent duplicates):
 // exactly one charge; every other copy is a replay of it or a 409 while it
 // runs; none is a second charge.
 func TestOneChargePerKeyUnder64ConcurrentRequests(t *testing.T) {
@@ -193,7 +193,7 @@ func TestKeyForgottenAfterWindow(t *testing.T) {
 	}
 }
 
-// The seed's gray failure: the PSP charges and the reply is lost. The client
+// The story's gray failure: the PSP charges and the reply is lost. The client
 // sees a timeout (Unknown), the charge exists, and a retry with the same
 // key inside the window returns the saved success without charging again.
 func TestLostReplyThenRetry(t *testing.T) {

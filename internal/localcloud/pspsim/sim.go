@@ -1,6 +1,6 @@
 // Package pspsim is oncepay's PSP simulator: an http.Handler that speaks the
 // subset of Stripe's API that internal/psp uses, with Stripe's documented
-// semantics, plus fault injection for the failures the seed's story is made
+// semantics, plus fault injection for the failures the story is made
 // of (a slow PSP, a reply lost after charging, a 5xx, a dropped request, a
 // webhook duplicated, late or lost).
 //

@@ -1,6 +1,6 @@
 package story_test
 
-// The seed's beats and branches as scenarios on the whole path: API, key
+// The story's beats and branches as scenarios on the whole path: API, key
 // store, ledger, PSP, resolver, webhook, outbox, relay, queue, worker, push.
 // Each asserts the money (PSP charges, credits, m1's balance) and what the
 // phone shows, not just a status code. The API-level halves of 3a, 3c, 3d
@@ -231,7 +231,7 @@ func (g noGuard) InsertPending(ctx context.Context, p ledger.Payment) (ledger.Pa
 // forgotten K1. With the durable guard the ledger answers and nothing
 // reaches the PSP (snapshot P6); without it (the counterfactual switch) the
 // PSP charges again: $60.00 for one order, m1 credited twice, two
-// notifications. The seed's "one charge" check fails with the switch on.
+// notifications. The story's "one charge" check fails with the switch on.
 func TestBranchX_WithoutTheDurableGuardTheTwoHourReturnChargesTwice(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -260,7 +260,7 @@ func TestBranchX_WithoutTheDurableGuardTheTwoHourReturnChargesTwice(t *testing.T
 			}
 			c := expectCount(t, w, tc.want)
 			if mismatch := c.Mismatch(); tc.noGuard != (len(mismatch) > 0) {
-				t.Fatalf("the seed's count check says %v", mismatch)
+				t.Fatalf("the story's count check says %v", mismatch)
 			}
 		})
 	}
@@ -447,7 +447,7 @@ func TestBranchR_WorkerDiesAfterCommitTheRedeliveryStillNotifies(t *testing.T) {
 				t.Fatalf("count = %+v, want %+v", c, want)
 			}
 			if m := c.Mismatch(); len(m) != 1 || !strings.Contains(m[0], "0 notifications") {
-				t.Fatalf("the seed's count check says %v, want only the missing notification", m)
+				t.Fatalf("the story's count check says %v, want only the missing notification", m)
 			}
 			if open, err := w.InTransit(ctx); err != nil || open != 1 {
 				t.Fatalf("%d events in transit (%v), want the one owed notification", open, err)
@@ -468,7 +468,7 @@ func TestBranchLateOriginal_DeadlineAndVoidStopIt(t *testing.T) {
 	expectCount(t, w, story.Count{Charges: 1, Credits: 0, Balance: 12000, Shown: 1, Alerts: 1})
 }
 
-// Snapshot P6: after the seed's main line, two hours on, the key record has
+// Snapshot P6: after the story's main line, two hours on, the key record has
 // forgotten K1 and the ledger answers; nothing new reaches the PSP, the
 // merchant or the phone.
 func TestSnapshotP6_TheBuyerComesBackTwoHoursLater(t *testing.T) {
@@ -491,7 +491,7 @@ func TestSnapshotP6_TheBuyerComesBackTwoHoursLater(t *testing.T) {
 
 func TestCountMismatchNamesEveryDifference(t *testing.T) {
 	if m := story.Want.Mismatch(); len(m) != 0 {
-		t.Fatalf("the seed's own count mismatches: %v", m)
+		t.Fatalf("the story's own count mismatches: %v", m)
 	}
 	m := story.Count{Charges: 2, Credits: 2, Balance: 18000, Shown: 2}.Mismatch()
 	if len(m) != 4 {

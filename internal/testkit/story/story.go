@@ -19,7 +19,7 @@ import (
 	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
 )
 
-// Body is the seed's payment: order 42, $30.00, to merchant m1.
+// Body is the story's payment: order 42, $30.00, to merchant m1.
 const Body = `{"merchant_id":"m1","order_id":"42","amount":3000,"currency":"USD","payment_method":"pm_card_visa"}`
 
 // Count is the story's final count.
@@ -39,7 +39,7 @@ type Count struct {
 // a double push the replace id hides, so it is counted, not collapsed.
 var Want = Count{Charges: 1, Credits: 1, Balance: 15000, Shown: 1, Alerts: 2}
 
-// Mismatch lists how c differs from the seed's count; empty when it agrees.
+// Mismatch lists how c differs from the story's count; empty when it agrees.
 func (c Count) Mismatch() []string {
 	var out []string
 	if c.Charges != Want.Charges {
@@ -69,7 +69,7 @@ func (c Count) StoryMismatch() []string {
 
 // Run builds a world on the local cloud, plays the story and its
 // late-original branch, prints the event table and the final count to out,
-// and returns an error when anything differs from the seed.
+// and returns an error when anything differs from the story.
 func Run(ctx context.Context, out io.Writer) (Count, error) {
 	w, err := New(ctx, Options{})
 	if err != nil {
@@ -123,9 +123,9 @@ func (c *check) want(ok bool, format string, args ...any) {
 
 func (c *check) err() error { return errors.Join(c.errs...) }
 
-// Play runs the seed's main line on w (caller u1, key K1, merchant m1) and
+// Play runs the story's main line on w (caller u1, key K1, merchant m1) and
 // returns the final count. An error names every beat whose outcome differs
-// from the seed's.
+// from the story's.
 func Play(ctx context.Context, w *World) (Count, error) {
 	t, ck := w.Table, &check{}
 	pid := PaymentID("u1", "K1")
@@ -137,7 +137,7 @@ func Play(ctx context.Context, w *World) (Count, error) {
 	t.Add("phone", "tap: makes K1, writes it to the journal, sends A1", "K1")
 	// The reply is lost at the PSP: it charges, then holds its answer and
 	// drops the connection. The real hold is short; the fake clock shows
-	// the seed's times (the charge at 0.28, the deadline at 5.02).
+	// the story's times (the charge at 0.28, the deadline at 5.02).
 	if err := w.Sim.AddFault(pspsim.Fault{Match: pspsim.Match{IdempotencyKey: chargeKey}, Kind: pspsim.FaultLoseReply, DelayMS: 150}); err != nil {
 		return Count{}, err
 	}
@@ -332,7 +332,7 @@ func inboxCrashAfterPush(w *World, eventID string) inbox.Hooks {
 	}
 }
 
-// thousands renders minor units the way the seed does: 12,000.
+// thousands renders minor units the way the story does: 12,000.
 func thousands(n int64) string {
 	s := seconds(time.Duration(n) * time.Second)
 	return s[:len(s)-3]

@@ -99,7 +99,7 @@ func readmeShowsTheRealOutput(t *testing.T, got string) {
 func TestTheSeedsCountFlagsADoublePush(t *testing.T) {
 	c := story.Want
 	if m := c.StoryMismatch(); len(m) != 0 {
-		t.Fatalf("the seed's own count mismatches: %v", m)
+		t.Fatalf("the story's own count mismatches: %v", m)
 	}
 	c.Alerts++
 	if m := c.StoryMismatch(); len(m) != 1 {

@@ -7,7 +7,7 @@
 // instead.
 //
 // Run prints the event table and the final count and fails when a count
-// differs from the seed's: one charge, one credit to m1 (12,000 -> 15,000),
+// differs from the story's: one charge, one credit to m1 (12,000 -> 15,000),
 // one notification on the phone.
 package story
 
@@ -41,7 +41,7 @@ type Table struct {
 	aliases [][2]string
 }
 
-// Alias makes the printed table call id by the seed's name for it (pay_7,
+// Alias makes the printed table call id by the story's name for it (pay_7,
 // ch_1, ev_7) and lists the pair under the table.
 func (t *Table) Alias(id, name string) {
 	t.mu.Lock()
@@ -79,7 +79,7 @@ func (t *Table) Rows() []Row {
 	return append([]Row(nil), t.rows...)
 }
 
-// Print writes the table: time in the seed's seconds, hop, what happened,
+// Print writes the table: time in the story's seconds, hop, what happened,
 // the IDs it carried.
 func (t *Table) Print(out io.Writer) {
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
@@ -106,7 +106,7 @@ func (t *Table) Print(out io.Writer) {
 	}
 }
 
-// seconds renders a duration the way the seed writes times: 10.00, 7,200.00.
+// seconds renders a duration the way the story writes times: 10.00, 7,200.00.
 func seconds(d time.Duration) string {
 	s := fmt.Sprintf("%.2f", d.Seconds())
 	whole, frac, _ := strings.Cut(s, ".")

@@ -71,19 +71,19 @@ func SeedTiming() config.Timing {
 	return config.Timing{Deadline: 5 * time.Second, ClientTimeout: 10 * time.Second, Margin: time.Second, KeyWindow: time.Hour}
 }
 
-// Options shape a World. The zero value is the seed's world.
+// Options shape a World. The zero value is the story's world.
 type Options struct {
 	// Timing of the API; zero: SeedTiming().
 	Timing config.Timing
 	// Balances are the merchants' balances before the first tap (USD, minor
-	// units); nil: the seed's m1 = 12,000.
+	// units); nil: the story's m1 = 12,000.
 	Balances map[string]int64
 	// WithoutNotifRecord switches the worker to Branch N
 	// (docs/mechanism.md#seed-part-7; tests only): no notif row, so every
 	// delivery pushes.
 	WithoutNotifRecord bool
 	// DuplicateOnlyAcks and WithoutNotifSweep together are Branch R's
-	// counterfactual (tests only): the seed's worker, for which an inbox row
+	// counterfactual (tests only): the story's worker, for which an inbox row
 	// means done. With DuplicateOnlyAcks the worker never reads its
 	// notification record back (the read finds no row, as for an event
 	// processed before notifications were recorded), so a redelivery that
@@ -377,7 +377,7 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 	// Messaging: the relay on the outbox stream, the FIFO queue, the worker,
 	// the push topic and a queue that watches it (the phone's view).
 	settings := eventsource.Default()
-	settings.Worker.VisibilityTimeout = 30 * time.Second // the seed's: the redelivery comes 30 s after the crash
+	settings.Worker.VisibilityTimeout = 30 * time.Second // the story's: the redelivery comes 30 s after the crash
 	w.visibility = settings.Worker.VisibilityTimeout
 	q, err := w.newQueue(ctx, "t-story-"+randomID(6), true, settings.Worker.VisibilityTimeout, settings.Worker.MaxReceiveCount)
 	if err != nil {

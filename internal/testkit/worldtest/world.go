@@ -39,10 +39,10 @@ import (
 // T0 is the fake clock's start.
 var T0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
-// Body3000 is the seed's payment: order 42, $30.00.
+// Body3000 is the story's payment: order 42, $30.00.
 const Body3000 = `{"merchant_id":"m1","order_id":"42","amount":3000,"currency":"USD","payment_method":"pm_card_visa"}`
 
-// Timing keeps the seed's rules with a short deadline, so a lost reply
+// Timing keeps the story's rules with a short deadline, so a lost reply
 // costs a test 400 ms of real time instead of 5 s.
 func Timing() config.Timing {
 	return config.Timing{Deadline: 400 * time.Millisecond, ClientTimeout: 10 * time.Second, Margin: time.Second, KeyWindow: time.Hour}
