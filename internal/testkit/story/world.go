@@ -666,7 +666,7 @@ func (w *World) relayHandler(h harness.StreamHandler) harness.StreamHandler {
 			kept = append(kept, r)
 		}
 		if len(kept) == 0 {
-			w.sentinelDone.Store(max(w.sentinelDone.Load(), marker))
+			w.markerDone(marker)
 			return events.DynamoDBEventResponse{}, nil
 		}
 		ev.Records = kept
@@ -681,9 +681,18 @@ func (w *World) relayHandler(h harness.StreamHandler) harness.StreamHandler {
 					return events.DynamoDBEventResponse{}, errRelayCrash
 				}
 			}
-			w.sentinelDone.Store(max(w.sentinelDone.Load(), marker))
+			w.markerDone(marker)
 		}
 		return resp, err
+	}
+}
+
+// markerDone records that a relay invocation acknowledged marker (0: none
+// in its batch). Markers are acknowledged in order; the step reads only the
+// highest.
+func (w *World) markerDone(marker int64) {
+	if marker > w.sentinelDone.Load() {
+		w.sentinelDone.Store(marker)
 	}
 }
 
@@ -736,7 +745,7 @@ func (w *World) RelayCaughtUp(ctx context.Context) (int, error) {
 		if n == 0 {
 			select {
 			case <-ctx.Done():
-				return 0, ctx.Err()
+				return w.Stream.Stats().Acked - before, ctx.Err()
 			case <-time.After(10 * time.Millisecond):
 			}
 		}
