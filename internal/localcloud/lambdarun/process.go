@@ -260,13 +260,14 @@ const exitPatience = 2 * time.Second
 // ends. Errors:
 //   - *invoke.FunctionError with the handler's errorType and errorMessage
 //     when the handler returned an error;
-//   - Runtime.ExitError when the bootstrap or the whole environment died;
+//   - Runtime.ExitError when the bootstrap or the whole environment died,
+//     under the invocation or before its request reached it;
 //   - Sandbox.Timedout when the emulator reports the timeout;
 //   - Runtime.Unknown when the invocation was sent and its answer is lost
 //     or not understood while the environment lives on (the handler may
 //     have run, so it counts as an attempt);
-//   - anything else (ctx's error, a refused connection: nothing ran) is a
-//     runner error.
+//   - anything else (ctx's error, a connection refused by an environment
+//     that lives on: nothing ran) is a runner error.
 //
 // aws-lambda-rie sets no X-Amz-Function-Error header: a handler's error
 // comes back as status 200 with Lambda's error document as the body, so a
@@ -290,7 +291,17 @@ func (p *Process) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 			return nil, fmt.Errorf("lambdarun: invoke %s: %w", p.function, ctx.Err())
 		}
 		if errors.Is(err, syscall.ECONNREFUSED) {
-			// Refused before anything was sent: the function did not run.
+			// Refused before anything was sent. An environment killed
+			// between being handed this invocation and its request (a kill
+			// in its cold start) is Lambda's environment dying under the
+			// invocation, as Kill counts it; a live one refusing means
+			// nothing ran.
+			select {
+			case <-p.done:
+				return nil, &invoke.FunctionError{Function: p.function, Type: "Runtime.ExitError",
+					Message: fmt.Sprintf("the execution environment exited before the invocation reached it: %s", p.cmd.ProcessState)}
+			case <-time.After(exitPatience):
+			}
 			return nil, fmt.Errorf("lambdarun: invoke %s: %w", p.function, err)
 		}
 		// A broken connection is the environment dying under the call
