@@ -1,0 +1,311 @@
+package totals
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/aws/aws-lambda-go/events"
+
+	"github.com/oncepay/oncepay/internal/event"
+	"github.com/oncepay/oncepay/internal/metrics"
+	"github.com/oncepay/oncepay/internal/outbox"
+)
+
+// Version says what the job counts: the story's v1 counts declined payments
+// (its bug), v2 skips them.
+type Version int
+
+const (
+	V1 Version = 1
+	V2 Version = 2
+)
+
+// DefaultHorizon is the acceptance horizon: a copy whose event time +
+// horizon is at or before the watermark is late (the story's 7,200 s).
+const DefaultHorizon = 2 * time.Hour
+
+// Late is a copy rejected as too late to count: the recount queue's message.
+type Late struct {
+	EventID    string    `json:"event_id"`
+	PaymentID  string    `json:"payment_id"`
+	MerchantID string    `json:"merchant_id"`
+	Day        string    `json:"day"`
+	OccurredAt time.Time `json:"occurred_at"`
+	Watermark  time.Time `json:"watermark"` // what it was late against
+	Shard      string    `json:"shard"`
+}
+
+// Recount receives each late copy; an error fails the invocation, so Lambda
+// retries it from the state it was handed (the copy is sent again: the
+// recount is a recount, repeating it is harmless).
+type Recount func(ctx context.Context, l Late) error
+
+// SeenCache is where seen ids live when they are kept outside the state:
+// the story's counterfactual, a test switch only (Config.OutsideSeen).
+type SeenCache interface {
+	Has(id string) bool
+	Add(id string)
+}
+
+// Config configures a Job. Zero fields take the defaults.
+type Config struct {
+	Version Version       // required: V1 or V2
+	Sink    Sink          // required
+	Recount Recount       // required
+	Horizon time.Duration // default DefaultHorizon
+	Logger  *slog.Logger
+	Metrics *metrics.Emitter
+
+	// The story's counterfactuals, for tests: no full flush after a
+	// restore (branch S), the watermark not kept in the state (no floor),
+	// seen ids in an outside cache.
+	NoFlush     bool
+	NoFloor     bool
+	OutsideSeen SeenCache
+
+	// AfterFlush, when set, runs between a restore's flush and its replay
+	// (tests read the sink there).
+	AfterFlush func(ctx context.Context, shard string)
+}
+
+// Job is the merchants' daily totals job: a handler for Lambda's tumbling
+// window over the outbox table's stream.
+type Job struct{ cfg Config }
+
+// New checks cfg and returns a Job.
+func New(cfg Config) (*Job, error) {
+	if cfg.Version != V1 && cfg.Version != V2 {
+		return nil, fmt.Errorf("totals: version %d is not 1 or 2", cfg.Version)
+	}
+	if cfg.Sink == nil || cfg.Recount == nil {
+		return nil, errors.New("totals: Config needs a Sink and a Recount")
+	}
+	if cfg.Horizon == 0 {
+		cfg.Horizon = DefaultHorizon
+	}
+	if cfg.Horizon < 0 {
+		return nil, fmt.Errorf("totals: horizon %s is negative", cfg.Horizon)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Job{cfg: cfg}, nil
+}
+
+// delta is what an event adds to its merchant's total under version v, and
+// whether it counts at all.
+func delta(v Version, e event.Event) (int64, bool) {
+	switch e.State {
+	case event.Succeeded, event.RefundFailed:
+		return e.Amount, true
+	case event.Refunded:
+		return -e.Amount, true
+	case event.Failed:
+		return e.Amount, v == V1 // v1's bug: a declined payment counted
+	}
+	return 0, false
+}
+
+// Handle processes one invocation of the window. It returns the state
+// Lambda checkpoints with the batch's position; an error makes Lambda hand
+// the same batch and the same (older) state again.
+func (j *Job) Handle(ctx context.Context, ev events.DynamoDBTimeWindowEvent) (events.DynamoDBTimeWindowEventResponse, error) {
+	shard := ev.ShardID
+	log := j.cfg.Logger.With("scope", "totals", "shard", shard, "version", int(j.cfg.Version))
+	handed, ok, err := Decode(ev.State)
+	if err != nil {
+		return events.DynamoDBTimeWindowEventResponse{}, err
+	}
+	if !ok {
+		// A fresh state: a new window, or one Lambda terminated early. What
+		// outlives a window came through the last window's carry.
+		carry, found, err := j.cfg.Sink.LoadCarry(ctx, shard)
+		if err != nil {
+			return events.DynamoDBTimeWindowEventResponse{}, err
+		}
+		if found {
+			handed = carry
+		}
+	}
+	st := handed.clone()
+
+	newest, written, err := j.cfg.Sink.Newest(ctx, shard)
+	if err != nil {
+		return events.DynamoDBTimeWindowEventResponse{}, err
+	}
+	// A restore: a run handed this same checkpoint already wrote to the
+	// sink, and its answer was lost with the state it built.
+	if written && newest >= st.Checkpoint {
+		j.cfg.Metrics.Count("TotalsRestores", 1)
+		log.Warn("restore", "checkpoint", st.Checkpoint, "newest_tag", newest, "flush", !j.cfg.NoFlush)
+		if !j.cfg.NoFlush {
+			if err := j.flush(ctx, shard, st); err != nil {
+				return events.DynamoDBTimeWindowEventResponse{}, err
+			}
+		}
+		if j.cfg.AfterFlush != nil {
+			j.cfg.AfterFlush(ctx, shard)
+		}
+	}
+
+	watermark := st.Floor
+	if j.cfg.NoFloor {
+		watermark = time.Time{}
+	}
+	touched := map[Key]bool{}
+	var counted, dups, late int
+	for _, rec := range ev.Records {
+		e, ok, err := eventOf(rec)
+		if err != nil {
+			// Poison: failing would stall the shard behind it until the
+			// record ages out. The relay reads the same record and
+			// reports it; here it is logged and counted.
+			j.cfg.Metrics.Count("TotalsUnreadable", 1)
+			log.Error("unreadable record", "sequence_number", rec.Change.SequenceNumber, "err", err)
+			continue
+		}
+		if !ok {
+			continue
+		}
+		at := e.OccurredAt.UTC()
+		key := Key{Merchant: e.MerchantID, Day: at.Format(dayLayout)}
+		if j.seen(st, e.EventID) {
+			dups++
+			continue
+		}
+		if !at.Add(j.cfg.Horizon).After(watermark) {
+			late++
+			log.Warn("late copy", "event_id", e.EventID, "payment_id", e.PaymentID, "occurred_at", at, "watermark", watermark)
+			if err := j.cfg.Recount(ctx, Late{EventID: e.EventID, PaymentID: e.PaymentID, MerchantID: e.MerchantID,
+				Day: key.Day, OccurredAt: at, Watermark: watermark, Shard: shard}); err != nil {
+				return events.DynamoDBTimeWindowEventResponse{}, fmt.Errorf("totals: recount %s: %w", e.EventID, err)
+			}
+			continue
+		}
+		j.markSeen(st, e.EventID, at)
+		if d, counts := delta(j.cfg.Version, e); counts {
+			st.Totals[key] += d
+			touched[key] = true
+			counted++
+		}
+		if at.After(watermark) {
+			watermark = at
+		}
+	}
+	j.expire(st, watermark, touched)
+	if watermark.After(st.Floor) {
+		st.Floor = watermark
+	}
+
+	if len(touched) > 0 {
+		// The mark goes first: a run that dies between the two leaves a
+		// mark with nothing behind it, and a flush that finds nothing to
+		// delete is harmless; the other order would hide a write.
+		if err := j.cfg.Sink.MarkNewest(ctx, shard, st.Checkpoint); err != nil {
+			return events.DynamoDBTimeWindowEventResponse{}, err
+		}
+		out := make(map[Key]int64, len(touched))
+		for k := range touched {
+			out[k] = st.Totals[k]
+		}
+		if err := j.cfg.Sink.Put(ctx, shard, st.Checkpoint, out); err != nil {
+			return events.DynamoDBTimeWindowEventResponse{}, err
+		}
+	}
+	next := st
+	next.Checkpoint++
+	if ev.IsFinalInvokeForWindow || ev.IsWindowTerminatedEarly {
+		// Lambda drops the state after this invoke: what must outlive the
+		// window goes to the sink, read back by the next fresh state.
+		if err := j.cfg.Sink.SaveCarry(ctx, shard, next); err != nil {
+			return events.DynamoDBTimeWindowEventResponse{}, err
+		}
+	}
+	j.cfg.Metrics.Count("TotalsLateCopies", late)
+	j.cfg.Metrics.Count("TotalsDuplicates", dups)
+	log.Info("window batch", "records", len(ev.Records), "counted", counted, "duplicates", dups, "late", late,
+		"checkpoint", st.Checkpoint, "keys_written", len(touched), "final", ev.IsFinalInvokeForWindow,
+		"terminated_early", ev.IsWindowTerminatedEarly, "state_bytes", next.Size())
+	return events.DynamoDBTimeWindowEventResponse{TimeWindowEventResponseProperties: events.TimeWindowEventResponseProperties{State: next.Encode()}}, nil
+}
+
+// flush is the full flush after a restore to checkpoint st: every key of
+// the restored state rewritten with its tag, then every key written at or
+// after that tag which the state does not hold deleted.
+func (j *Job) flush(ctx context.Context, shard string, st State) error {
+	if err := j.cfg.Sink.Put(ctx, shard, st.Checkpoint, st.Totals); err != nil {
+		return err
+	}
+	since, err := j.cfg.Sink.TaggedSince(ctx, shard, st.Checkpoint)
+	if err != nil {
+		return err
+	}
+	var gone []Key
+	for _, k := range since {
+		if _, held := st.Totals[k]; !held {
+			gone = append(gone, k)
+		}
+	}
+	return j.cfg.Sink.Delete(ctx, shard, gone)
+}
+
+func (j *Job) seen(st State, id string) bool {
+	if j.cfg.OutsideSeen != nil {
+		return j.cfg.OutsideSeen.Has(id)
+	}
+	_, ok := st.Seen[id]
+	return ok
+}
+
+func (j *Job) markSeen(st State, id string, at time.Time) {
+	if j.cfg.OutsideSeen != nil {
+		j.cfg.OutsideSeen.Add(id)
+		return
+	}
+	st.Seen[id] = at
+}
+
+// expire drops what the watermark has put past the horizon: seen ids whose
+// copies would now be rejected as late anyway (the same boundary, so an
+// accepted copy always finds its original), and totals of days no accepted
+// event can reach any more.
+func (j *Job) expire(st State, watermark time.Time, touched map[Key]bool) {
+	for id, at := range st.Seen {
+		if !at.Add(j.cfg.Horizon).After(watermark) {
+			delete(st.Seen, id)
+		}
+	}
+	for k := range st.Totals {
+		day, err := time.Parse(dayLayout, k.Day)
+		if err != nil || touched[k] {
+			continue
+		}
+		if !day.Add(24 * time.Hour).Add(j.cfg.Horizon).After(watermark) {
+			delete(st.Totals, k)
+		}
+	}
+}
+
+// eventOf reads the payment event of an outbox stream record; ok is false
+// for what is not one (a TTL's REMOVE, an item with no payload such as the
+// relay's catch-up markers).
+func eventOf(rec events.DynamoDBEventRecord) (event.Event, bool, error) {
+	if rec.EventName == string(events.DynamoDBOperationTypeRemove) {
+		return event.Event{}, false, nil
+	}
+	p, ok := rec.Change.NewImage[outbox.AttrPayload]
+	if !ok || p.DataType() != events.DataTypeString {
+		return event.Event{}, false, nil
+	}
+	e, err := event.Unmarshal([]byte(p.String()))
+	if err != nil {
+		return event.Event{}, false, err
+	}
+	if e.OccurredAt.IsZero() {
+		return event.Event{}, false, fmt.Errorf("totals: event %s has no occurred_at", e.EventID)
+	}
+	return e, true, nil
+}

@@ -1,0 +1,327 @@
+package totals
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+)
+
+// Sink is where the job's output goes. Every write is absolute (SET total),
+// so writing a total twice is harmless; each carries the tag of the
+// checkpoint the writing run was handed.
+type Sink interface {
+	// Newest is the newest tag MarkNewest recorded for the shard (read
+	// strongly consistent); written is false if there is none.
+	Newest(ctx context.Context, shard string) (tag int64, written bool, err error)
+	// MarkNewest records that a run handed checkpoint tag is about to write.
+	MarkNewest(ctx context.Context, shard string, tag int64) error
+	// Put sets each key's total, tagged.
+	Put(ctx context.Context, shard string, tag int64, totals map[Key]int64) error
+	// TaggedSince lists the shard's keys whose tag is tag or later (the
+	// sparse index, read strongly consistent).
+	TaggedSince(ctx context.Context, shard string, tag int64) ([]Key, error)
+	// Delete removes the shard's totals of keys.
+	Delete(ctx context.Context, shard string, keys []Key) error
+	// LoadCarry and SaveCarry hand the state from one window to the next.
+	LoadCarry(ctx context.Context, shard string) (State, bool, error)
+	SaveCarry(ctx context.Context, shard string, st State) error
+}
+
+// TableAPI is the DynamoDB calls a Table makes.
+type TableAPI interface {
+	GetItem(ctx context.Context, in *dynamodb.GetItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.GetItemOutput, error)
+	PutItem(ctx context.Context, in *dynamodb.PutItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.PutItemOutput, error)
+	BatchWriteItem(ctx context.Context, in *dynamodb.BatchWriteItemInput, opts ...func(*dynamodb.Options)) (*dynamodb.BatchWriteItemOutput, error)
+	Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
+}
+
+// The sink table's shape (the stack's TotalsTable, and the tests' own).
+const (
+	AttrShard    = "shard"       // partition key: a stream shard's partial totals
+	AttrSortKey  = "sk"          // sort key: Key.String(), or a "~" item of the shard's
+	AttrKey      = "total_key"   // Key.String() on total rows only: the ByKey index's partition key
+	AttrMerchant = "merchant_id" //
+	AttrDay      = "day"         //
+	AttrTotal    = "total"       //
+	AttrTag      = "tag"         // the ByTag index's sort key: only on total rows (sparse)
+	AttrNewest   = "newest_tag"  // on the shard's meta item
+	AttrData     = "data"        // a carry chunk
+	AttrCarry    = "carry_checkpoint"
+	AttrChunks   = "chunks"
+
+	// IndexByTag is a local secondary index (shard, tag): LSIs, unlike
+	// GSIs, read strongly consistent, and the flush must see every key its
+	// lost run wrote.
+	IndexByTag = "by_tag"
+	// IndexByKey is a global secondary index (total_key, shard): a
+	// merchant's day summed across shards.
+	IndexByKey = "by_key"
+
+	skMeta  = "~meta"
+	skCarry = "~carry"
+)
+
+// maxChunk keeps each carry chunk well under DynamoDB's 400 KB item limit.
+const maxChunk = 300 << 10
+
+// Table is a Sink on a DynamoDB table.
+type Table struct {
+	api  TableAPI
+	name string
+}
+
+// NewTable returns the sink on the named table.
+func NewTable(api TableAPI, name string) (*Table, error) {
+	if api == nil || name == "" {
+		return nil, errors.New("totals: NewTable needs a client and a table name")
+	}
+	return &Table{api: api, name: name}, nil
+}
+
+func (t *Table) item(shard, sk string) map[string]types.AttributeValue {
+	return map[string]types.AttributeValue{
+		AttrShard:   &types.AttributeValueMemberS{Value: shard},
+		AttrSortKey: &types.AttributeValueMemberS{Value: sk},
+	}
+}
+
+func num(n int64) types.AttributeValue {
+	return &types.AttributeValueMemberN{Value: strconv.FormatInt(n, 10)}
+}
+
+func readNum(av types.AttributeValue) (int64, error) {
+	n, ok := av.(*types.AttributeValueMemberN)
+	if !ok {
+		return 0, fmt.Errorf("totals: attribute is %T, not a number", av)
+	}
+	return strconv.ParseInt(n.Value, 10, 64)
+}
+
+// Newest implements Sink.
+func (t *Table) Newest(ctx context.Context, shard string) (int64, bool, error) {
+	out, err := t.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: &t.name, Key: t.item(shard, skMeta), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return 0, false, fmt.Errorf("totals: read %s's newest tag: %w", shard, err)
+	}
+	av, ok := out.Item[AttrNewest]
+	if !ok {
+		return 0, false, nil
+	}
+	n, err := readNum(av)
+	if err != nil {
+		return 0, false, fmt.Errorf("totals: %s's newest tag: %w", shard, err)
+	}
+	return n, true, nil
+}
+
+// MarkNewest implements Sink.
+func (t *Table) MarkNewest(ctx context.Context, shard string, tag int64) error {
+	it := t.item(shard, skMeta)
+	it[AttrNewest] = num(tag)
+	if _, err := t.api.PutItem(ctx, &dynamodb.PutItemInput{TableName: &t.name, Item: it}); err != nil {
+		return fmt.Errorf("totals: mark %s's newest tag %d: %w", shard, tag, err)
+	}
+	return nil
+}
+
+// Put implements Sink.
+func (t *Table) Put(ctx context.Context, shard string, tag int64, totals map[Key]int64) error {
+	reqs := make([]types.WriteRequest, 0, len(totals))
+	for k, v := range totals {
+		it := t.item(shard, k.String())
+		it[AttrKey] = &types.AttributeValueMemberS{Value: k.String()}
+		it[AttrMerchant] = &types.AttributeValueMemberS{Value: k.Merchant}
+		it[AttrDay] = &types.AttributeValueMemberS{Value: k.Day}
+		it[AttrTotal] = num(v)
+		it[AttrTag] = num(tag)
+		reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: it}})
+	}
+	return t.batch(ctx, reqs)
+}
+
+// Delete implements Sink.
+func (t *Table) Delete(ctx context.Context, shard string, keys []Key) error {
+	reqs := make([]types.WriteRequest, 0, len(keys))
+	for _, k := range keys {
+		reqs = append(reqs, types.WriteRequest{DeleteRequest: &types.DeleteRequest{Key: t.item(shard, k.String())}})
+	}
+	return t.batch(ctx, reqs)
+}
+
+// batch writes reqs 25 at a time, retrying what DynamoDB leaves unprocessed.
+func (t *Table) batch(ctx context.Context, reqs []types.WriteRequest) error {
+	for len(reqs) > 0 {
+		n := min(len(reqs), 25)
+		pending := reqs[:n]
+		reqs = reqs[n:]
+		for attempt := 0; len(pending) > 0; attempt++ {
+			if attempt > 0 {
+				if attempt > 8 {
+					return fmt.Errorf("totals: %d writes to %s still unprocessed after %d tries", len(pending), t.name, attempt)
+				}
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(time.Duration(25<<attempt) * time.Millisecond):
+				}
+			}
+			out, err := t.api.BatchWriteItem(ctx, &dynamodb.BatchWriteItemInput{RequestItems: map[string][]types.WriteRequest{t.name: pending}})
+			if err != nil {
+				return fmt.Errorf("totals: write %s: %w", t.name, err)
+			}
+			pending = out.UnprocessedItems[t.name]
+		}
+	}
+	return nil
+}
+
+// TaggedSince implements Sink.
+func (t *Table) TaggedSince(ctx context.Context, shard string, tag int64) ([]Key, error) {
+	var keys []Key
+	var start map[string]types.AttributeValue
+	for {
+		out, err := t.api.Query(ctx, &dynamodb.QueryInput{
+			TableName: &t.name, IndexName: aws.String(IndexByTag), ConsistentRead: aws.Bool(true),
+			KeyConditionExpression:    aws.String("#s = :s AND #t >= :t"),
+			ExpressionAttributeNames:  map[string]string{"#s": AttrShard, "#t": AttrTag},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":s": &types.AttributeValueMemberS{Value: shard}, ":t": num(tag)},
+			ExclusiveStartKey:         start,
+		})
+		if err != nil {
+			return nil, fmt.Errorf("totals: keys of %s tagged %d or later: %w", shard, tag, err)
+		}
+		for _, it := range out.Items {
+			sk, _ := it[AttrSortKey].(*types.AttributeValueMemberS)
+			if sk == nil {
+				continue
+			}
+			k, err := ParseKey(sk.Value)
+			if err != nil {
+				return nil, err
+			}
+			keys = append(keys, k)
+		}
+		if start = out.LastEvaluatedKey; len(start) == 0 {
+			return keys, nil
+		}
+	}
+}
+
+// LoadCarry implements Sink: the header names the checkpoint whose chunks
+// are whole (SaveCarry writes it last).
+func (t *Table) LoadCarry(ctx context.Context, shard string) (State, bool, error) {
+	out, err := t.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: &t.name, Key: t.item(shard, skCarry), ConsistentRead: aws.Bool(true)})
+	if err != nil {
+		return State{}, false, fmt.Errorf("totals: read %s's carry: %w", shard, err)
+	}
+	if out.Item == nil {
+		return State{}, false, nil
+	}
+	cp, err1 := readNum(out.Item[AttrCarry])
+	chunks, err2 := readNum(out.Item[AttrChunks])
+	if err := errors.Join(err1, err2); err != nil {
+		return State{}, false, fmt.Errorf("totals: %s's carry header: %w", shard, err)
+	}
+	m := map[string]string{}
+	for i := range chunks {
+		out, err := t.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: &t.name, Key: t.item(shard, chunkKey(cp, i)), ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			return State{}, false, fmt.Errorf("totals: read %s's carry chunk %d: %w", shard, i, err)
+		}
+		d, ok := out.Item[AttrData].(*types.AttributeValueMemberS)
+		if !ok {
+			return State{}, false, fmt.Errorf("totals: %s's carry chunk %d of checkpoint %d is missing", shard, i, cp)
+		}
+		var part map[string]string
+		if err := json.Unmarshal([]byte(d.Value), &part); err != nil {
+			return State{}, false, fmt.Errorf("totals: %s's carry chunk %d: %w", shard, i, err)
+		}
+		for k, v := range part {
+			m[k] = v
+		}
+	}
+	st, ok, err := Decode(m)
+	if err != nil || !ok {
+		return State{}, false, fmt.Errorf("totals: %s's carry of checkpoint %d: %w", shard, cp, errors.Join(err, errors.New("empty")))
+	}
+	return st, true, nil
+}
+
+func chunkKey(checkpoint, i int64) string { return fmt.Sprintf("%s#%d#%d", skCarry, checkpoint, i) }
+
+// SaveCarry implements Sink. Chunks first, keyed by checkpoint, then the
+// header that points at them: a run that dies in between leaves the old
+// carry whole. Superseded chunks are left to the table's TTL.
+func (t *Table) SaveCarry(ctx context.Context, shard string, st State) error {
+	var chunks []map[string]string
+	cur, size := map[string]string{}, 0
+	for k, v := range st.Encode() {
+		if size+len(k)+len(v)+8 > maxChunk && len(cur) > 0 {
+			chunks = append(chunks, cur)
+			cur, size = map[string]string{}, 0
+		}
+		cur[k] = v
+		size += len(k) + len(v) + 8
+	}
+	chunks = append(chunks, cur)
+	expires := num(time.Now().Add(14 * 24 * time.Hour).Unix())
+	for i, c := range chunks {
+		b, err := json.Marshal(c)
+		if err != nil {
+			return fmt.Errorf("totals: encode %s's carry: %w", shard, err)
+		}
+		it := t.item(shard, chunkKey(st.Checkpoint, int64(i)))
+		it[AttrData] = &types.AttributeValueMemberS{Value: string(b)}
+		it[AttrExpiresAt] = expires
+		if _, err := t.api.PutItem(ctx, &dynamodb.PutItemInput{TableName: &t.name, Item: it}); err != nil {
+			return fmt.Errorf("totals: write %s's carry chunk %d: %w", shard, i, err)
+		}
+	}
+	h := t.item(shard, skCarry)
+	h[AttrCarry] = num(st.Checkpoint)
+	h[AttrChunks] = num(int64(len(chunks)))
+	if _, err := t.api.PutItem(ctx, &dynamodb.PutItemInput{TableName: &t.name, Item: h}); err != nil {
+		return fmt.Errorf("totals: write %s's carry header: %w", shard, err)
+	}
+	return nil
+}
+
+// AttrExpiresAt is the sink table's TTL attribute (superseded carry chunks).
+const AttrExpiresAt = "expires_at"
+
+// DayTotal reads a merchant's total for a day: the sum of every shard's
+// partial total (the ByKey index; eventually consistent, as any read of a
+// GSI).
+func (t *Table) DayTotal(ctx context.Context, k Key) (total int64, found bool, err error) {
+	var start map[string]types.AttributeValue
+	for {
+		out, err := t.api.Query(ctx, &dynamodb.QueryInput{
+			TableName: &t.name, IndexName: aws.String(IndexByKey),
+			KeyConditionExpression:    aws.String("#k = :k"),
+			ExpressionAttributeNames:  map[string]string{"#k": AttrKey},
+			ExpressionAttributeValues: map[string]types.AttributeValue{":k": &types.AttributeValueMemberS{Value: k.String()}},
+			ExclusiveStartKey:         start,
+		})
+		if err != nil {
+			return 0, false, fmt.Errorf("totals: read %s: %w", k, err)
+		}
+		for _, it := range out.Items {
+			n, err := readNum(it[AttrTotal])
+			if err != nil {
+				return 0, false, fmt.Errorf("totals: %s's total: %w", k, err)
+			}
+			total += n
+			found = true
+		}
+		if start = out.LastEvaluatedKey; len(start) == 0 {
+			return total, found, nil
+		}
+	}
+}

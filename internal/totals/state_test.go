@@ -1,0 +1,67 @@
+package totals_test
+
+import (
+	"maps"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/totals"
+)
+
+func TestAStateSurvivesItsEncoding(t *testing.T) {
+	st := totals.State{
+		Checkpoint: 42,
+		Floor:      time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC),
+		Totals:     map[totals.Key]int64{{Merchant: "m#1:x", Day: "2026-12-01"}: -5, {Merchant: "m2", Day: "2026-11-30"}: 15000},
+		Seen:       map[string]time.Time{"pay_7:SUCCEEDED": time.Date(2026, 12, 1, 10, 0, 0, 123e6, time.UTC)},
+	}
+	got, ok, err := totals.Decode(st.Encode())
+	if err != nil || !ok {
+		t.Fatalf("Decode = %v, %v", ok, err)
+	}
+	if got.Checkpoint != st.Checkpoint || !got.Floor.Equal(st.Floor) || !maps.Equal(got.Totals, st.Totals) ||
+		!maps.EqualFunc(got.Seen, st.Seen, time.Time.Equal) {
+		t.Errorf("round trip = %+v, want %+v", got, st)
+	}
+}
+
+func TestAFreshStateIsNotAStateAndAForeignOneIsRefused(t *testing.T) {
+	if _, ok, err := totals.Decode(nil); ok || err != nil {
+		t.Errorf("Decode(nil) = %v, %v; want a fresh state", ok, err)
+	}
+	for name, m := range map[string]map[string]string{
+		"no checkpoint":   {"t:2026-12-01#m1": "5"},
+		"negative":        {"checkpoint": "-1"},
+		"foreign entry":   {"checkpoint": "1", "count": "3"},
+		"bad day":         {"checkpoint": "1", "t:2026-13-01#m1": "5"},
+		"bad total":       {"checkpoint": "1", "t:2026-12-01#m1": "five"},
+		"key without sep": {"checkpoint": "1", "t:2026-12-01m1": "5"},
+		"bad seen time":   {"checkpoint": "1", "s:pay_7:SUCCEEDED": "soon"},
+		"bad floor":       {"checkpoint": "1", "floor": "x"},
+	} {
+		if _, _, err := totals.Decode(m); err == nil {
+			t.Errorf("%s: Decode(%v) accepted it", name, m)
+		}
+	}
+}
+
+// FuzzDecode: whatever Lambda hands back, Decode either refuses it or
+// returns a state that encodes back to a map Decode reads the same.
+func FuzzDecode(f *testing.F) {
+	f.Add("checkpoint", "3", "t:2026-12-01#m1", "15000", "s:pay_7:SUCCEEDED", "1764583200000")
+	f.Add("checkpoint", "0", "floor", "1764583200000", "t:2026-12-01##", "-1")
+	f.Fuzz(func(t *testing.T, k1, v1, k2, v2, k3, v3 string) {
+		st, ok, err := totals.Decode(map[string]string{k1: v1, k2: v2, k3: v3})
+		if err != nil || !ok {
+			return
+		}
+		again, ok, err := totals.Decode(st.Encode())
+		if err != nil || !ok {
+			t.Fatalf("the encoding of %+v does not decode: %v", st, err)
+		}
+		if again.Checkpoint != st.Checkpoint || !again.Floor.Equal(st.Floor) || !maps.Equal(again.Totals, st.Totals) ||
+			!maps.EqualFunc(again.Seen, st.Seen, time.Time.Equal) {
+			t.Fatalf("round trip changed %+v into %+v", st, again)
+		}
+	})
+}
