@@ -71,6 +71,10 @@ type Config struct {
 	AfterFlush func(ctx context.Context, shard string)
 }
 
+// ErrStaleState is a state older than what the sink holds from committed
+// runs: see Handle.
+var ErrStaleState = errors.New("totals: stale state")
+
 // Job is the merchants' daily totals job: a handler for Lambda's tumbling
 // window over the outbox table's stream.
 type Job struct{ cfg Config }
@@ -136,9 +140,21 @@ func (j *Job) Handle(ctx context.Context, ev events.DynamoDBTimeWindowEvent) (ev
 	if err != nil {
 		return events.DynamoDBTimeWindowEventResponse{}, err
 	}
+	// A lost run marks the checkpoint it was handed, and only a run marks:
+	// a mark past the handed checkpoint means this state is older than
+	// answers Lambda has already committed (a reset mapping, a state lost
+	// without its window's carry). Their records will not come again, so
+	// flushing to this state would erase them; the shard stops here, loudly
+	// (docs/stream-job.md#stale-state).
+	if written && newest > st.Checkpoint {
+		j.cfg.Metrics.Count("TotalsStaleStates", 1)
+		log.Error("stale state", "checkpoint", st.Checkpoint, "newest_tag", newest)
+		return events.DynamoDBTimeWindowEventResponse{}, fmt.Errorf("%w: %s was handed checkpoint %d, the sink holds writes of checkpoint %d",
+			ErrStaleState, shard, st.Checkpoint, newest)
+	}
 	// A restore: a run handed this same checkpoint already wrote to the
 	// sink, and its answer was lost with the state it built.
-	if written && newest >= st.Checkpoint {
+	if written && newest == st.Checkpoint {
 		j.cfg.Metrics.Count("TotalsRestores", 1)
 		log.Warn("restore", "checkpoint", st.Checkpoint, "newest_tag", newest, "flush", !j.cfg.NoFlush)
 		if !j.cfg.NoFlush {
@@ -170,8 +186,10 @@ func (j *Job) Handle(ctx context.Context, ev events.DynamoDBTimeWindowEvent) (ev
 		if !ok {
 			continue
 		}
-		at := e.OccurredAt.UTC()
-		key := Key{Merchant: e.MerchantID, Day: at.Format(dayLayout)}
+		// To the millisecond, as the state keeps it: the late check and
+		// the expiry must compare what the state will hold.
+		at := e.OccurredAt.UTC().Truncate(time.Millisecond)
+		key := Key{Merchant: e.MerchantID, Day: at.Format(dayLayout), Currency: e.Currency}
 		if j.seen(st, e.EventID) {
 			dups++
 			continue
@@ -306,6 +324,9 @@ func eventOf(rec events.DynamoDBEventRecord) (event.Event, bool, error) {
 	}
 	if e.OccurredAt.IsZero() {
 		return event.Event{}, false, fmt.Errorf("totals: event %s has no occurred_at", e.EventID)
+	}
+	if !validCurrency(e.Currency) {
+		return event.Event{}, false, fmt.Errorf("totals: event %s's currency %q is not three letters A-Z", e.EventID, e.Currency)
 	}
 	return e, true, nil
 }

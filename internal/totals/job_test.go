@@ -3,6 +3,7 @@ package totals_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 	"time"
@@ -97,7 +98,12 @@ func (w *world) invoke(j *totals.Job, in invocation) map[string]string {
 // total reads a merchant's day total from the sink as a reader would.
 func (w *world) total(merchant string) (int64, bool) {
 	w.t.Helper()
-	n, found, err := w.sink.DayTotal(context.Background(), totals.Key{Merchant: merchant, Day: t0.Format("2006-01-02")})
+	return w.totalIn(merchant, "EUR")
+}
+
+func (w *world) totalIn(merchant, currency string) (int64, bool) {
+	w.t.Helper()
+	n, found, err := w.sink.DayTotal(context.Background(), totals.Key{Merchant: merchant, Day: t0.Format("2006-01-02"), Currency: currency})
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -338,13 +344,100 @@ func TestTheCarryHandsTheStateAcrossWindows(t *testing.T) {
 				record(t, ev7, events.DynamoDBOperationTypeModify, 3),
 				record(t, payment("pay_f", event.Succeeded, "m1", 7, t0.Add(20*time.Minute)), events.DynamoDBOperationTypeInsert, 4),
 			}
-			lost := w.invoke(j, invocation{records: next})
-			w.wantTotal("m1", 15007)
-			// That first run's answer lost too: retried with a fresh state
-			// again, it restores from the carry and the flush keeps it right.
-			_ = lost
-			_ = w.invoke(j, invocation{records: next})
+			// That first run of the new window ran v1 and its answer was
+			// lost; v2, handed a fresh state again, restores from the carry
+			// and the flush takes back v1's total for the declined payment.
+			v1 := w.job(totals.Config{Version: totals.V1})
+			_ = w.invoke(v1, invocation{records: append(next, record(t, evD, events.DynamoDBOperationTypeInsert, 5))})
+			w.wantTotal("m2", 500)
+			_ = w.invoke(j, invocation{records: append(next, record(t, evD, events.DynamoDBOperationTypeInsert, 5))})
+			w.wantNoTotal("m2")
 			w.wantTotal("m1", 15007)
 		})
 	}
+}
+
+// The very first invocation of a shard lost after writing: its retry,
+// handed no state and finding no carry, is a restore to nothing.
+func TestALostFirstInvocationIsARestoreToNothing(t *testing.T) {
+	w := newWorld(t)
+	v1 := w.job(totals.Config{Version: totals.V1})
+	batch := w.afterC()
+	_ = w.invoke(v1, invocation{records: batch})
+	w.wantTotal("m2", 500)
+	v2 := w.job(totals.Config{Version: totals.V2})
+	_ = w.invoke(v2, invocation{records: batch})
+	w.wantNoTotal("m2")
+	w.wantTotal("m1", 3000)
+}
+
+// A state older than what committed runs wrote (a mapping reset, a window's
+// state lost without its carry) is refused: flushing to it would erase
+// totals whose records Lambda will not hand over again. The sink is left
+// as it was.
+func TestAStateOlderThanCommittedRunsIsRefusedAndChangesNothing(t *testing.T) {
+	w := newWorld(t)
+	j := w.job(totals.Config{Version: totals.V2})
+	c := w.checkpointC(j)
+	s2 := w.invoke(j, invocation{state: c, records: w.afterC()})
+	_ = w.invoke(j, invocation{state: s2, records: []events.DynamoDBEventRecord{
+		record(t, payment("pay_g", event.Succeeded, "m3", 40, t0.Add(time.Minute)), events.DynamoDBOperationTypeInsert, 4)}})
+	for name, stale := range map[string]map[string]string{"an older state": c, "a fresh state with no carry": nil} {
+		_, err := j.Handle(context.Background(), events.DynamoDBTimeWindowEvent{
+			DynamoDBEvent:        events.DynamoDBEvent{Records: w.afterC()},
+			TimeWindowProperties: events.TimeWindowProperties{State: stale, ShardID: shard},
+		})
+		if !errors.Is(err, totals.ErrStaleState) {
+			t.Errorf("%s: Handle = %v, want ErrStaleState", name, err)
+		}
+	}
+	w.wantTotal("m1", 15000)
+	if n, found := w.totalIn("m3", "EUR"); !found || n != 40 {
+		t.Errorf("m3 = %d (found %v) after the refusals, want 40", n, found)
+	}
+}
+
+// Two currencies of one merchant's day are two totals, and an event time
+// below the millisecond is kept as compared: a copy of it at the horizon's
+// edge is late, never counted again.
+func TestCurrenciesAreApartAndEventTimesAreKeptAsCompared(t *testing.T) {
+	w := newWorld(t)
+	j := w.job(totals.Config{Version: totals.V2})
+	eur := payment("pay_e1", event.Succeeded, "m1", 100, t0.Add(500*time.Microsecond))
+	usd := payment("pay_u1", event.Succeeded, "m1", 7, t0.Add(time.Second))
+	usd.Currency = "USD"
+	s1 := w.invoke(j, invocation{records: []events.DynamoDBEventRecord{record(t, eur, events.DynamoDBOperationTypeInsert, 1), record(t, usd, events.DynamoDBOperationTypeInsert, 2)}})
+	w.wantTotal("m1", 100)
+	if n, found := w.totalIn("m1", "USD"); !found || n != 7 {
+		t.Errorf("m1 in USD = %d (found %v), want 7", n, found)
+	}
+	// The watermark lands 0.2 ms past the EUR payment's millisecond +
+	// horizon: its id has expired, and its copy must be late.
+	edge := payment("pay_edge", event.Succeeded, "m1", 1, t0.Add(totals.DefaultHorizon+200*time.Microsecond))
+	s2 := w.invoke(j, invocation{state: s1, records: []events.DynamoDBEventRecord{record(t, edge, events.DynamoDBOperationTypeInsert, 3)}})
+	_ = w.invoke(j, invocation{state: s2, records: []events.DynamoDBEventRecord{record(t, eur, events.DynamoDBOperationTypeModify, 4)}})
+	w.wantTotal("m1", 101)
+	if l := w.lates(); len(l) != 1 || l[0].EventID != eur.EventID {
+		t.Errorf("late copies %+v, want %s once", l, eur.EventID)
+	}
+}
+
+// A day no accepted event can reach any more leaves the state; the sink
+// keeps its total.
+func TestADayPastTheHorizonLeavesTheStateNotTheSink(t *testing.T) {
+	w := newWorld(t)
+	j := w.job(totals.Config{Version: totals.V2})
+	s1 := w.checkpointC(j)
+	nextDay := payment("pay_n", event.Succeeded, "m9", 1, t0.Truncate(24*time.Hour).Add(24*time.Hour+totals.DefaultHorizon))
+	s2 := w.invoke(j, invocation{state: s1, records: []events.DynamoDBEventRecord{record(t, nextDay, events.DynamoDBOperationTypeInsert, 2)}})
+	st, _, err := totals.Decode(s2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k := range st.Totals {
+		if k.Day == t0.Format("2006-01-02") {
+			t.Errorf("the state still holds %s: its day is past the horizon", k)
+		}
+	}
+	w.wantTotal("m1", 12000)
 }

@@ -1,6 +1,7 @@
 package totals
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -49,12 +50,14 @@ const (
 	AttrKey      = "total_key"   // Key.String() on total rows only: the ByKey index's partition key
 	AttrMerchant = "merchant_id" //
 	AttrDay      = "day"         //
+	AttrCurrency = "currency"    //
 	AttrTotal    = "total"       //
 	AttrTag      = "tag"         // the ByTag index's sort key: only on total rows (sparse)
 	AttrNewest   = "newest_tag"  // on the shard's meta item
 	AttrData     = "data"        // a carry chunk
 	AttrCarry    = "carry_checkpoint"
 	AttrChunks   = "chunks"
+	AttrNonce    = "carry_nonce"
 
 	// IndexByTag is a local secondary index (shard, tag): LSIs, unlike
 	// GSIs, read strongly consistent, and the flush must see every key its
@@ -139,6 +142,7 @@ func (t *Table) Put(ctx context.Context, shard string, tag int64, totals map[Key
 		it[AttrKey] = &types.AttributeValueMemberS{Value: k.String()}
 		it[AttrMerchant] = &types.AttributeValueMemberS{Value: k.Merchant}
 		it[AttrDay] = &types.AttributeValueMemberS{Value: k.Day}
+		it[AttrCurrency] = &types.AttributeValueMemberS{Value: k.Currency}
 		it[AttrTotal] = num(v)
 		it[AttrTag] = num(tag)
 		reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: it}})
@@ -226,12 +230,13 @@ func (t *Table) LoadCarry(ctx context.Context, shard string) (State, bool, error
 	}
 	cp, err1 := readNum(out.Item[AttrCarry])
 	chunks, err2 := readNum(out.Item[AttrChunks])
-	if err := errors.Join(err1, err2); err != nil {
-		return State{}, false, fmt.Errorf("totals: %s's carry header: %w", shard, err)
+	nonce, _ := out.Item[AttrNonce].(*types.AttributeValueMemberS)
+	if err := errors.Join(err1, err2); err != nil || nonce == nil {
+		return State{}, false, fmt.Errorf("totals: %s's carry header: %w", shard, errors.Join(err, errors.New("no nonce")))
 	}
 	m := map[string]string{}
 	for i := range chunks {
-		out, err := t.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: &t.name, Key: t.item(shard, chunkKey(cp, i)), ConsistentRead: aws.Bool(true)})
+		out, err := t.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: &t.name, Key: t.item(shard, chunkKey(cp, nonce.Value, i)), ConsistentRead: aws.Bool(true)})
 		if err != nil {
 			return State{}, false, fmt.Errorf("totals: read %s's carry chunk %d: %w", shard, i, err)
 		}
@@ -254,30 +259,42 @@ func (t *Table) LoadCarry(ctx context.Context, shard string) (State, bool, error
 	return st, true, nil
 }
 
-func chunkKey(checkpoint, i int64) string { return fmt.Sprintf("%s#%d#%d", skCarry, checkpoint, i) }
+// chunkKey names a carry chunk by checkpoint and by the write's own nonce:
+// a retried final invoke saves the same checkpoint again, and must not
+// overwrite chunks the header still points at.
+func chunkKey(checkpoint int64, nonce string, i int64) string {
+	return fmt.Sprintf("%s#%d#%s#%d", skCarry, checkpoint, nonce, i)
+}
 
-// SaveCarry implements Sink. Chunks first, keyed by checkpoint, then the
-// header that points at them: a run that dies in between leaves the old
-// carry whole. Superseded chunks are left to the table's TTL.
+// SaveCarry implements Sink. Chunks first, keyed by checkpoint and a nonce
+// of this write's own, then the header that points at them: a run that dies
+// in between leaves the header on a whole carry. Superseded chunks are left
+// to the table's TTL (the stack enables it on expires_at).
 func (t *Table) SaveCarry(ctx context.Context, shard string, st State) error {
-	var chunks []map[string]string
-	cur, size := map[string]string{}, 0
+	// Chunks are sized by their JSON as written (no HTML escaping, so a
+	// merchant id's '<' stays one byte), well under the 400 KB item limit.
+	var chunks [][]byte
+	cur := []byte{'{'}
 	for k, v := range st.Encode() {
-		if size+len(k)+len(v)+8 > maxChunk && len(cur) > 0 {
-			chunks = append(chunks, cur)
-			cur, size = map[string]string{}, 0
-		}
-		cur[k] = v
-		size += len(k) + len(v) + 8
-	}
-	chunks = append(chunks, cur)
-	expires := num(time.Now().Add(14 * 24 * time.Hour).Unix())
-	for i, c := range chunks {
-		b, err := json.Marshal(c)
-		if err != nil {
+		kb, err1 := marshalRaw(k)
+		vb, err2 := marshalRaw(v)
+		if err := errors.Join(err1, err2); err != nil {
 			return fmt.Errorf("totals: encode %s's carry: %w", shard, err)
 		}
-		it := t.item(shard, chunkKey(st.Checkpoint, int64(i)))
+		if len(cur)+len(kb)+len(vb)+3 > maxChunk && len(cur) > 1 {
+			chunks = append(chunks, append(cur, '}'))
+			cur = []byte{'{'}
+		}
+		if len(cur) > 1 {
+			cur = append(cur, ',')
+		}
+		cur = append(append(append(cur, kb...), ':'), vb...)
+	}
+	chunks = append(chunks, append(cur, '}'))
+	nonce := strconv.FormatInt(time.Now().UnixNano(), 36)
+	expires := num(time.Now().Add(14 * 24 * time.Hour).Unix())
+	for i, b := range chunks {
+		it := t.item(shard, chunkKey(st.Checkpoint, nonce, int64(i)))
 		it[AttrData] = &types.AttributeValueMemberS{Value: string(b)}
 		it[AttrExpiresAt] = expires
 		if _, err := t.api.PutItem(ctx, &dynamodb.PutItemInput{TableName: &t.name, Item: it}); err != nil {
@@ -287,6 +304,7 @@ func (t *Table) SaveCarry(ctx context.Context, shard string, st State) error {
 	h := t.item(shard, skCarry)
 	h[AttrCarry] = num(st.Checkpoint)
 	h[AttrChunks] = num(int64(len(chunks)))
+	h[AttrNonce] = &types.AttributeValueMemberS{Value: nonce}
 	if _, err := t.api.PutItem(ctx, &dynamodb.PutItemInput{TableName: &t.name, Item: h}); err != nil {
 		return fmt.Errorf("totals: write %s's carry header: %w", shard, err)
 	}
@@ -324,4 +342,15 @@ func (t *Table) DayTotal(ctx context.Context, k Key) (total int64, found bool, e
 			return total, found, nil
 		}
 	}
+}
+
+// marshalRaw encodes a string as JSON without HTML escaping.
+func marshalRaw(s string) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(s); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
 }

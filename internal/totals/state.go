@@ -8,28 +8,47 @@ import (
 	"time"
 )
 
-// Key names one total: a merchant's day (UTC, by the event's time).
+// Key names one total: a merchant's day (UTC, by the event's time) in one
+// currency (minor units of two currencies never add up).
 type Key struct {
 	Merchant string
 	Day      string // 2006-01-02
+	Currency string // ISO 4217, upper case, as the API stores it
 }
 
-// dayLayout is a Key's Day: fixed width, so "day#merchant" splits without
-// escaping whatever punctuation a merchant id holds.
+// dayLayout is a Key's Day. Day and currency are fixed width, so
+// "day#currency#merchant" splits without escaping whatever punctuation a
+// merchant id holds.
 const dayLayout = "2006-01-02"
 
-func (k Key) String() string { return k.Day + "#" + k.Merchant }
+func (k Key) String() string { return k.Day + "#" + k.Currency + "#" + k.Merchant }
 
 // ParseKey reads a Key from its String form.
 func ParseKey(s string) (Key, error) {
-	if len(s) < len(dayLayout)+2 || s[len(dayLayout)] != '#' {
-		return Key{}, fmt.Errorf("totals: key %q is not day#merchant", s)
+	const cur = len(dayLayout) + 1
+	if len(s) < cur+5 || s[len(dayLayout)] != '#' || s[cur+3] != '#' {
+		return Key{}, fmt.Errorf("totals: key %q is not day#currency#merchant", s)
 	}
 	day := s[:len(dayLayout)]
 	if _, err := time.Parse(dayLayout, day); err != nil {
 		return Key{}, fmt.Errorf("totals: key %q: day: %w", s, err)
 	}
-	return Key{Day: day, Merchant: s[len(dayLayout)+1:]}, nil
+	if !validCurrency(s[cur : cur+3]) {
+		return Key{}, fmt.Errorf("totals: key %q: currency is not three letters A-Z", s)
+	}
+	return Key{Day: day, Currency: s[cur : cur+3], Merchant: s[cur+4:]}, nil
+}
+
+func validCurrency(c string) bool {
+	if len(c) != 3 {
+		return false
+	}
+	for i := range 3 {
+		if c[i] < 'A' || c[i] > 'Z' {
+			return false
+		}
+	}
+	return true
 }
 
 // State is what the job checkpoints with Lambda: handed to each invocation
@@ -42,7 +61,9 @@ type State struct {
 	// passed), and what tells a restore from a first try.
 	Checkpoint int64
 	// Floor is the newest event time the job had read when this state was
-	// made: the watermark a restore starts from, never lower.
+	// made: the watermark a restore starts from, never lower. Event times
+	// are kept to the millisecond (Handle truncates them as it reads), so
+	// what the state stores is exactly what was compared.
 	Floor time.Time
 	// Totals holds the shard's absolute total per key still open (its day
 	// not yet past the horizon).

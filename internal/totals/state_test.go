@@ -11,8 +11,8 @@ import (
 func TestAStateSurvivesItsEncoding(t *testing.T) {
 	st := totals.State{
 		Checkpoint: 42,
-		Floor:      time.Date(2026, 12, 1, 12, 0, 0, 0, time.UTC),
-		Totals:     map[totals.Key]int64{{Merchant: "m#1:x", Day: "2026-12-01"}: -5, {Merchant: "m2", Day: "2026-11-30"}: 15000},
+		Floor:      time.Date(2026, 12, 1, 12, 0, 0, 7e6, time.UTC),
+		Totals:     map[totals.Key]int64{{Merchant: "m#1:<x>", Day: "2026-12-01", Currency: "EUR"}: -5, {Merchant: "m2", Day: "2026-11-30", Currency: "USD"}: 15000},
 		Seen:       map[string]time.Time{"pay_7:SUCCEEDED": time.Date(2026, 12, 1, 10, 0, 0, 123e6, time.UTC)},
 	}
 	got, ok, err := totals.Decode(st.Encode())
@@ -30,12 +30,15 @@ func TestAFreshStateIsNotAStateAndAForeignOneIsRefused(t *testing.T) {
 		t.Errorf("Decode(nil) = %v, %v; want a fresh state", ok, err)
 	}
 	for name, m := range map[string]map[string]string{
-		"no checkpoint":   {"t:2026-12-01#m1": "5"},
+		"no checkpoint":   {"t:2026-12-01#EUR#m1": "5"},
 		"negative":        {"checkpoint": "-1"},
 		"foreign entry":   {"checkpoint": "1", "count": "3"},
-		"bad day":         {"checkpoint": "1", "t:2026-13-01#m1": "5"},
-		"bad total":       {"checkpoint": "1", "t:2026-12-01#m1": "five"},
-		"key without sep": {"checkpoint": "1", "t:2026-12-01m1": "5"},
+		"bad day":         {"checkpoint": "1", "t:2026-13-01#EUR#m1": "5"},
+		"bad total":       {"checkpoint": "1", "t:2026-12-01#EUR#m1": "five"},
+		"key without sep": {"checkpoint": "1", "t:2026-12-01EUR#m1": "5"},
+		"no currency":     {"checkpoint": "1", "t:2026-12-01#m1": "5"},
+		"lower currency":  {"checkpoint": "1", "t:2026-12-01#eur#m1": "5"},
+		"no merchant":     {"checkpoint": "1", "t:2026-12-01#EUR#": "5"},
 		"bad seen time":   {"checkpoint": "1", "s:pay_7:SUCCEEDED": "soon"},
 		"bad floor":       {"checkpoint": "1", "floor": "x"},
 	} {
@@ -48,8 +51,8 @@ func TestAFreshStateIsNotAStateAndAForeignOneIsRefused(t *testing.T) {
 // FuzzDecode: whatever Lambda hands back, Decode either refuses it or
 // returns a state that encodes back to a map Decode reads the same.
 func FuzzDecode(f *testing.F) {
-	f.Add("checkpoint", "3", "t:2026-12-01#m1", "15000", "s:pay_7:SUCCEEDED", "1764583200000")
-	f.Add("checkpoint", "0", "floor", "1764583200000", "t:2026-12-01##", "-1")
+	f.Add("checkpoint", "3", "t:2026-12-01#EUR#m1", "15000", "s:pay_7:SUCCEEDED", "1764583200000")
+	f.Add("checkpoint", "0", "floor", "1764583200000", "t:2026-12-01#USD##", "-1")
 	f.Fuzz(func(t *testing.T, k1, v1, k2, v2, k3, v3 string) {
 		st, ok, err := totals.Decode(map[string]string{k1: v1, k2: v2, k3: v3})
 		if err != nil || !ok {
