@@ -294,7 +294,9 @@ func (p *Process) Invoke(ctx context.Context, payload []byte) ([]byte, error) {
 			// Refused before anything was sent. An environment killed
 			// between being handed this invocation and its request (a kill
 			// in its cold start) is Lambda's environment dying under the
-			// invocation, as Kill counts it; a live one refusing means
+			// invocation, as Kill counts it (so is one that crashed on its
+			// own in that instant: an attempt counted, never "nothing ran"
+			// for something that might have); a live one refusing means
 			// nothing ran.
 			select {
 			case <-p.done:
