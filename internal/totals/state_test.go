@@ -8,6 +8,11 @@ import (
 	"github.com/oncepay/oncepay/internal/totals"
 )
 
+func same(a, b totals.State) bool {
+	return a.Checkpoint == b.Checkpoint && a.Floor.Equal(b.Floor) && maps.Equal(a.Totals, b.Totals) &&
+		maps.EqualFunc(a.Seen, b.Seen, time.Time.Equal)
+}
+
 func TestAStateSurvivesItsEncoding(t *testing.T) {
 	st := totals.State{
 		Checkpoint: 42,
@@ -19,8 +24,7 @@ func TestAStateSurvivesItsEncoding(t *testing.T) {
 	if err != nil || !ok {
 		t.Fatalf("Decode = %v, %v", ok, err)
 	}
-	if got.Checkpoint != st.Checkpoint || !got.Floor.Equal(st.Floor) || !maps.Equal(got.Totals, st.Totals) ||
-		!maps.EqualFunc(got.Seen, st.Seen, time.Time.Equal) {
+	if !same(got, st) {
 		t.Errorf("round trip = %+v, want %+v", got, st)
 	}
 }
@@ -62,8 +66,7 @@ func FuzzDecode(f *testing.F) {
 		if err != nil || !ok {
 			t.Fatalf("the encoding of %+v does not decode: %v", st, err)
 		}
-		if again.Checkpoint != st.Checkpoint || !again.Floor.Equal(st.Floor) || !maps.Equal(again.Totals, st.Totals) ||
-			!maps.EqualFunc(again.Seen, st.Seen, time.Time.Equal) {
+		if !same(again, st) {
 			t.Fatalf("round trip changed %+v into %+v", st, again)
 		}
 	})
