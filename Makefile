@@ -17,7 +17,7 @@ LAMBDAS  := $(notdir $(wildcard lambdas/*))
 GO_SRC   := $(shell find . -name '*.go' -not -path './_tools/*' -not -path './.local/*' -not -path './cdk.out/*')
 CALLER   ?= u1
 
-.PHONY: help setup up down status inspect lambdas synth lint test test-unit test-race fuzz test-cfn demo bench token chaos clean
+.PHONY: help setup up down status inspect totals lambdas synth lint test test-unit test-race fuzz test-cfn demo bench token chaos clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -38,6 +38,9 @@ status: ## what runs locally
 	@bash scripts/localcloud.sh status
 
 PAYMENT ?=
+totals: ## a merchant's day total from the stream job's sink: make -s totals MERCHANT=m1 [DAY=YYYY-MM-DD] [CURRENCY=EUR]
+	@go build -o $(BIN)/totals ./cmd/totals && $(BIN)/totals --merchant "$(MERCHANT)" $(if $(DAY),--day "$(DAY)") $(if $(CURRENCY),--currency "$(CURRENCY)")
+
 inspect: ## one payment as JSON (row, credits, notifications, the phone's pushes): make -s inspect PAYMENT=pay_...
 	@go build -o $(BIN)/inspect ./cmd/inspect && $(BIN)/inspect --payment "$(PAYMENT)"
 

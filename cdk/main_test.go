@@ -24,7 +24,7 @@ func TestMain(m *testing.M) {
 func TestTheProfileNamesTheStack(t *testing.T) {
 	out := t.TempDir()
 	assets := t.TempDir()
-	for _, fn := range []string{"api", "relay", "worker", "resolver", "webhook", "migrate"} {
+	for _, fn := range []string{"api", "relay", "worker", "resolver", "webhook", "migrate", "totals"} {
 		if err := os.MkdirAll(filepath.Join(assets, fn), 0o755); err != nil {
 			t.Fatal(err)
 		}

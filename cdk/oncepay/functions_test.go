@@ -67,6 +67,7 @@ func TestFunctions(t *testing.T) {
 		{st.Resolver, z.Resolver, true, float64(oncepay.ResolverReservedConcurrency)},
 		{st.Webhook, z.Webhook, true, nil},
 		{st.Migration.Function, z.Migrate, true, nil},
+		{st.Totals.Function, z.Totals, false, nil},
 	}
 	if got := len(s.resourcesOfType("AWS::Lambda::Function")); got != len(cases) {
 		t.Errorf("%d functions, want %d", got, len(cases))
@@ -163,6 +164,10 @@ func TestFunctionEnvironment(t *testing.T) {
 			stackenv.EventsQueueURL: "${" + s.logicalID(t, st.Data.Events.Queue) + "}"}},
 		"worker":   {st.Worker.Function, join(ledger, push)},
 		"resolver": {st.Resolver, join(ledger, timing, apiKey, map[string]string{stackenv.IdemTable: claims, stackenv.OutboxTable: outbox})},
+		"totals": {st.Totals.Function, map[string]string{
+			stackenv.TotalsTable:     "${" + s.logicalID(t, st.Totals.Table) + "}",
+			stackenv.RecountQueueURL: "${" + s.logicalID(t, st.Totals.Recount) + "}",
+			stackenv.TotalsVersion:   "2"}},
 		"webhook": {st.Webhook, join(ledger, map[string]string{
 			stackenv.OutboxTable: outbox, oncepay.EnvWebhookSecretArn: webhookSecret, oncepay.EnvSecretsManagerEndpoint: sm})},
 	}
@@ -420,6 +425,14 @@ func TestAlarms(t *testing.T) {
 		oncepay.AlarmClaimsReadThrottle:  {"AWS/DynamoDB", "ReadThrottleEvents", "Sum", map[string]any{"TableName": ref(s.logicalID(t, st.Data.Claims.Table))}, 1},
 		oncepay.AlarmClaimsWriteThrottle: {"AWS/DynamoDB", "WriteThrottleEvents", "Sum", map[string]any{"TableName": ref(s.logicalID(t, st.Data.Claims.Table))}, 1},
 		oncepay.AlarmOutboxWriteThrottle: {"AWS/DynamoDB", "WriteThrottleEvents", "Sum", map[string]any{"TableName": ref(s.logicalID(t, st.Data.Outbox.Table))}, 1},
+
+		oncepay.AlarmTotalsErrors:      {"AWS/Lambda", "Errors", "Sum", map[string]any{"FunctionName": fnName(st.Totals.Function)}, 1},
+		oncepay.AlarmTotalsIteratorAge: {"AWS/Lambda", "IteratorAge", "Maximum", map[string]any{"FunctionName": fnName(st.Totals.Function)}, 600_000},
+		oncepay.AlarmTotalsFailures:    {"AWS/SQS", "ApproximateNumberOfMessagesVisible", "Maximum", map[string]any{"QueueName": queueName(st.Totals.FailureQueue)}, 1},
+		oncepay.AlarmRecountNotEmpty:   {"AWS/SQS", "ApproximateNumberOfMessagesVisible", "Maximum", map[string]any{"QueueName": queueName(st.Totals.Recount)}, 1},
+		oncepay.AlarmTotalsLateCopies:  {metrics.Namespace, "TotalsLateCopies", "Sum", map[string]any{"Function": oncepay.FnTotals}, 1},
+		oncepay.AlarmTotalsStaleState:  {metrics.Namespace, "TotalsStaleStates", "Sum", map[string]any{"Function": oncepay.FnTotals}, 1},
+		oncepay.AlarmTotalsUnreadable:  {metrics.Namespace, "TotalsUnreadable", "Sum", map[string]any{"Function": oncepay.FnTotals}, 1},
 	}
 	if oncepay.MetricOutboxRedriven != outbox.MetricRedriven {
 		t.Errorf("the alarm watches %q, the sweep emits %q", oncepay.MetricOutboxRedriven, outbox.MetricRedriven)

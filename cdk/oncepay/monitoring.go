@@ -36,6 +36,12 @@ const (
 	// MetricOutboxRedriven: the resolver's sweep re-drove events the worker
 	// had not processed a grace period after their commit (outbox.MetricRedriven).
 	MetricOutboxRedriven = "OutboxRedriven"
+	// The stream job's counts (package totals): copies rejected as late
+	// (sent to the recount queue), states older than the sink refused,
+	// unreadable records skipped.
+	MetricTotalsLateCopies  = "TotalsLateCopies"
+	MetricTotalsStaleStates = "TotalsStaleStates"
+	MetricTotalsUnreadable  = "TotalsUnreadable"
 	// MetricPSPKeyUnreadable: the api or the resolver needed the PSP API key
 	// and could not read its secret (and held no value to fall back on), so
 	// it made no PSP call: payments wait as UNKNOWN, refunds as pending.
@@ -60,6 +66,15 @@ const (
 	AlarmNotifStuck          = "NotifStuck"
 	AlarmOutboxRedriven      = "OutboxRedriven"
 	RelayIteratorAgeMaxMilli = 60_000 // a minute behind the outbox is an outage of the event path
+
+	AlarmTotalsErrors       = "TotalsErrors"
+	AlarmTotalsIteratorAge  = "TotalsIteratorAge"
+	AlarmTotalsLateCopies   = "TotalsLateCopies"
+	AlarmTotalsStaleState   = "TotalsStaleState"
+	AlarmTotalsUnreadable   = "TotalsUnreadable"
+	AlarmTotalsFailures     = "TotalsFailuresNotEmpty"
+	AlarmRecountNotEmpty    = "RecountNotEmpty"
+	TotalsIteratorAgeMaxMin = 10 // minutes: totals a window or more behind (the window is a minute)
 
 	AlarmApiErrors                = "ApiErrors"
 	AlarmWebhookErrors            = "WebhookErrors"
@@ -180,13 +195,24 @@ func newMonitoring(s *Stack) *Monitoring {
 		s.Relay.Function.Function.Metric(jsii.String("IteratorAge"), &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")}),
 		RelayIteratorAgeMaxMilli)
 
+	t := s.Totals
+	atLeastOne(AlarmTotalsErrors, "The stream job failed invocations: Lambda retries each from the last checkpoint (a restore; the job's flush keeps the totals right), then hands the batch to TotalsFailuresNotEmpty.", errs(t.Function))
+	atLeastOne(AlarmTotalsFailures, "The totals mapping gave up on a stream batch: the days of its shard and sequence range must be recounted from the ledger (docs/stream-job.md).", depth(t.FailureQueue))
+	atLeastOne(AlarmTotalsStaleState, "The stream job was handed a state older than what committed runs wrote (a reset mapping, a lost window state) and stopped its shard rather than erase totals: recount the shard's days, then delete its ~meta item (docs/stream-job.md#stale-state).", custom(MetricTotalsStaleStates, FnTotals, "Sum"))
+	atLeastOne(AlarmTotalsLateCopies, "The stream job rejected copies that came later than its two-hour horizon; each is in the recount queue.", custom(MetricTotalsLateCopies, FnTotals, "Sum"))
+	atLeastOne(AlarmTotalsUnreadable, "The stream job skipped outbox records it could not read (the relay reports the same records): their totals are missing until recounted.", custom(MetricTotalsUnreadable, FnTotals, "Sum"))
+	atLeastOne(AlarmRecountNotEmpty, "Late copies wait in the recount queue for an operator's recount of their merchant's day.", depth(t.Recount))
+	c.alarm(AlarmTotalsIteratorAge, "The stream job is ten minutes or more behind the outbox stream: merchants' totals are stale.",
+		t.Function.Function.Metric(jsii.String("IteratorAge"), &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")}),
+		TotalsIteratorAgeMaxMin*60_000)
+
 	c.frontDoorAlarms(s, period, errs)
 	c.storeAlarms(s, period)
 
 	c.Dashboard = awscloudwatch.NewDashboard(c.Construct, jsii.String("Dashboard"), &awscloudwatch.DashboardProps{
 		DefaultInterval: awscdk.Duration_Hours(jsii.Number(3)),
 	})
-	fns := []*GoFunction{s.Api.Function, s.Webhook, s.Relay.Function, s.Worker.Function, s.Resolver}
+	fns := []*GoFunction{s.Api.Function, s.Webhook, s.Relay.Function, s.Worker.Function, s.Resolver, s.Totals.Function}
 	var invocations, errors, durations []awscloudwatch.IMetric
 	for _, fn := range fns {
 		invocations = append(invocations, fn.Function.MetricInvocations(&awscloudwatch.MetricOptions{Period: period}))

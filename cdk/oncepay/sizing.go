@@ -17,6 +17,7 @@ const (
 	FnResolver = "resolver"
 	FnWebhook  = "webhook"
 	FnMigrate  = "migrate"
+	FnTotals   = "totals"
 )
 
 // Sizing is one function's timeout and memory.
@@ -31,7 +32,7 @@ type Sizing struct {
 // clock margin, 6 s with the defaults), so a function can never outlive the
 // deadline by more than the margin (docs/mechanism.md#design-3).
 type Sizings struct {
-	API, Webhook, Relay, Worker, Resolver, Migrate Sizing
+	API, Webhook, Relay, Worker, Resolver, Migrate, Totals Sizing
 }
 
 // ResolverRate is how often EventBridge runs the resolver's sweep.
@@ -59,6 +60,9 @@ func SizingsFor(t config.Timing) Sizings {
 		// Migrations hold an advisory lock; a slow DDL must not time out
 		// half-way through a deploy.
 		Migrate: Sizing{Timeout: 5 * time.Minute, MemoryMB: 256},
+		// A restore's flush rewrites every key of the shard's state, 25 to
+		// a BatchWriteItem: a minute covers tens of thousands.
+		Totals: Sizing{Timeout: time.Minute, MemoryMB: 256},
 	}
 }
 

@@ -61,6 +61,8 @@ type Stack struct {
 	Resolver  *GoFunction
 	Webhook   *GoFunction
 	Migration *LedgerMigration
+	// Totals is the stream job (docs/stream-job.md).
+	Totals *StreamTotals
 	// ResolverSchedule runs the resolver every ResolverRate.
 	ResolverSchedule awsevents.Rule
 	// AsyncFailures receives failed asynchronous invocations of the resolver
@@ -84,6 +86,8 @@ const (
 	OutputPushTopicArn    = "PushTopicArn"
 	OutputLedgerSecretArn = "LedgerSecretArn"
 	OutputLedgerEndpoint  = "LedgerEndpoint"
+	OutputTotalsTableName = "TotalsTableName"
+	OutputRecountQueueURL = "RecountQueueUrl"
 
 	OutputHTTPAPIURL       = "HttpApiUrl"
 	OutputWebhookURL       = "WebhookUrl"
@@ -199,6 +203,12 @@ func (s *Stack) addFunctions(props *StackProps) {
 		LogRetention:            retention,
 	})
 
+	s.Totals = NewStreamTotals(s.Stack, "Totals", &StreamTotalsProps{
+		Protection:   protection,
+		Outbox:       d.Outbox,
+		LogRetention: retention,
+	})
+
 	s.AsyncFailures = newFailureQueue(s.Stack, "AsyncFailures", protection, nil)
 	suppress(cfn(s.AsyncFailures), "Serverless-SQSRedrivePolicy",
 		"This is the dead-letter queue of the resolver's and the migration's asynchronous invocations and of the resolver's schedule target; an alarm fires on its depth.")
@@ -308,6 +318,8 @@ func (s *Stack) addOutputs() {
 	out(OutputPushTopicArn, "push notifications topic", d.Push.Topic.TopicArn())
 	out(OutputLedgerSecretArn, "ledger admin secret (Secrets Manager)", d.Ledger.Secret.SecretArn())
 	out(OutputLedgerEndpoint, "ledger writer endpoint (host)", d.Ledger.Cluster.ClusterEndpoint().Hostname())
+	out(OutputTotalsTableName, "the stream job's totals table (merchants' daily totals, partial per shard)", s.Totals.Table.TableName())
+	out(OutputRecountQueueURL, "the stream job's recount queue (late copies to recount)", s.Totals.Recount.QueueUrl())
 
 	out(OutputHTTPAPIURL, "payment API base URL (POST payments with a JWT)", s.Api.Url())
 	out(OutputWebhookURL, "PSP webhook endpoint (register it with Stripe)", awscdk.Fn_Join(jsii.String(""), jsii.Strings(*s.Api.Url(), "webhooks/psp")))

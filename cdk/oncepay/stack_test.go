@@ -239,6 +239,8 @@ func TestOutputs(t *testing.T) {
 		"PushTopicArn":    ref(s.logicalID(t, d.Push.Topic)),
 		"LedgerSecretArn": ref(s.logicalID(t, d.Ledger.Secret)),
 		"LedgerEndpoint":  getAtt(s.logicalID(t, d.Ledger.Cluster), "Endpoint.Address"),
+		"TotalsTableName": ref(s.logicalID(t, s.stack.Totals.Table)),
+		"RecountQueueUrl": ref(s.logicalID(t, s.stack.Totals.Recount)),
 		// For a deployed stack's users (the local cloud has no API Gateway,
 		// Cognito or dashboard, and skips them).
 		"UserPoolId":       ref(s.logicalID(t, s.stack.Api.UserPool)),
@@ -284,7 +286,7 @@ func TestOutputs(t *testing.T) {
 		}
 	}
 	for _, local := range []string{"IdemTableName", "OutboxTableName", "OutboxStreamArn", "EventsQueueUrl", "EventsQueueArn",
-		"EventsDlqUrl", "EventsDlqArn", "PushTopicArn", "LedgerSecretArn", "LedgerEndpoint"} {
+		"EventsDlqUrl", "EventsDlqArn", "PushTopicArn", "LedgerSecretArn", "LedgerEndpoint", "TotalsTableName", "RecountQueueUrl"} {
 		if _, ok := stackenv.OutputVars[local]; !ok {
 			t.Errorf("output %s is not in stackenv.OutputVars", local)
 		}

@@ -49,6 +49,10 @@ type Stream struct {
 	// ParallelizationFactor: concurrent batches per shard (default 1).
 	// Ordering per item needs 1, so oncepay keeps it.
 	ParallelizationFactor int
+	// TumblingWindow: the window of a stateful mapping
+	// (TumblingWindowInSeconds; 0 = none, else 1 s..15 min). Lambda hands
+	// each invocation of a window the state the previous one answered.
+	TumblingWindow time.Duration
 }
 
 // Queue is an SQS event-source mapping plus the two queue attributes that
@@ -79,6 +83,7 @@ type Queue struct {
 type Settings struct {
 	Relay  Stream // outbox stream -> relay function
 	Worker Queue  // events queue -> worker function
+	Totals Stream // outbox stream -> the totals job (tumbling window)
 }
 
 // DefaultStream returns Lambda's defaults for a DynamoDB stream mapping.
@@ -124,7 +129,16 @@ func Default() Settings {
 	worker.ReportBatchItemFailures = true
 	worker.VisibilityTimeout = 6 * WorkerTimeout
 	worker.MaxReceiveCount = 5
-	return Settings{Relay: relay, Worker: worker}
+	// Totals: a one-minute tumbling window (each window's close saves the
+	// job's carry, so shorter means more carry writes and longer means a
+	// bigger state); no partial failures and no bisect (the state answers
+	// for the whole batch); 10 retries and then the on-failure destination,
+	// whose alarm says which shard range to recount (the records would
+	// otherwise stall the shard and age out of the stream silently).
+	totals := DefaultStream()
+	totals.MaxRetryAttempts = 10
+	totals.TumblingWindow = time.Minute
+	return Settings{Relay: relay, Worker: worker, Totals: totals}
 }
 
 // Validate checks s against Lambda's limits.
@@ -142,6 +156,8 @@ func (s Stream) Validate() error {
 		return fmt.Errorf("eventsource: max record age %ds is neither -1 nor in 60..604800", s.MaxRecordAgeSeconds)
 	case s.ParallelizationFactor < 1 || s.ParallelizationFactor > 10:
 		return fmt.Errorf("eventsource: parallelization factor %d not in 1..10", s.ParallelizationFactor)
+	case s.TumblingWindow < 0 || s.TumblingWindow > 15*time.Minute || s.TumblingWindow%time.Second != 0:
+		return fmt.Errorf("eventsource: tumbling window %s is not whole seconds in 0..900s", s.TumblingWindow)
 	}
 	return nil
 }

@@ -20,6 +20,11 @@ const (
 	LedgerDSN       = "ONCEPAY_LEDGER_DSN"
 	PSPURL          = "ONCEPAY_PSP_URL"
 	FrontDoorURL    = "ONCEPAY_FRONTDOOR_URL"
+	// The stream job's sink table, its recount queue, and which version
+	// of its counting rule it runs (1 or 2: the story's v1 and v2).
+	TotalsTable     = "ONCEPAY_TOTALS_TABLE"
+	RecountQueueURL = "ONCEPAY_RECOUNT_QUEUE_URL"
+	TotalsVersion   = "ONCEPAY_TOTALS_VERSION"
 	// AlbArn is the load balancer whose signed claims the api accepts
 	// (set by the stack when it has the ALB front door); AlbKeysURL
 	// overrides where its public keys are read (GovCloud, tests).
@@ -39,6 +44,8 @@ var OutputVars = map[string]string{
 	"PushTopicArn":    PushTopicArn,
 	"LedgerSecretArn": LedgerSecretArn,
 	"LedgerEndpoint":  LedgerEndpoint,
+	"TotalsTableName": TotalsTable,
+	"RecountQueueUrl": RecountQueueURL,
 }
 
 // The PSP's credentials are two secrets, each read only by the functions

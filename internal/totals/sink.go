@@ -318,9 +318,19 @@ const AttrExpiresAt = "expires_at"
 // partial total (the ByKey index; eventually consistent, as any read of a
 // GSI).
 func (t *Table) DayTotal(ctx context.Context, k Key) (total int64, found bool, err error) {
+	partials, err := t.Partials(ctx, k)
+	for _, n := range partials {
+		total += n
+	}
+	return total, len(partials) > 0, err
+}
+
+// Partials reads each shard's partial total of a merchant's day, by shard.
+func (t *Table) Partials(ctx context.Context, k Key) (map[string]int64, error) {
+	out := map[string]int64{}
 	var start map[string]types.AttributeValue
 	for {
-		out, err := t.api.Query(ctx, &dynamodb.QueryInput{
+		page, err := t.api.Query(ctx, &dynamodb.QueryInput{
 			TableName: &t.name, IndexName: aws.String(IndexByKey),
 			KeyConditionExpression:    aws.String("#k = :k"),
 			ExpressionAttributeNames:  map[string]string{"#k": AttrKey},
@@ -328,18 +338,21 @@ func (t *Table) DayTotal(ctx context.Context, k Key) (total int64, found bool, e
 			ExclusiveStartKey:         start,
 		})
 		if err != nil {
-			return 0, false, fmt.Errorf("totals: read %s: %w", k, err)
+			return nil, fmt.Errorf("totals: read %s: %w", k, err)
 		}
-		for _, it := range out.Items {
+		for _, it := range page.Items {
 			n, err := readNum(it[AttrTotal])
 			if err != nil {
-				return 0, false, fmt.Errorf("totals: %s's total: %w", k, err)
+				return nil, fmt.Errorf("totals: %s's total: %w", k, err)
 			}
-			total += n
-			found = true
+			shard, _ := it[AttrShard].(*types.AttributeValueMemberS)
+			if shard == nil {
+				return nil, fmt.Errorf("totals: a partial of %s has no shard", k)
+			}
+			out[shard.Value] = n
 		}
-		if start = out.LastEvaluatedKey; len(start) == 0 {
-			return total, found, nil
+		if start = page.LastEvaluatedKey; len(start) == 0 {
+			return out, nil
 		}
 	}
 }

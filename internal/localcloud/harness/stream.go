@@ -131,7 +131,10 @@ type StreamStats struct {
 	Retries         int // failed invocations whose records will be retried
 	Throttles       int // batches not invoked (ErrNotInvoked), retried without counting an attempt
 	Discarded       int // records sent to the on-failure destination
-	Failures        []StreamFailure
+	// A tumbling window's closes: final invokes, and early ends at the
+	// state limit.
+	WindowsClosed, WindowsTerminatedEarly int
+	Failures                              []StreamFailure
 }
 
 // StreamPoller plays a DynamoDB stream event-source mapping. Its methods are
@@ -139,6 +142,7 @@ type StreamStats struct {
 type StreamPoller struct {
 	api     StreamAPI
 	handler StreamHandler
+	window  WindowHandler // set instead of handler for a tumbling window
 	cfg     StreamConfig
 
 	mu      sync.Mutex
@@ -157,6 +161,7 @@ type shard struct {
 	invokes    int     // invocations at this position
 	limits     []int   // batch sizes owed to bisected halves, last = next
 	done       bool
+	win        window // the open tumbling window, if any
 }
 
 // NewStreamPoller returns a poller that feeds handler from the stream.
@@ -242,7 +247,11 @@ func (p *StreamPoller) Step(ctx context.Context) (int, error) {
 		if parent, ok := p.shards[sh.parent]; ok && !parent.done {
 			continue // a child waits for its parent, as Lambda keeps per-item order
 		}
-		n, err := p.stepShard(ctx, sh)
+		step := p.stepShard
+		if p.window != nil {
+			step = p.stepWindow
+		}
+		n, err := step(ctx, sh)
 		total += n
 		if err != nil {
 			return total, err
@@ -433,28 +442,7 @@ func (p *StreamPoller) stepShard(ctx context.Context, sh *shard) (int, error) {
 			sh.limits = sh.limits[:n-1]
 		}
 	case herr != nil:
-		p.stats.FunctionErrors++
-		log("function error", slog.String("error", herr.Error()))
-		if p.cfg.Settings.BisectOnError && len(recs) > 1 {
-			p.stats.Bisections++
-			if n := len(sh.limits); n > 0 {
-				sh.limits = sh.limits[:n-1]
-			}
-			half := len(recs) / 2
-			sh.limits = append(sh.limits, len(recs)-half, half)
-			return len(recs), nil
-		}
-		sh.attempts++
-		if p.exhausted(sh) {
-			if err := p.discard(ctx, sh, recs, "RetryAttemptsExhausted", "Unhandled"); err != nil {
-				return len(recs), err
-			}
-			if n := len(sh.limits); n > 0 {
-				sh.limits = sh.limits[:n-1]
-			}
-			return len(recs), nil
-		}
-		p.stats.Retries++
+		return p.failed(ctx, sh, recs, herr, log)
 	default:
 		p.stats.PartialFailures++
 		log("partial failure", slog.String("failed_sequence_number", aws.ToString(recs[failedAt].Dynamodb.SequenceNumber)))
@@ -480,6 +468,34 @@ func (p *StreamPoller) stepShard(ctx context.Context, sh *shard) (int, error) {
 		}
 		p.stats.Retries++
 	}
+	return len(recs), nil
+}
+
+// failed handles an invocation that returned an error: bisect, retry or
+// discard, as the mapping's settings say.
+func (p *StreamPoller) failed(ctx context.Context, sh *shard, recs []types.Record, herr error, log func(string, ...slog.Attr)) (int, error) {
+	p.stats.FunctionErrors++
+	log("function error", slog.String("error", herr.Error()))
+	if p.cfg.Settings.BisectOnError && len(recs) > 1 {
+		p.stats.Bisections++
+		if n := len(sh.limits); n > 0 {
+			sh.limits = sh.limits[:n-1]
+		}
+		half := len(recs) / 2
+		sh.limits = append(sh.limits, len(recs)-half, half)
+		return len(recs), nil
+	}
+	sh.attempts++
+	if p.exhausted(sh) {
+		if err := p.discard(ctx, sh, recs, "RetryAttemptsExhausted", "Unhandled"); err != nil {
+			return len(recs), err
+		}
+		if n := len(sh.limits); n > 0 {
+			sh.limits = sh.limits[:n-1]
+		}
+		return len(recs), nil
+	}
+	p.stats.Retries++
 	return len(recs), nil
 }
 

@@ -51,7 +51,7 @@ func TestFromTemplateMapsEveryFunctionToItsPackageAndConcurrency(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{"Api": "lambdas/api", "Relay": "lambdas/relay", "Worker": "lambdas/worker",
-		"Resolver": "lambdas/resolver", "Webhook": "lambdas/webhook", "Migration": "lambdas/migrate"}
+		"Resolver": "lambdas/resolver", "Webhook": "lambdas/webhook", "Migration": "lambdas/migrate", "Totals": "lambdas/totals"}
 	if len(fns) != len(want) {
 		t.Errorf("%d functions, want %d", len(fns), len(want))
 	}

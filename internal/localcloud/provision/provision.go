@@ -104,6 +104,14 @@ type tableSpec struct {
 			NonKeyAttributes []string
 		}
 	} `json:"GlobalSecondaryIndexes"`
+	LocalSecondaryIndexes []struct {
+		IndexName  string
+		KeySchema  []ddbtypes.KeySchemaElement
+		Projection struct {
+			ProjectionType   string
+			NonKeyAttributes []string
+		}
+	} `json:"LocalSecondaryIndexes"`
 }
 
 func decode(props map[string]any, out any) error {
@@ -158,6 +166,16 @@ func (p *Provisioner) table(ctx context.Context, id string, props map[string]any
 				Projection: &ddbtypes.Projection{
 					ProjectionType:   ddbtypes.ProjectionType(g.Projection.ProjectionType),
 					NonKeyAttributes: g.Projection.NonKeyAttributes,
+				},
+			})
+		}
+		for _, l := range spec.LocalSecondaryIndexes {
+			in.LocalSecondaryIndexes = append(in.LocalSecondaryIndexes, ddbtypes.LocalSecondaryIndex{
+				IndexName: aws.String(l.IndexName),
+				KeySchema: l.KeySchema,
+				Projection: &ddbtypes.Projection{
+					ProjectionType:   ddbtypes.ProjectionType(l.Projection.ProjectionType),
+					NonKeyAttributes: l.Projection.NonKeyAttributes,
 				},
 			})
 		}

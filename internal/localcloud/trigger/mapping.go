@@ -68,7 +68,11 @@ func NewMapping(spec MappingSpec, c Clients, inv invoke.Invoker, o MappingOption
 		if spec.OnFailureURL != "" {
 			cfg.OnFailure = harness.SQSDestination(c.Send, spec.OnFailureURL)
 		}
-		m.stream, err = harness.NewStreamPoller(c.Streams, StreamHandler(inv, spec.Function), cfg)
+		if spec.Stream.TumblingWindow > 0 {
+			m.stream, err = harness.NewWindowPoller(c.Streams, WindowHandler(inv, spec.Function), cfg)
+		} else {
+			m.stream, err = harness.NewStreamPoller(c.Streams, StreamHandler(inv, spec.Function), cfg)
+		}
 	case KindQueue:
 		m.queue, err = harness.NewQueuePoller(c.Queues, QueueHandler(inv, spec.Function), harness.QueueConfig{
 			QueueURL: spec.QueueURL, QueueArn: spec.SourceArn, Settings: spec.Queue, Region: o.Region, Logger: log,
@@ -127,14 +131,16 @@ type MappingStatus struct {
 
 // StreamStats is harness.StreamStats with the discarded batches counted, not listed.
 type StreamStats struct {
-	Invocations     int `json:"invocations"`
-	Records         int `json:"records"`
-	FunctionErrors  int `json:"function_errors"`
-	PartialFailures int `json:"partial_failures"`
-	Bisections      int `json:"bisections"`
-	Retries         int `json:"retries"`
-	Throttles       int `json:"throttles"`
-	Discarded       int `json:"discarded"`
+	Invocations       int `json:"invocations"`
+	Records           int `json:"records"`
+	FunctionErrors    int `json:"function_errors"`
+	PartialFailures   int `json:"partial_failures"`
+	Bisections        int `json:"bisections"`
+	Retries           int `json:"retries"`
+	Throttles         int `json:"throttles"`
+	Discarded         int `json:"discarded"`
+	WindowsClosed     int `json:"windows_closed,omitempty"`
+	WindowsEndedEarly int `json:"windows_terminated_early,omitempty"`
 }
 
 // QueueStats is harness.QueueStats.
@@ -154,12 +160,24 @@ func (m *Mapping) Status() MappingStatus {
 	m.mu.Unlock()
 	if m.stream != nil {
 		s := m.stream.Stats()
-		st.Stats = StreamStats{s.Invocations, s.Records, s.FunctionErrors, s.PartialFailures, s.Bisections, s.Retries, s.Throttles, s.Discarded}
+		st.Stats = StreamStats{s.Invocations, s.Records, s.FunctionErrors, s.PartialFailures, s.Bisections, s.Retries, s.Throttles, s.Discarded,
+			s.WindowsClosed, s.WindowsTerminatedEarly}
 	} else {
 		s := m.queue.Stats()
 		st.Stats = QueueStats{s.Invocations, s.Received, s.Deleted, s.ItemFailures, s.FunctionErrors, s.Throttles}
 	}
 	return st
+}
+
+// WindowHandler invokes function with each batch of a tumbling-window
+// mapping, as Lambda sends it (the window, the state, the flags), and reads
+// its answer's state.
+func WindowHandler(inv invoke.Invoker, function string) harness.WindowHandler {
+	return func(ctx context.Context, ev events.DynamoDBTimeWindowEvent) (events.DynamoDBTimeWindowEventResponse, error) {
+		var resp events.DynamoDBTimeWindowEventResponse
+		err := call(ctx, inv, function, ev, &resp)
+		return resp, err
+	}
 }
 
 // StreamHandler adapts an Invoker to the harness: the batch goes to function

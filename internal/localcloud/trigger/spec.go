@@ -135,6 +135,7 @@ func mapping(t *provision.Template, phys map[string]provision.Physical, region, 
 		s.MaxRecordAgeSeconds = intOr(props["MaximumRecordAgeInSeconds"], eventsource.Forever)
 		s.ReportBatchItemFailures = reportFailures
 		s.ParallelizationFactor = intOr(props["ParallelizationFactor"], 1)
+		s.TumblingWindow = time.Duration(intOr(props["TumblingWindowInSeconds"], 0)) * time.Second
 		if err := s.Validate(); err != nil {
 			return MappingSpec{}, err
 		}

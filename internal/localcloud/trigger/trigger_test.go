@@ -70,8 +70,9 @@ func TestTemplateMappingsCarryTheSettingsTheCDKUses(t *testing.T) {
 	}
 	relayFn := logicalID(t, tpl, "AWS::Lambda::Function", "RelayFunction")
 	workerFn := logicalID(t, tpl, "AWS::Lambda::Function", "WorkerFunction")
+	totalsFn := logicalID(t, tpl, "AWS::Lambda::Function", "TotalsFunction")
 	want := eventsource.Default()
-	var sawRelay, sawWorker bool
+	var sawRelay, sawWorker, sawTotals bool
 	for _, m := range specs {
 		switch m.Function {
 		case relayFn:
@@ -82,6 +83,14 @@ func TestTemplateMappingsCarryTheSettingsTheCDKUses(t *testing.T) {
 			if m.OnFailureURL != "http://q/"+logicalID(t, tpl, "AWS::SQS::Queue", "RelayFailureQueue") {
 				t.Errorf("relay on-failure destination = %q", m.OnFailureURL)
 			}
+		case totalsFn:
+			sawTotals = true
+			if m.Kind != trigger.KindStream || m.Stream != want.Totals || m.Stream.TumblingWindow == 0 {
+				t.Errorf("totals mapping %s: %s %+v, eventsource.Default().Totals = %+v", m.ID, m.Kind, m.Stream, want.Totals)
+			}
+			if m.OnFailureURL != "http://q/"+logicalID(t, tpl, "AWS::SQS::Queue", "TotalsFailureQueue") {
+				t.Errorf("totals on-failure destination = %q", m.OnFailureURL)
+			}
 		case workerFn:
 			sawWorker = true
 			if m.Kind != trigger.KindQueue || m.Queue != want.Worker {
@@ -89,7 +98,7 @@ func TestTemplateMappingsCarryTheSettingsTheCDKUses(t *testing.T) {
 			}
 		}
 	}
-	if !sawRelay || !sawWorker || len(specs) != 2 {
+	if !sawRelay || !sawWorker || !sawTotals || len(specs) != 3 {
 		t.Fatalf("mappings = %+v", specs)
 	}
 }
