@@ -53,6 +53,7 @@ type surface struct {
 	pspURL     string // the PSP simulator (local) or Stripe's API (deployed)
 	adminURL   string // the local cloud's admin API; "" when deployed
 	topicArn   string // PushTopicArn
+	totals     string // TotalsTableName: the stream job's sink
 
 	httpc   *http.Client
 	tokens  tokens
@@ -126,6 +127,7 @@ func live(t *testing.T) *surface {
 	}
 	s := &surface{deployed: deployed, topicArn: env.Get(stackenv.PushTopicArn)}
 	s.apiURL = outputs[outputHTTPAPIURL]
+	s.totals = outputs["TotalsTableName"]
 	if s.apiURL == "" && !deployed {
 		// A local cloud provisioned before the front door wrote its
 		// outputs: the front door's address is the same URL.

@@ -77,18 +77,33 @@ func Run(ctx context.Context, out io.Writer) (Count, error) {
 	}
 	defer w.Close()
 	c, err := Play(ctx, w)
-	berr := error(nil)
+	berr, serr := error(nil), error(nil)
+	var sc StreamCount
 	if err == nil {
 		berr = LateOriginal(ctx, w)
+	}
+	if err == nil && berr == nil {
+		sc, serr = StreamJob(ctx, w)
 	}
 	w.Table.Print(out)
 	fmt.Fprint(out, w.Table.short(fmt.Sprintf("\n== final count: %d charge (%s), %d credit to m1 (12,000 -> %s), %d notification on the phone (%d pushes, replace id %s)\n",
 		c.Charges, c.ChargeID, c.Credits, thousands(c.Balance), c.Shown, c.Alerts, c.ReplaceID)))
+	if err == nil && berr == nil {
+		m2 := "none"
+		if sc.M2 >= 0 {
+			m2 = thousands(sc.M2)
+		}
+		fmt.Fprintf(out, "== the stream job: m1 = %s, m2 = %s after a restore and its full flush (m1 read %s during the flush)\n",
+			thousands(sc.M1), m2, thousands(sc.M1DuringFlush))
+	}
 	if err != nil {
 		return c, err
 	}
 	if berr != nil {
 		return c, fmt.Errorf("the late-original branch: %w", berr)
+	}
+	if serr != nil {
+		return c, fmt.Errorf("the stream beat: %w", serr)
 	}
 	if m := c.StoryMismatch(); len(m) > 0 {
 		return c, fmt.Errorf("the count differs from the story's: %v", m)

@@ -1,0 +1,116 @@
+package blackbox
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/awsclient"
+	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
+	"github.com/oncepay/oncepay/internal/totals"
+)
+
+// TestTheStreamJobsTotalsMatchTheLedgerThroughAKilledRun: payments to a
+// merchant of the case's own (one declined) flow through the front door
+// while the runner kills an invocation of the stack's totals function as it
+// runs. Lambda's retry hands the batch again with the last committed state
+// (a restore), and the merchant's day total in the sink ends at the sum of
+// its SUCCEEDED payments: none counted twice, the declined one not at all.
+func TestTheStreamJobsTotalsMatchTheLedgerThroughAKilledRun(t *testing.T) {
+	t.Parallel()
+	s := live(t)
+	s.needAdmin(t)
+	calm(t)
+	if s.totals == "" {
+		t.Fatal("the stack's outputs name no TotalsTableName")
+	}
+	ctx := context.Background()
+	cfg, err := awsclient.Config(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink, err := totals.NewTable(dynamoclient.New(cfg), s.totals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newActors("totals")
+
+	// Warm the function first: the runner aims a kill at a warm
+	// environment only (a cold start dies in the runtime's init).
+	warm, err := s.pay(ctx, a.caller, "K-warm", a.body("o-warm", 100, "pm_card_visa"))
+	if err != nil || warm.Status != http.StatusCreated {
+		t.Fatalf("first payment: %v, %v", warm, err)
+	}
+	want := int64(100)
+	day := time.Now().UTC().Format("2006-01-02")
+	key := totals.Key{Merchant: a.merchant, Day: day, Currency: "USD"}
+	if err := awaitTotal(ctx, sink, key, want, 60*time.Second); err != nil {
+		t.Fatalf("before the kill: %v", err)
+	}
+
+	type aim struct{ killed, busy int }
+	aimed := make(chan aim, 1)
+	kerr := make(chan error, 1)
+	go func() {
+		n, busy, err := s.killInFlight(ctx, "totals", 30*time.Second)
+		aimed <- aim{n, busy}
+		kerr <- err
+	}()
+	time.Sleep(200 * time.Millisecond) // the aim is armed
+	for i := range 6 {
+		method := "pm_card_visa"
+		amount := int64(200 + i)
+		if i == 3 {
+			method = "pm_card_chargeDeclined"
+		}
+		r, err := s.pay(ctx, a.caller, fmt.Sprintf("K%d", i), a.body(fmt.Sprintf("o-%d", i), amount, method))
+		if err != nil {
+			t.Fatal(err)
+		}
+		switch {
+		case i == 3 && r.Status == http.StatusPaymentRequired:
+		case i != 3 && r.Status == http.StatusCreated:
+			want += amount
+		default:
+			t.Fatalf("payment %d answered %v", i, r)
+		}
+		time.Sleep(300 * time.Millisecond) // separate batches
+	}
+	k := <-aimed
+	if err := <-kerr; err != nil {
+		t.Fatal(err)
+	}
+	if k.killed != 1 || k.busy != 1 {
+		t.Fatalf("the aimed kill killed %d (%d busy): no totals run was killed as it ran", k.killed, k.busy)
+	}
+	if err := awaitTotal(ctx, sink, key, want, 90*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	// And it stays there: nothing counted again later.
+	time.Sleep(3 * time.Second)
+	if got, _, err := sink.DayTotal(ctx, key); err != nil || got != want {
+		t.Errorf("a moment later %s = %d (%v), want %d", key, got, err, want)
+	}
+}
+
+// awaitTotal waits until the sink holds want for key.
+func awaitTotal(ctx context.Context, sink *totals.Table, key totals.Key, want int64, within time.Duration) error {
+	var got int64
+	_, err := eventually(ctx, within, 500*time.Millisecond, func(ctx context.Context) error {
+		n, _, err := sink.DayTotal(ctx, key)
+		if err != nil {
+			return err
+		}
+		got = n
+		if n != want {
+			return fmt.Errorf("%w: %s = %d", errNotYet, key, n)
+		}
+		return nil
+	})
+	if err != nil {
+		return fmt.Errorf("%s = %d after %s, want %d (the ledger's SUCCEEDED sum): %w", key, got, within, want, err)
+	}
+	return nil
+}
