@@ -1,6 +1,7 @@
 package totals
 
 import (
+	"encoding/json"
 	"fmt"
 	"maps"
 	"strconv"
@@ -160,11 +161,11 @@ func (s State) clone() State {
 }
 
 // Size is the state's size as Lambda counts it against its 1 MB per shard:
-// the encoded entries' bytes.
+// the JSON of the answer's state map.
 func (s State) Size() int {
-	n := 0
-	for k, v := range s.Encode() {
-		n += len(k) + len(v)
+	b, err := json.Marshal(s.Encode())
+	if err != nil {
+		return 0
 	}
-	return n
+	return len(b)
 }

@@ -2,9 +2,11 @@ package harness
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"time"
 
 	"github.com/aws/aws-lambda-go/events"
@@ -76,19 +78,23 @@ func windowOf(r types.Record, size time.Duration) time.Time {
 	return t.UTC().Truncate(size)
 }
 
+// stateSize is the state as the answer carries it: its JSON.
 func stateSize(m map[string]string) int {
-	n := 0
-	for k, v := range m {
-		n += len(k) + len(v)
+	b, err := json.Marshal(m)
+	if err != nil {
+		return 0
 	}
-	return n
+	return len(b)
 }
 
 // stepWindow is stepShard for a tumbling window. A window's close counts
 // as one record handed over, so Drain and Run see it as work.
 func (p *StreamPoller) stepWindow(ctx context.Context, sh *shard) (int, error) {
 	size := p.cfg.Settings.TumblingWindow
-	if sh.win.open && (sh.win.terminate || !time.Now().Before(sh.win.start.Add(size))) {
+	// A window closes after its records: not while a failed batch of it
+	// waits for its retry (Lambda holds the shard until that succeeds).
+	retrying := sh.attempts > 0 || len(sh.limits) > 0
+	if sh.win.open && !retrying && (sh.win.terminate || !time.Now().Before(sh.win.start.Add(size))) {
 		return p.closeWindow(ctx, sh)
 	}
 	limit := p.cfg.Settings.BatchSize
@@ -126,7 +132,7 @@ func (p *StreamPoller) stepWindow(ctx context.Context, sh *shard) (int, error) {
 	}
 	wev := events.DynamoDBTimeWindowEvent{DynamoDBEvent: ev, TimeWindowProperties: events.TimeWindowProperties{
 		Window:  events.Window{Start: events.RFC3339EpochTime{Time: start}, End: events.RFC3339EpochTime{Time: start.Add(size)}},
-		State:   sh.win.state, // nil at the window's start: a fresh state
+		State:   maps.Clone(sh.win.state), // nil at the window's start: a fresh state
 		ShardID: sh.id, EventSourceARN: p.cfg.StreamArn,
 	}}
 	resp, herr := invokeWindow(ctx, p.window, wev)
@@ -170,7 +176,7 @@ func (p *StreamPoller) closeWindow(ctx context.Context, sh *shard) (int, error) 
 		DynamoDBEvent: events.DynamoDBEvent{Records: []events.DynamoDBEventRecord{}},
 		TimeWindowProperties: events.TimeWindowProperties{
 			Window: events.Window{Start: events.RFC3339EpochTime{Time: sh.win.start}, End: events.RFC3339EpochTime{Time: sh.win.start.Add(size)}},
-			State:  sh.win.state, ShardID: sh.id, EventSourceARN: p.cfg.StreamArn,
+			State:  maps.Clone(sh.win.state), ShardID: sh.id, EventSourceARN: p.cfg.StreamArn,
 			IsFinalInvokeForWindow: !early, IsWindowTerminatedEarly: early,
 		},
 	}
@@ -187,7 +193,7 @@ func (p *StreamPoller) closeWindow(ctx context.Context, sh *shard) (int, error) 
 	if err != nil {
 		p.stats.FunctionErrors++
 		p.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "window close failed", append(attrs, slog.String("error", err.Error()))...)
-		return 1, nil
+		return 0, nil // Run pauses before the retry, as Lambda backs off
 	}
 	p.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "window closed", attrs...)
 	if early {
