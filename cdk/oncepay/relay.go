@@ -107,16 +107,27 @@ func NewOutboxRelay(scope constructs.Construct, id string, props *OutboxRelayPro
 	suppress(cfn(c.FailureQueue), "AwsSolutions-SQS3", terminal)
 	suppress(cfn(c.FailureQueue), "Serverless-SQSRedrivePolicy", terminal)
 
-	s := c.Settings
+	c.Mapping = newStreamMapping(c.Construct, fn.Function, c.Outbox.Table.TableStreamArn(), c.Settings, c.FailureQueue)
+	return c
+}
+
+// newStreamMapping is a stream event-source mapping carrying s as the
+// local harness plays it, with onFailure as its destination. "Forever" is
+// Lambda's -1, which the L2 props cannot express: the template states it
+// rather than leaving it to a default.
+func newStreamMapping(scope constructs.Construct, fn awslambda.IFunction, source *string, s eventsource.Stream, onFailure awssqs.IQueue) awslambda.EventSourceMapping {
 	mp := &awslambda.EventSourceMappingProps{
-		Target:                  fn.Function,
-		EventSourceArn:          c.Outbox.Table.TableStreamArn(),
+		Target:                  fn,
+		EventSourceArn:          source,
 		StartingPosition:        awslambda.StartingPosition(s.StartingPosition),
 		BatchSize:               jsii.Number(float64(s.BatchSize)),
 		BisectBatchOnError:      jsii.Bool(s.BisectOnError),
 		ReportBatchItemFailures: jsii.Bool(s.ReportBatchItemFailures),
 		ParallelizationFactor:   jsii.Number(float64(s.ParallelizationFactor)),
-		OnFailure:               awslambdaeventsources.NewSqsDlq(c.FailureQueue),
+		OnFailure:               awslambdaeventsources.NewSqsDlq(onFailure),
+	}
+	if s.TumblingWindow > 0 {
+		mp.TumblingWindow = seconds(s.TumblingWindow)
 	}
 	if s.MaxBatchingWindow > 0 {
 		mp.MaxBatchingWindow = seconds(s.MaxBatchingWindow)
@@ -127,17 +138,15 @@ func NewOutboxRelay(scope constructs.Construct, id string, props *OutboxRelayPro
 	if s.MaxRecordAgeSeconds != eventsource.Forever {
 		mp.MaxRecordAge = awscdk.Duration_Seconds(jsii.Number(float64(s.MaxRecordAgeSeconds)))
 	}
-	c.Mapping = awslambda.NewEventSourceMapping(c.Construct, jsii.String("Mapping"), mp)
-	// "Forever" is Lambda's -1, which the L2 props cannot express; the
-	// template states it rather than leaving it to a default.
-	m := cfn(c.Mapping).(awscdk.CfnResource)
+	m := awslambda.NewEventSourceMapping(scope, jsii.String("Mapping"), mp)
+	r := cfn(m).(awscdk.CfnResource)
 	if s.MaxRetryAttempts == eventsource.Forever {
-		m.AddPropertyOverride(jsii.String("MaximumRetryAttempts"), -1)
+		r.AddPropertyOverride(jsii.String("MaximumRetryAttempts"), -1)
 	}
 	if s.MaxRecordAgeSeconds == eventsource.Forever {
-		m.AddPropertyOverride(jsii.String("MaximumRecordAgeInSeconds"), -1)
+		r.AddPropertyOverride(jsii.String("MaximumRecordAgeInSeconds"), -1)
 	}
-	return c
+	return m
 }
 
 // newFailureQueue is a terminal queue for failure records: standard, TLS

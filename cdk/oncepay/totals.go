@@ -4,11 +4,9 @@ import (
 	"fmt"
 	"strconv"
 
-	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdaeventsources"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/constructs-go/constructs/v10"
@@ -145,33 +143,6 @@ func NewStreamTotals(scope constructs.Construct, id string, props *StreamTotalsP
 	suppress(cfn(c.FailureQueue), "AwsSolutions-SQS3", terminal)
 	suppress(cfn(c.FailureQueue), "Serverless-SQSRedrivePolicy", terminal)
 
-	s := c.Settings
-	mp := &awslambda.EventSourceMappingProps{
-		Target:                fn.Function,
-		EventSourceArn:        props.Outbox.Table.TableStreamArn(),
-		StartingPosition:      awslambda.StartingPosition(s.StartingPosition),
-		BatchSize:             jsii.Number(float64(s.BatchSize)),
-		BisectBatchOnError:    jsii.Bool(s.BisectOnError),
-		ParallelizationFactor: jsii.Number(float64(s.ParallelizationFactor)),
-		TumblingWindow:        seconds(s.TumblingWindow),
-		OnFailure:             awslambdaeventsources.NewSqsDlq(c.FailureQueue),
-	}
-	if s.MaxBatchingWindow > 0 {
-		mp.MaxBatchingWindow = seconds(s.MaxBatchingWindow)
-	}
-	if s.MaxRetryAttempts != eventsource.Forever {
-		mp.RetryAttempts = jsii.Number(float64(s.MaxRetryAttempts))
-	}
-	if s.MaxRecordAgeSeconds != eventsource.Forever {
-		mp.MaxRecordAge = awscdk.Duration_Seconds(jsii.Number(float64(s.MaxRecordAgeSeconds)))
-	}
-	c.Mapping = awslambda.NewEventSourceMapping(c.Construct, jsii.String("Mapping"), mp)
-	m := cfn(c.Mapping).(awscdk.CfnResource)
-	if s.MaxRetryAttempts == eventsource.Forever {
-		m.AddPropertyOverride(jsii.String("MaximumRetryAttempts"), -1)
-	}
-	if s.MaxRecordAgeSeconds == eventsource.Forever {
-		m.AddPropertyOverride(jsii.String("MaximumRecordAgeInSeconds"), -1)
-	}
+	c.Mapping = newStreamMapping(c.Construct, fn.Function, props.Outbox.Table.TableStreamArn(), c.Settings, c.FailureQueue)
 	return c
 }

@@ -391,12 +391,49 @@ func (p *StreamPoller) fetch(ctx context.Context, sh *shard, limit int) (recs []
 	return recs, iter == nil && len(recs) == 0, nil
 }
 
-func (p *StreamPoller) stepShard(ctx context.Context, sh *shard) (int, error) {
-	limit := p.cfg.Settings.BatchSize
+// batchLimit is the size of the shard's next batch: the one owed to a
+// bisected half, else the mapping's.
+func (sh *shard) batchLimit(size int) int {
 	if n := len(sh.limits); n > 0 {
-		limit = sh.limits[n-1]
+		return sh.limits[n-1]
 	}
-	recs, closed, err := p.fetch(ctx, sh, limit)
+	return size
+}
+
+// popLimit drops the batch size the last batch was owed, if any.
+func (sh *shard) popLimit() {
+	if n := len(sh.limits); n > 0 {
+		sh.limits = sh.limits[:n-1]
+	}
+}
+
+// notInvoked counts a batch that never ran: it is read again at the next
+// step with no attempt counted. 0 records makes Run pause first.
+func (p *StreamPoller) notInvoked(ctx context.Context, sh *shard, records int, err error) (int, error) {
+	p.stats.Throttles++
+	p.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "stream batch not invoked", slog.String("shard", sh.id),
+		slog.Int("records", records), slog.String("error", err.Error()))
+	return 0, nil
+}
+
+// succeeded moves the shard past recs.
+func (p *StreamPoller) succeeded(sh *shard, recs []types.Record) {
+	p.ack(sh, recs[len(recs)-1])
+	p.stats.Acked += len(recs)
+	sh.popLimit()
+}
+
+// giveUp discards recs once their retries are exhausted.
+func (p *StreamPoller) giveUp(ctx context.Context, sh *shard, recs []types.Record, functionError string) error {
+	if err := p.discard(ctx, sh, recs, "RetryAttemptsExhausted", functionError); err != nil {
+		return err
+	}
+	sh.popLimit()
+	return nil
+}
+
+func (p *StreamPoller) stepShard(ctx context.Context, sh *shard) (int, error) {
+	recs, closed, err := p.fetch(ctx, sh, sh.batchLimit(p.cfg.Settings.BatchSize))
 	if err != nil {
 		return 0, err
 	}
@@ -414,12 +451,7 @@ func (p *StreamPoller) stepShard(ctx context.Context, sh *shard) (int, error) {
 	}
 	resp, herr := invokeStream(ctx, p.handler, ev)
 	if errors.Is(herr, ErrNotInvoked) {
-		// Nothing ran: the same batch is read again at the next step,
-		// with no attempt counted. 0 records makes Run pause first.
-		p.stats.Throttles++
-		p.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "stream batch not invoked", slog.String("shard", sh.id),
-			slog.Int("records", len(recs)), slog.String("error", herr.Error()))
-		return 0, nil
+		return p.notInvoked(ctx, sh, len(recs), herr)
 	}
 	sh.invokes++
 	p.stats.Invocations++
@@ -436,11 +468,7 @@ func (p *StreamPoller) stepShard(ctx context.Context, sh *shard) (int, error) {
 	switch {
 	case herr == nil && failedAt < 0:
 		log("ok")
-		p.ack(sh, recs[len(recs)-1])
-		p.stats.Acked += len(recs)
-		if n := len(sh.limits); n > 0 {
-			sh.limits = sh.limits[:n-1]
-		}
+		p.succeeded(sh, recs)
 	case herr != nil:
 		return p.failed(ctx, sh, recs, herr, log)
 	default:
@@ -458,13 +486,7 @@ func (p *StreamPoller) stepShard(ctx context.Context, sh *shard) (int, error) {
 			sh.limits = append(sh.limits, len(rest)) // bisected at the returned sequence number
 		}
 		if p.exhausted(sh) {
-			if err := p.discard(ctx, sh, rest, "RetryAttemptsExhausted", ""); err != nil {
-				return len(recs), err
-			}
-			if n := len(sh.limits); n > 0 {
-				sh.limits = sh.limits[:n-1]
-			}
-			return len(recs), nil
+			return len(recs), p.giveUp(ctx, sh, rest, "")
 		}
 		p.stats.Retries++
 	}
@@ -478,22 +500,14 @@ func (p *StreamPoller) failed(ctx context.Context, sh *shard, recs []types.Recor
 	log("function error", slog.String("error", herr.Error()))
 	if p.cfg.Settings.BisectOnError && len(recs) > 1 {
 		p.stats.Bisections++
-		if n := len(sh.limits); n > 0 {
-			sh.limits = sh.limits[:n-1]
-		}
+		sh.popLimit()
 		half := len(recs) / 2
 		sh.limits = append(sh.limits, len(recs)-half, half)
 		return len(recs), nil
 	}
 	sh.attempts++
 	if p.exhausted(sh) {
-		if err := p.discard(ctx, sh, recs, "RetryAttemptsExhausted", "Unhandled"); err != nil {
-			return len(recs), err
-		}
-		if n := len(sh.limits); n > 0 {
-			sh.limits = sh.limits[:n-1]
-		}
-		return len(recs), nil
+		return len(recs), p.giveUp(ctx, sh, recs, "Unhandled")
 	}
 	p.stats.Retries++
 	return len(recs), nil

@@ -97,11 +97,7 @@ func (p *StreamPoller) stepWindow(ctx context.Context, sh *shard) (int, error) {
 	if sh.win.open && !retrying && (sh.win.terminate || !time.Now().Before(sh.win.start.Add(size))) {
 		return p.closeWindow(ctx, sh)
 	}
-	limit := p.cfg.Settings.BatchSize
-	if n := len(sh.limits); n > 0 {
-		limit = sh.limits[n-1]
-	}
-	recs, closed, err := p.fetch(ctx, sh, limit)
+	recs, closed, err := p.fetch(ctx, sh, sh.batchLimit(p.cfg.Settings.BatchSize))
 	if err != nil {
 		return 0, err
 	}
@@ -137,10 +133,7 @@ func (p *StreamPoller) stepWindow(ctx context.Context, sh *shard) (int, error) {
 	}}
 	resp, herr := invokeWindow(ctx, p.window, wev)
 	if errors.Is(herr, ErrNotInvoked) {
-		p.stats.Throttles++
-		p.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "stream batch not invoked", slog.String("shard", sh.id),
-			slog.Int("records", len(recs)), slog.String("error", herr.Error()))
-		return 0, nil
+		return p.notInvoked(ctx, sh, len(recs), herr)
 	}
 	sh.invokes++
 	p.stats.Invocations++
@@ -158,11 +151,7 @@ func (p *StreamPoller) stepWindow(ctx context.Context, sh *shard) (int, error) {
 		return p.failed(ctx, sh, recs, herr, log)
 	}
 	log("ok", slog.Int("state_bytes", stateSize(resp.State)))
-	p.ack(sh, recs[len(recs)-1])
-	p.stats.Acked += len(recs)
-	if n := len(sh.limits); n > 0 {
-		sh.limits = sh.limits[:n-1]
-	}
+	p.succeeded(sh, recs)
 	sh.win = window{open: true, start: start, state: resp.State, terminate: stateSize(resp.State) > MaxWindowState}
 	return len(recs), nil
 }
@@ -182,8 +171,7 @@ func (p *StreamPoller) closeWindow(ctx context.Context, sh *shard) (int, error) 
 	}
 	resp, err := invokeWindow(ctx, p.window, wev)
 	if errors.Is(err, ErrNotInvoked) {
-		p.stats.Throttles++
-		return 0, nil
+		return p.notInvoked(ctx, sh, 0, err)
 	}
 	p.stats.Invocations++
 	if err == nil && resp.State == nil {
