@@ -96,22 +96,25 @@ type tableSpec struct {
 		AttributeName string
 		Enabled       bool
 	} `json:"TimeToLiveSpecification"`
-	GlobalSecondaryIndexes []struct {
-		IndexName  string
-		KeySchema  []ddbtypes.KeySchemaElement
-		Projection struct {
-			ProjectionType   string
-			NonKeyAttributes []string
-		}
-	} `json:"GlobalSecondaryIndexes"`
-	LocalSecondaryIndexes []struct {
-		IndexName  string
-		KeySchema  []ddbtypes.KeySchemaElement
-		Projection struct {
-			ProjectionType   string
-			NonKeyAttributes []string
-		}
-	} `json:"LocalSecondaryIndexes"`
+	GlobalSecondaryIndexes []indexSpec `json:"GlobalSecondaryIndexes"`
+	LocalSecondaryIndexes  []indexSpec `json:"LocalSecondaryIndexes"`
+}
+
+// indexSpec is a secondary index as the template declares it.
+type indexSpec struct {
+	IndexName  string
+	KeySchema  []ddbtypes.KeySchemaElement
+	Projection struct {
+		ProjectionType   string
+		NonKeyAttributes []string
+	}
+}
+
+func (i indexSpec) projection() *ddbtypes.Projection {
+	return &ddbtypes.Projection{
+		ProjectionType:   ddbtypes.ProjectionType(i.Projection.ProjectionType),
+		NonKeyAttributes: i.Projection.NonKeyAttributes,
+	}
 }
 
 func decode(props map[string]any, out any) error {
@@ -161,22 +164,12 @@ func (p *Provisioner) table(ctx context.Context, id string, props map[string]any
 		}
 		for _, g := range spec.GlobalSecondaryIndexes {
 			in.GlobalSecondaryIndexes = append(in.GlobalSecondaryIndexes, ddbtypes.GlobalSecondaryIndex{
-				IndexName: aws.String(g.IndexName),
-				KeySchema: g.KeySchema,
-				Projection: &ddbtypes.Projection{
-					ProjectionType:   ddbtypes.ProjectionType(g.Projection.ProjectionType),
-					NonKeyAttributes: g.Projection.NonKeyAttributes,
-				},
+				IndexName: aws.String(g.IndexName), KeySchema: g.KeySchema, Projection: g.projection(),
 			})
 		}
 		for _, l := range spec.LocalSecondaryIndexes {
 			in.LocalSecondaryIndexes = append(in.LocalSecondaryIndexes, ddbtypes.LocalSecondaryIndex{
-				IndexName: aws.String(l.IndexName),
-				KeySchema: l.KeySchema,
-				Projection: &ddbtypes.Projection{
-					ProjectionType:   ddbtypes.ProjectionType(l.Projection.ProjectionType),
-					NonKeyAttributes: l.Projection.NonKeyAttributes,
-				},
+				IndexName: aws.String(l.IndexName), KeySchema: l.KeySchema, Projection: l.projection(),
 			})
 		}
 		if _, err := p.DynamoDB.CreateTable(ctx, in); err != nil {
