@@ -253,7 +253,9 @@ func Play(ctx context.Context, w *World) (Count, error) {
 	w.SetWorkerHooks(noWorkerHooks)
 	received := w.Queue.Stats().Received
 	bal, _ := w.Balance(ctx, "m1")
-	first, err := w.CollectPushes(ctx)
+	// Awaited, not collected: a receive whose answer the emulator dropped
+	// leaves the push invisible for the watch queue's visibility timeout.
+	first, err := w.AwaitPushes(ctx, pushPatience)
 	if err != nil {
 		return Count{}, err
 	}
@@ -269,7 +271,7 @@ func Play(ctx context.Context, w *World) (Count, error) {
 	if _, err := w.Queue.Drain(ctx); err != nil {
 		return Count{}, fmt.Errorf("worker: %w", err)
 	}
-	second, err := w.CollectPushes(ctx)
+	second, err := w.AwaitPushes(ctx, pushPatience)
 	if err != nil {
 		return Count{}, err
 	}
@@ -318,6 +320,11 @@ func Play(ctx context.Context, w *World) (Count, error) {
 }
 
 var noWorkerHooks = inbox.Hooks{}
+
+// pushPatience is how long the story waits for a push it expects: past the
+// phone queue's visibility timeout (WatchVisibility), so a push whose first
+// receive was lost on the wire is seen again.
+const pushPatience = 2*WatchVisibility + time.Second
 
 // errWorkerCrash is a worker dying where a hook stands.
 var errWorkerCrash = errors.New("story: worker died")
