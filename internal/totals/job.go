@@ -194,11 +194,19 @@ func (j *Job) Handle(ctx context.Context, ev events.DynamoDBTimeWindowEvent) (ev
 			dups++
 			continue
 		}
-		if !at.Add(j.cfg.Horizon).After(watermark) {
+		// Late against the watermark, or against the record's own arrival:
+		// a shard's first state (a child after a split or a roll-over)
+		// has no floor, and an item re-created after TTL removed it (a
+		// day later at least) must not count again there.
+		against := watermark
+		if arrived := rec.Change.ApproximateCreationDateTime.Time; !j.cfg.NoFloor && arrived.After(against) {
+			against = arrived
+		}
+		if !at.Add(j.cfg.Horizon).After(against) {
 			late++
-			log.Warn("late copy", "event_id", e.EventID, "payment_id", e.PaymentID, "occurred_at", at, "watermark", watermark)
+			log.Warn("late copy", "event_id", e.EventID, "payment_id", e.PaymentID, "occurred_at", at, "watermark", against)
 			if err := j.cfg.Recount(ctx, Late{EventID: e.EventID, PaymentID: e.PaymentID, MerchantID: e.MerchantID,
-				Day: key.Day, OccurredAt: at, Watermark: watermark, Shard: shard}); err != nil {
+				Day: key.Day, OccurredAt: at, Watermark: against, Shard: shard}); err != nil {
 				return events.DynamoDBTimeWindowEventResponse{}, fmt.Errorf("totals: recount %s: %w", e.EventID, err)
 			}
 			continue
@@ -308,10 +316,19 @@ func (j *Job) expire(st State, watermark time.Time, touched map[Key]bool) {
 }
 
 // eventOf reads the payment event of an outbox stream record; ok is false
-// for what is not one (a TTL's REMOVE, an item with no payload such as the
-// relay's catch-up markers).
+// for what is not one: a MODIFY, a TTL's REMOVE, an item with no payload
+// such as the relay's catch-up markers.
+//
+// Only an INSERT counts. The outbox item is created once per event id (the
+// API's put is conditional, a re-drive creates it only when it is gone), so
+// its INSERT is the event; a MODIFY is a re-drive's copy for the relay. A
+// copy may land in another shard than its original (shards roll over about
+// every four hours), whose state has never seen the id: counting INSERTs
+// only keeps it out without carrying seen ids along the shard lineage. A
+// re-created item is an INSERT again, but a TTL removal comes a day after
+// the item's last write, so its copy is late by its arrival (Handle).
 func eventOf(rec events.DynamoDBEventRecord) (event.Event, bool, error) {
-	if rec.EventName == string(events.DynamoDBOperationTypeRemove) {
+	if rec.EventName != string(events.DynamoDBOperationTypeInsert) {
 		return event.Event{}, false, nil
 	}
 	p, ok := rec.Change.NewImage[outbox.AttrPayload]

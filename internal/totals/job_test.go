@@ -34,6 +34,7 @@ type world struct {
 	sqs     *sqs.Client
 	recount testenv.Queue
 	send    totals.Recount
+	day     string // the day the totals are read for (default t0's)
 }
 
 func newWorld(t *testing.T) *world {
@@ -70,6 +71,7 @@ func (w *world) job(cfg totals.Config) *totals.Job {
 // invocation is one window invoke's shape.
 type invocation struct {
 	state       map[string]string
+	shard       string // default shard
 	records     []events.DynamoDBEventRecord
 	final       bool
 	earlyFinish bool
@@ -77,10 +79,13 @@ type invocation struct {
 
 func (w *world) invoke(j *totals.Job, in invocation) map[string]string {
 	w.t.Helper()
+	if in.shard == "" {
+		in.shard = shard
+	}
 	ev := events.DynamoDBTimeWindowEvent{
 		DynamoDBEvent: events.DynamoDBEvent{Records: in.records},
 		TimeWindowProperties: events.TimeWindowProperties{
-			State: in.state, ShardID: shard, IsFinalInvokeForWindow: in.final, IsWindowTerminatedEarly: in.earlyFinish,
+			State: in.state, ShardID: in.shard, IsFinalInvokeForWindow: in.final, IsWindowTerminatedEarly: in.earlyFinish,
 			Window: events.Window{Start: events.RFC3339EpochTime{Time: t0.Truncate(15 * time.Minute)},
 				End: events.RFC3339EpochTime{Time: t0.Truncate(15 * time.Minute).Add(15 * time.Minute)}},
 		},
@@ -103,7 +108,11 @@ func (w *world) total(merchant string) (int64, bool) {
 
 func (w *world) totalIn(merchant, currency string) (int64, bool) {
 	w.t.Helper()
-	n, found, err := w.sink.DayTotal(context.Background(), totals.Key{Merchant: merchant, Day: t0.Format("2006-01-02"), Currency: currency})
+	day := w.day
+	if day == "" {
+		day = t0.Format("2006-01-02")
+	}
+	n, found, err := w.sink.DayTotal(context.Background(), totals.Key{Merchant: merchant, Day: day, Currency: currency})
 	if err != nil {
 		w.t.Fatal(err)
 	}
@@ -287,7 +296,7 @@ func TestACopyTooLateBeforeARestoreIsRejectedAfterIt(t *testing.T) {
 				t.Fatalf("the checkpoint still holds %s: its horizon has passed", old.EventID)
 			}
 			batch := []events.DynamoDBEventRecord{
-				record(t, old, events.DynamoDBOperationTypeModify, 3), // a re-drive's copy
+				record(t, old, events.DynamoDBOperationTypeInsert, 1), // re-delivered: a mapping restarted from an older position
 				record(t, later, events.DynamoDBOperationTypeInsert, 4),
 			}
 			_ = w.invoke(j, invocation{state: c, records: batch}) // lost
@@ -313,18 +322,42 @@ func TestACopyTooLateBeforeARestoreIsRejectedAfterIt(t *testing.T) {
 	}
 }
 
-// A stream record delivered twice (the outbox re-drive's MODIFY, a mapping
-// that restarts from an older position) is counted once, in one batch and
-// across batches.
+// A stream record delivered twice (a mapping that restarts from an older
+// position) is counted once, in one batch and across batches; the outbox
+// re-drive's MODIFY is not counted at all.
 func TestADuplicateRecordIsCountedOnce(t *testing.T) {
 	w := newWorld(t)
 	j := w.job(totals.Config{Version: totals.V2})
 	s1 := w.invoke(j, invocation{records: []events.DynamoDBEventRecord{
 		record(t, ev7, events.DynamoDBOperationTypeInsert, 1),
+		record(t, ev7, events.DynamoDBOperationTypeInsert, 1),
 		record(t, ev7, events.DynamoDBOperationTypeModify, 2),
 	}})
-	_ = w.invoke(j, invocation{state: s1, records: []events.DynamoDBEventRecord{record(t, ev7, events.DynamoDBOperationTypeModify, 3)}})
+	_ = w.invoke(j, invocation{state: s1, records: []events.DynamoDBEventRecord{
+		record(t, ev7, events.DynamoDBOperationTypeInsert, 1),
+		record(t, ev7, events.DynamoDBOperationTypeModify, 3),
+	}})
 	w.wantTotal("m1", 3000)
+}
+
+// A copy of an event in another shard than its original (the shard rolled
+// over between the two writes) meets a state that never saw its id. The
+// re-drive's MODIFY is not counted there; an item re-created after TTL
+// removed it is an INSERT again, and is late by its arrival, though the new
+// shard has no floor yet.
+func TestACopyInAnotherShardIsNotCountedAgain(t *testing.T) {
+	w := newWorld(t)
+	j := w.job(totals.Config{Version: totals.V2})
+	_ = w.invoke(j, invocation{records: []events.DynamoDBEventRecord{record(t, ev7, events.DynamoDBOperationTypeInsert, 1)}})
+	redrive := record(t, ev7, events.DynamoDBOperationTypeModify, 2)
+	_ = w.invoke(j, invocation{shard: "shardId-00000002", records: []events.DynamoDBEventRecord{redrive}})
+	recreated := record(t, ev7, events.DynamoDBOperationTypeInsert, 3)
+	recreated.Change.ApproximateCreationDateTime = events.SecondsEpochTime{Time: ev7.OccurredAt.Add(25 * time.Hour)}
+	_ = w.invoke(j, invocation{shard: "shardId-00000003", records: []events.DynamoDBEventRecord{recreated}})
+	w.wantTotal("m1", 3000)
+	if l := w.lates(); len(l) != 1 || l[0].EventID != ev7.EventID || l[0].Shard != "shardId-00000003" {
+		t.Errorf("late copies %+v, want %s once, from the new shard", l, ev7.EventID)
+	}
 }
 
 // Lambda drops the state when a window closes or is terminated early: the
@@ -341,7 +374,7 @@ func TestTheCarryHandsTheStateAcrossWindows(t *testing.T) {
 				final: how == "final", earlyFinish: how != "final"})
 			// The next window: a fresh state, the same event again and a new one.
 			next := []events.DynamoDBEventRecord{
-				record(t, ev7, events.DynamoDBOperationTypeModify, 3),
+				record(t, ev7, events.DynamoDBOperationTypeInsert, 2), // re-delivered
 				record(t, payment("pay_f", event.Succeeded, "m1", 7, t0.Add(20*time.Minute)), events.DynamoDBOperationTypeInsert, 4),
 			}
 			// That first run of the new window ran v1 and its answer was
@@ -415,7 +448,7 @@ func TestCurrenciesAreApartAndEventTimesAreKeptAsCompared(t *testing.T) {
 	// horizon: its id has expired, and its copy must be late.
 	edge := payment("pay_edge", event.Succeeded, "m1", 1, t0.Add(totals.DefaultHorizon+200*time.Microsecond))
 	s2 := w.invoke(j, invocation{state: s1, records: []events.DynamoDBEventRecord{record(t, edge, events.DynamoDBOperationTypeInsert, 3)}})
-	_ = w.invoke(j, invocation{state: s2, records: []events.DynamoDBEventRecord{record(t, eur, events.DynamoDBOperationTypeModify, 4)}})
+	_ = w.invoke(j, invocation{state: s2, records: []events.DynamoDBEventRecord{record(t, eur, events.DynamoDBOperationTypeInsert, 1)}}) // re-delivered
 	w.wantTotal("m1", 101)
 	if l := w.lates(); len(l) != 1 || l[0].EventID != eur.EventID {
 		t.Errorf("late copies %+v, want %s once", l, eur.EventID)

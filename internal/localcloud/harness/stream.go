@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"sync"
 	"time"
@@ -118,6 +119,32 @@ type StreamConfig struct {
 	// mapping's position across its own restarts; without it a restart
 	// would read the whole stream again from TrimHorizon.
 	Resume map[string]string
+	// ResumeWindows is a tumbling window mapping's open windows, as
+	// Position returned them with Resume's checkpoints.
+	ResumeWindows map[string]WindowState
+	// Committed, when set, is called after every step of a tumbling window
+	// mapping that moved a shard's checkpoint or its window's state, with
+	// the position then (under the poller's lock, before the next
+	// invocation). Lambda checkpoints a window's state with the stream
+	// position at every invocation; a host that keeps them across its
+	// restarts must save both at once, here, or a restart pairs a position
+	// with a state of another moment (docs/stream-job.md#the-converse).
+	Committed func(Position)
+}
+
+// Position is a mapping's committed position, taken at one moment: each
+// shard's last acknowledged sequence number and, for a tumbling window, its
+// open window with the state the last successful invocation answered.
+type Position struct {
+	Checkpoints map[string]string      `json:"checkpoints"`
+	Windows     map[string]WindowState `json:"windows,omitempty"`
+}
+
+// WindowState is a shard's open tumbling window.
+type WindowState struct {
+	Start     time.Time         `json:"start"`
+	State     map[string]string `json:"state,omitempty"`
+	Terminate bool              `json:"terminate,omitempty"` // the state passed MaxWindowState
 }
 
 // StreamStats counts what a StreamPoller did.
@@ -162,6 +189,7 @@ type shard struct {
 	limits     []int   // batch sizes owed to bisected halves, last = next
 	done       bool
 	win        window // the open tumbling window, if any
+	commits    int    // checkpoint moves and window closes: Committed's trigger
 }
 
 // NewStreamPoller returns a poller that feeds handler from the stream.
@@ -217,15 +245,31 @@ func (p *StreamPoller) Stats() StreamStats {
 // Checkpoints returns the last acknowledged sequence number of every shard
 // that has one, for StreamConfig.Resume.
 func (p *StreamPoller) Checkpoints() map[string]string {
+	return p.Position().Checkpoints
+}
+
+// Position returns the checkpoints and the open windows at one moment, for
+// StreamConfig.Resume and ResumeWindows.
+func (p *StreamPoller) Position() Position {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := map[string]string{}
+	return p.position()
+}
+
+func (p *StreamPoller) position() Position {
+	pos := Position{Checkpoints: map[string]string{}}
 	for id, sh := range p.shards {
 		if sh.checkpoint != "" {
-			out[id] = sh.checkpoint
+			pos.Checkpoints[id] = sh.checkpoint
+		}
+		if sh.win.open {
+			if pos.Windows == nil {
+				pos.Windows = map[string]WindowState{}
+			}
+			pos.Windows[id] = WindowState{Start: sh.win.start, State: maps.Clone(sh.win.state), Terminate: sh.win.terminate}
 		}
 	}
-	return out
+	return pos
 }
 
 // Step polls every readable shard once and makes at most one invocation per
@@ -251,7 +295,11 @@ func (p *StreamPoller) Step(ctx context.Context) (int, error) {
 		if p.window != nil {
 			step = p.stepWindow
 		}
+		commits := sh.commits
 		n, err := step(ctx, sh)
+		if p.window != nil && sh.commits != commits && p.cfg.Committed != nil {
+			p.cfg.Committed(p.position())
+		}
 		total += n
 		if err != nil {
 			return total, err
@@ -318,6 +366,9 @@ func (p *StreamPoller) discover(ctx context.Context) error {
 				continue
 			}
 			sh := &shard{id: id, parent: aws.ToString(s.ParentShardId), checkpoint: p.cfg.Resume[id]}
+			if w, ok := p.cfg.ResumeWindows[id]; ok && p.window != nil && sh.checkpoint != "" {
+				sh.win = window{open: true, start: w.Start, state: maps.Clone(w.State), terminate: w.Terminate}
+			}
 			// Shards open when the mapping starts honour the starting
 			// position; shards born later are read from their start.
 			if !p.started && p.cfg.Settings.StartingPosition == eventsource.Latest && sh.checkpoint == "" {
@@ -535,6 +586,7 @@ func (p *StreamPoller) tooOld(recs []types.Record) int {
 
 func (p *StreamPoller) ack(sh *shard, last types.Record) {
 	sh.checkpoint = aws.ToString(last.Dynamodb.SequenceNumber)
+	sh.commits++
 	sh.first = ""
 	sh.attempts, sh.invokes = 0, 0
 }

@@ -184,6 +184,7 @@ func (p *StreamPoller) closeWindow(ctx context.Context, sh *shard) (int, error) 
 		return 0, nil // Run pauses before the retry, as Lambda backs off
 	}
 	p.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "window closed", attrs...)
+	sh.commits++
 	if early {
 		p.stats.WindowsTerminatedEarly++
 		sh.win = window{open: true, start: sh.win.start} // the same window, a fresh state

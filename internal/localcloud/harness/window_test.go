@@ -3,6 +3,7 @@ package harness_test
 import (
 	"context"
 	"errors"
+	"reflect"
 	"strconv"
 	"strings"
 	"testing"
@@ -199,6 +200,67 @@ func TestAWindowPollerRefusesWhatItDoesNotPlay(t *testing.T) {
 	} {
 		if _, err := harness.NewWindowPoller(api, h, harness.StreamConfig{StreamArn: "arn:aws:dynamodb:us-east-1:000000000000:table/t/stream/x", Settings: s}); err == nil {
 			t.Errorf("%s: accepted", name)
+		}
+	}
+}
+
+// Lambda keeps a window's state with the stream position at every
+// invocation: a poller restarted from the Position its Committed hook was
+// last given goes on with the open window's state (n counts a, b and c), not
+// with a fresh one beside a checkpoint past a and b. The hook is called
+// before the next invocation, so a host killed between two never pairs a
+// newer checkpoint with an older state.
+func TestARestartFromTheCommittedPositionKeepsTheWindowsState(t *testing.T) {
+	w := newStreamWorld(t)
+	var saved []harness.Position
+	c1 := &counter{}
+	cfg := harness.StreamConfig{StreamArn: w.stream, Settings: windowSettings(15 * time.Minute), Logger: quiet,
+		Committed: func(pos harness.Position) { saved = append(saved, pos) }}
+	p1, err := harness.NewWindowPoller(testenv.DynamoDBStreams(t), c1.handle, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	w.put(t, "a", "b")
+	if _, err := p1.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(saved) == 0 {
+		t.Fatal("Committed was never called")
+	}
+	last := saved[len(saved)-1]
+	if len(last.Windows) != 1 || len(last.Checkpoints) != 1 {
+		t.Fatalf("last committed position %+v, want one shard's checkpoint and its open window", last)
+	}
+	for id, win := range last.Windows {
+		if win.State["n"] != "2" || last.Checkpoints[id] == "" {
+			t.Fatalf("shard %s committed window %+v at checkpoint %q, want n=2 with a checkpoint", id, win, last.Checkpoints[id])
+		}
+	}
+	if got := p1.Position(); !reflect.DeepEqual(got, last) {
+		t.Errorf("Position() = %+v after the drain, want the last committed %+v", got, last)
+	}
+
+	w.put(t, "c")
+	c2 := &counter{}
+	cfg.Resume, cfg.ResumeWindows = last.Checkpoints, last.Windows
+	p2, err := harness.NewWindowPoller(testenv.DynamoDBStreams(t), c2.handle, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := p2.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(c2.calls) != 1 || len(c2.calls[0].Records) != 1 || key(c2.calls[0].Records[0]) != "c" || c2.calls[0].State["n"] != "2" {
+		t.Fatalf("the restarted poller's invocations %+v, want c alone, handed n=2", c2.calls)
+	}
+	if got := saved[len(saved)-1]; len(got.Windows) != 1 {
+		t.Fatalf("after the restart the committed position is %+v", got)
+	} else {
+		for _, win := range got.Windows {
+			if win.State["n"] != "3" {
+				t.Errorf("the restarted window's state %+v, want n=3", win.State)
+			}
 		}
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/localcloud/harness"
 	"github.com/oncepay/oncepay/internal/localcloud/invoke"
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 	"github.com/oncepay/oncepay/internal/localcloud/provision"
@@ -79,7 +80,8 @@ type Service struct {
 	admin     *Admin
 	listener  net.Listener
 	servers   []*http.Server
-	saved     map[string]string  // mapping id -> the checkpoints last written
+	savingMu  sync.Mutex         // one writer of the position files at a time
+	saved     map[string]string  // mapping id -> the position last written
 	stopAims  context.CancelFunc // ends the admin API's pending in-flight kills
 }
 
@@ -120,7 +122,14 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 		if err != nil {
 			return fail(err)
 		}
-		m, err := trigger.NewMapping(spec, cfg.Clients, runner, trigger.MappingOptions{Region: cfg.Region, Resume: resume, Logger: cfg.Logger})
+		o := trigger.MappingOptions{Region: cfg.Region, Resume: resume, Logger: cfg.Logger}
+		if spec.Kind == trigger.KindStream && spec.Stream.TumblingWindow > 0 {
+			// Lambda checkpoints a window's state with the position at
+			// every invocation: saved here at each commit, both at once
+			// (docs/stream-job.md#the-converse).
+			o.Committed = func(pos harness.Position) { s.savePosition(spec, pos) }
+		}
+		m, err := trigger.NewMapping(spec, cfg.Clients, runner, o)
 		if err != nil {
 			return fail(err)
 		}
@@ -220,33 +229,33 @@ func (s *Service) Run(ctx context.Context) error {
 // checkpointFile is a stream mapping's saved position: valid only for the
 // stream it was read from (a recreated table has a new stream).
 type checkpointFile struct {
-	StreamArn   string            `json:"stream_arn"`
-	Checkpoints map[string]string `json:"checkpoints"`
+	StreamArn string `json:"stream_arn"`
+	harness.Position
 }
 
 func (s *Service) checkpointPath(id string) string {
 	return filepath.Join(s.cfg.StateDir, "mappings", id+".json")
 }
 
-func (s *Service) loadCheckpoints(spec trigger.MappingSpec) (map[string]string, error) {
+func (s *Service) loadCheckpoints(spec trigger.MappingSpec) (harness.Position, error) {
 	if s.cfg.StateDir == "" || spec.Kind != trigger.KindStream {
-		return nil, nil
+		return harness.Position{}, nil
 	}
 	b, err := os.ReadFile(s.checkpointPath(spec.ID))
 	if errors.Is(err, os.ErrNotExist) {
-		return nil, nil
+		return harness.Position{}, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("stack: checkpoints of %s: %w", spec.ID, err)
+		return harness.Position{}, fmt.Errorf("stack: checkpoints of %s: %w", spec.ID, err)
 	}
 	var f checkpointFile
 	if err := json.Unmarshal(b, &f); err != nil {
-		return nil, fmt.Errorf("stack: checkpoints of %s: %w", spec.ID, err)
+		return harness.Position{}, fmt.Errorf("stack: checkpoints of %s: %w", spec.ID, err)
 	}
 	if f.StreamArn != spec.SourceArn {
-		return nil, nil
+		return harness.Position{}, nil
 	}
-	return f.Checkpoints, nil
+	return f.Position, nil
 }
 
 func (s *Service) saveCheckpointsEvery(ctx context.Context, every time.Duration) {
@@ -262,28 +271,39 @@ func (s *Service) saveCheckpointsEvery(ctx context.Context, every time.Duration)
 	}
 }
 
+// saveCheckpoints saves the positions of the mappings without a window:
+// theirs is polled, and a restart from an older one only hands records
+// again (at least once, as Lambda does). A window mapping saves its own at
+// each commit.
 func (s *Service) saveCheckpoints() {
+	for _, m := range s.mappings {
+		if m.Windowed() {
+			continue
+		}
+		if pos, ok := m.Position(); ok {
+			s.savePosition(m.Spec, pos)
+		}
+	}
+}
+
+func (s *Service) savePosition(spec trigger.MappingSpec, pos harness.Position) {
 	if s.cfg.StateDir == "" {
 		return
 	}
-	for _, m := range s.mappings {
-		cps := m.Checkpoints()
-		if cps == nil {
-			continue
-		}
-		b, err := json.Marshal(checkpointFile{StreamArn: m.Spec.SourceArn, Checkpoints: cps})
-		if err == nil && s.saved[m.Spec.ID] == string(b) {
-			continue
-		}
-		if err == nil {
-			err = localenv.WriteFile(s.checkpointPath(m.Spec.ID), b)
-		}
-		if err == nil {
-			s.saved[m.Spec.ID] = string(b)
-		}
-		if err != nil {
-			s.cfg.Logger.Warn("stream checkpoints not saved", "mapping", m.Spec.ID, "error", err.Error())
-		}
+	s.savingMu.Lock()
+	defer s.savingMu.Unlock()
+	b, err := json.Marshal(checkpointFile{StreamArn: spec.SourceArn, Position: pos})
+	if err == nil && s.saved[spec.ID] == string(b) {
+		return
+	}
+	if err == nil {
+		err = localenv.WriteFile(s.checkpointPath(spec.ID), b)
+	}
+	if err == nil {
+		s.saved[spec.ID] = string(b)
+	}
+	if err != nil {
+		s.cfg.Logger.Warn("stream position not saved", "mapping", spec.ID, "error", err.Error())
 	}
 }
 

@@ -45,10 +45,16 @@ const (
 // MappingOptions tunes a mapping for its host (zero: the harness defaults).
 type MappingOptions struct {
 	Region string
-	// Resume is a stream mapping's checkpoints from a previous run
-	// (Mapping.Checkpoints).
-	Resume map[string]string
-	Logger *slog.Logger
+	// Resume is a stream mapping's position from a previous run
+	// (Mapping.Position): its checkpoints and, for a tumbling window, its
+	// open windows' state.
+	Resume harness.Position
+	// Committed, when set, is called with a tumbling window mapping's
+	// position each time it commits a step (harness.StreamConfig.Committed):
+	// the host saves it there, so a restart never pairs a checkpoint with
+	// a window's state of another moment.
+	Committed func(harness.Position)
+	Logger    *slog.Logger
 }
 
 // NewMapping builds the poller of spec over inv.
@@ -63,7 +69,8 @@ func NewMapping(spec MappingSpec, c Clients, inv invoke.Invoker, o MappingOption
 	case KindStream:
 		cfg := harness.StreamConfig{
 			StreamArn: spec.SourceArn, Settings: spec.Stream, FunctionArn: spec.FunctionArn,
-			Region: o.Region, Logger: log, Resume: o.Resume,
+			Region: o.Region, Logger: log, Resume: o.Resume.Checkpoints, ResumeWindows: o.Resume.Windows,
+			Committed: o.Committed,
 		}
 		if spec.OnFailureURL != "" {
 			cfg.OnFailure = harness.SQSDestination(c.Send, spec.OnFailureURL)
@@ -109,12 +116,18 @@ func (m *Mapping) setState(s string) {
 	m.mu.Unlock()
 }
 
-// Checkpoints returns a stream mapping's positions (nil for a queue).
-func (m *Mapping) Checkpoints() map[string]string {
+// Position returns a stream mapping's position; ok is false for a queue.
+func (m *Mapping) Position() (pos harness.Position, ok bool) {
 	if m.stream == nil {
-		return nil
+		return harness.Position{}, false
 	}
-	return m.stream.Checkpoints()
+	return m.stream.Position(), true
+}
+
+// Windowed reports whether the mapping plays a tumbling window: its
+// position is saved at each commit (MappingOptions.Committed), not polled.
+func (m *Mapping) Windowed() bool {
+	return m.Spec.Kind == KindStream && m.Spec.Stream.TumblingWindow > 0
 }
 
 // MappingStatus is a mapping's line in the local cloud's status.
