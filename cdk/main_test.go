@@ -6,6 +6,8 @@ import (
 	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/oncepay/oncepay/cdk/oncepay"
 )
 
 // TestMain runs the app itself when asked: the jsii runtime reads its
@@ -24,7 +26,7 @@ func TestMain(m *testing.M) {
 func TestTheProfileNamesTheStack(t *testing.T) {
 	out := t.TempDir()
 	assets := t.TempDir()
-	for _, fn := range []string{"api", "relay", "worker", "resolver", "webhook", "migrate", "totals"} {
+	for _, fn := range oncepay.Functions {
 		if err := os.MkdirAll(filepath.Join(assets, fn), 0o755); err != nil {
 			t.Fatal(err)
 		}

@@ -26,7 +26,7 @@ func TestMain(m *testing.M) {
 	if err != nil {
 		panic(err)
 	}
-	for _, fn := range []string{oncepay.FnAPI, oncepay.FnRelay, oncepay.FnWorker, oncepay.FnResolver, oncepay.FnWebhook, oncepay.FnMigrate, oncepay.FnTotals} {
+	for _, fn := range oncepay.Functions {
 		if err := os.MkdirAll(filepath.Join(dir, fn), 0o755); err != nil {
 			panic(err)
 		}

@@ -73,7 +73,8 @@ const (
 	AlarmTotalsStaleState   = "TotalsStaleState"
 	AlarmTotalsUnreadable   = "TotalsUnreadable"
 	AlarmTotalsFailures     = "TotalsFailuresNotEmpty"
-	AlarmRecountNotEmpty    = "RecountNotEmpty"
+	AlarmRecountStuck       = "RecountStuck"
+	AlarmRecountErrors      = "RecountErrors"
 	TotalsIteratorAgeMaxMin = 10 // minutes: totals a window or more behind (the window is a minute)
 
 	AlarmApiErrors                = "ApiErrors"
@@ -197,11 +198,17 @@ func newMonitoring(s *Stack) *Monitoring {
 
 	t := s.Totals
 	atLeastOne(AlarmTotalsErrors, "The stream job failed invocations: Lambda retries each from the last checkpoint (a restore; the job's flush keeps the totals right), then hands the batch to TotalsFailuresNotEmpty.", errs(t.Function))
-	atLeastOne(AlarmTotalsFailures, "The totals mapping gave up on a stream batch: the days of its shard and sequence range must be recounted from the ledger (docs/stream-job.md).", depth(t.FailureQueue))
+	atLeastOne(AlarmTotalsFailures, "The totals mapping gave up on a stream batch after its retries (the cause needs a look: the function's log says it). Its totals are not lost: the recount function recounts every day the batch may have touched from the ledger once the day is over (docs/stream-job.md#recount).",
+		t.FailureQueue.MetricNumberOfMessagesSent(&awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Sum")}))
 	atLeastOne(AlarmTotalsStaleState, "The stream job was handed a state older than what committed runs wrote (a reset mapping, a lost window state) and stopped its shard rather than erase totals: recount the shard's days, then delete its ~meta item (docs/stream-job.md#stale-state).", custom(MetricTotalsStaleStates, FnTotals, "Sum"))
 	atLeastOne(AlarmTotalsLateCopies, "The stream job rejected copies that came later than its two-hour horizon; each is in the recount queue.", custom(MetricTotalsLateCopies, FnTotals, "Sum"))
 	atLeastOne(AlarmTotalsUnreadable, "The stream job skipped outbox records it could not read (the relay reports the same records): their totals are missing until recounted.", custom(MetricTotalsUnreadable, FnTotals, "Sum"))
-	atLeastOne(AlarmRecountNotEmpty, "Late copies wait in the recount queue for an operator's recount of their merchant's day.", depth(t.Recount))
+	if t.RecountFunction != nil {
+		atLeastOne(AlarmRecountStuck, "Recount requests parked in the recount DLQ after 10 deliveries: the recount could not read them or kept failing (the ledger, the totals table); the recount function's log names each message. Those merchants' day totals are short until the requests are redriven to their queues (docs/stream-job.md#recount).", depth(t.RecountDlq))
+		atLeastOne(AlarmRecountErrors, "The recount function failed invocations: their requests return to their queues.", errs(t.RecountFunction))
+	} else {
+		atLeastOne(AlarmRecountStuck, "Without the recount function, late copies wait in the recount queue for an operator's recount of their merchant's day (docs/stream-job.md#recount).", depth(t.Recount))
+	}
 	c.alarm(AlarmTotalsIteratorAge, "The stream job is ten minutes or more behind the outbox stream: merchants' totals are stale.",
 		t.Function.Function.Metric(jsii.String("IteratorAge"), &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")}),
 		TotalsIteratorAgeMaxMin*60_000)
@@ -213,6 +220,9 @@ func newMonitoring(s *Stack) *Monitoring {
 		DefaultInterval: awscdk.Duration_Hours(jsii.Number(3)),
 	})
 	fns := []*GoFunction{s.Api.Function, s.Webhook, s.Relay.Function, s.Worker.Function, s.Resolver, s.Totals.Function}
+	if s.Totals.RecountFunction != nil {
+		fns = append(fns, s.Totals.RecountFunction)
+	}
 	var invocations, errors, durations []awscloudwatch.IMetric
 	for _, fn := range fns {
 		invocations = append(invocations, fn.Function.MetricInvocations(&awscloudwatch.MetricOptions{Period: period}))

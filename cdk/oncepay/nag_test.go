@@ -103,20 +103,19 @@ func TestNagSuppressions(t *testing.T) {
 				id(st.AsyncFailures) + " Serverless-SQSRedrivePolicy",
 				id(st.Relay.FailureQueue) + " AwsSolutions-SQS3",
 				id(st.Relay.FailureQueue) + " Serverless-SQSRedrivePolicy",
-				id(st.Totals.FailureQueue) + " AwsSolutions-SQS3",
-				id(st.Totals.FailureQueue) + " Serverless-SQSRedrivePolicy",
-				id(st.Totals.Recount) + " AwsSolutions-SQS3",
-				id(st.Totals.Recount) + " Serverless-SQSRedrivePolicy",
+				id(st.Totals.RecountDlq) + " Serverless-SQSRedrivePolicy",
+				id(st.Totals.RecountMappings[0]) + " Serverless-LambdaEventSourceMappingDestination",
+				id(st.Totals.RecountMappings[1]) + " Serverless-LambdaEventSourceMappingDestination",
 				id(st.Worker.Mapping) + " Serverless-LambdaEventSourceMappingDestination",
 				id(st.Worker.SweepSchedule) + " Serverless-EventBusDLQ", // a tick carries no data
 				id(st.Api.Routes[3]) + " AwsSolutions-APIG4",            // the webhook route
 			}
 			// Synchronous or mapping-driven: no DLQ.
-			for _, fn := range []*oncepay.GoFunction{st.Api.Function, st.Relay.Function, st.Worker.Function, st.Webhook, st.Totals.Function} {
+			for _, fn := range []*oncepay.GoFunction{st.Api.Function, st.Relay.Function, st.Worker.Function, st.Webhook, st.Totals.Function, st.Totals.RecountFunction} {
 				want = append(want, id(fn.Function)+" Serverless-LambdaDLQ")
 			}
 			// The resource-less actions (X-Ray, VPC ENIs, ListStreams).
-			for _, fn := range []*oncepay.GoFunction{st.Api.Function, st.Relay.Function, st.Worker.Function, st.Resolver, st.Webhook, st.Migration.Function, st.Totals.Function} {
+			for _, fn := range []*oncepay.GoFunction{st.Api.Function, st.Relay.Function, st.Worker.Function, st.Resolver, st.Webhook, st.Migration.Function, st.Totals.Function, st.Totals.RecountFunction} {
 				want = append(want, policy(fn)+" AwsSolutions-IAM5")
 			}
 			if !st.Profile.IsProd() {

@@ -18,7 +18,11 @@ const (
 	FnWebhook  = "webhook"
 	FnMigrate  = "migrate"
 	FnTotals   = "totals"
+	FnRecount  = "recount"
 )
+
+// Functions lists every function the stack deploys, by name.
+var Functions = []string{FnAPI, FnRelay, FnWorker, FnResolver, FnWebhook, FnMigrate, FnTotals, FnRecount}
 
 // Sizing is one function's timeout and memory.
 type Sizing struct {
@@ -32,7 +36,7 @@ type Sizing struct {
 // clock margin, 6 s with the defaults), so a function can never outlive the
 // deadline by more than the margin (docs/mechanism.md#design-3).
 type Sizings struct {
-	API, Webhook, Relay, Worker, Resolver, Migrate, Totals Sizing
+	API, Webhook, Relay, Worker, Resolver, Migrate, Totals, Recount Sizing
 }
 
 // ResolverRate is how often EventBridge runs the resolver's sweep.
@@ -63,6 +67,9 @@ func SizingsFor(t config.Timing) Sizings {
 		// A restore's flush rewrites every key of the shard's state, 25 to
 		// a BatchWriteItem: a minute covers tens of thousands.
 		Totals: Sizing{Timeout: time.Minute, MemoryMB: 256},
+		// A recount reads a day's intents of a few merchants and writes a
+		// row per key; its queues' visibility timeout is six times this.
+		Recount: Sizing{Timeout: time.Minute, MemoryMB: 256},
 	}
 }
 

@@ -206,6 +206,7 @@ func (s *Stack) addFunctions(props *StackProps) {
 	s.Totals = NewStreamTotals(s.Stack, "Totals", &StreamTotalsProps{
 		Protection:   protection,
 		Outbox:       d.Outbox,
+		Ledger:       d.Ledger,
 		LogRetention: retention,
 	})
 

@@ -17,8 +17,18 @@ import (
 	"github.com/oncepay/oncepay/internal/totals"
 )
 
-// RecountRetention: how long a late copy waits for an operator's recount.
+// RecountRetention: how long a recount request may wait in its queue (or,
+// without the recount function, for an operator). A request waits for its
+// day to end, a day and the recount's settle time at most.
 const RecountRetention = DlqRetention
+
+// RecountMaxReceives is how many deliveries a recount request gets before
+// it parks in RecountDlq. A request waits for its day to end in holds of
+// at most 12 h (SQS's longest visibility timeout), so one that arrived
+// just after midnight is delivered four times before the day is over; a
+// request that fails (unreadable, the ledger down) comes back after the
+// queue's visibility timeout, six minutes, so ten deliveries are an hour.
+const RecountMaxReceives = 10
 
 // StreamTotalsProps configures the stream job.
 type StreamTotalsProps struct {
@@ -34,6 +44,14 @@ type StreamTotalsProps struct {
 	// Code of the function; nil is build/totals.
 	Code             awslambda.Code
 	OverrideFunction func(*awslambda.FunctionProps)
+	// Ledger, when set, adds the batch recount (RecountFunction): it
+	// consumes the recount queue and the mapping's on-failure queue and
+	// recounts each merchant's day from the ledger once it is over, in the
+	// ledger's VPC as LedgerUser ("" means LedgerAppUser). Without it both
+	// queues wait for an operator.
+	Ledger      *Ledger
+	LedgerUser  string
+	RecountCode awslambda.Code // nil is build/recount
 }
 
 // StreamTotals is the stream job (docs/stream-job.md): the outbox stream
@@ -49,6 +67,11 @@ type StreamTotals struct {
 	Function     *GoFunction
 	Mapping      awslambda.EventSourceMapping
 	Settings     eventsource.Stream
+	// RecountFunction, its two mappings (Recount, FailureQueue) and their
+	// dead-letter queue exist when the props name a Ledger.
+	RecountFunction *GoFunction
+	RecountMappings []awslambda.EventSourceMapping
+	RecountDlq      awssqs.Queue
 }
 
 // NewStreamTotals creates the stream job.
@@ -100,16 +123,40 @@ func NewStreamTotals(scope constructs.Construct, id string, props *StreamTotalsP
 		NonKeyAttributes: jsii.Strings(totals.AttrTotal),
 	})
 
-	c.Recount = awssqs.NewQueue(c.Construct, jsii.String("Recount"), &awssqs.QueueProps{
+	// With the recount, both of its queues are consumed: Lambda's advice
+	// is a visibility timeout of six times the function's, and what the
+	// recount cannot do (a request it cannot read, a ledger down for an
+	// hour) parks in RecountDlq after RecountMaxReceives deliveries, where
+	// an alarm watches. Without it the two queues are where an operator
+	// looks.
+	withRecount := props.Ledger != nil
+	recountQueue := func(qp *awssqs.QueueProps) {
+		if withRecount {
+			qp.VisibilityTimeout = seconds(6 * SizingsFor(timingOrDefault(nil)).Recount.Timeout)
+			qp.DeadLetterQueue = &awssqs.DeadLetterQueue{Queue: c.RecountDlq, MaxReceiveCount: jsii.Number(RecountMaxReceives)}
+		}
+	}
+	if withRecount {
+		c.RecountDlq = newFailureQueue(c.Construct, "RecountDlq", props.Protection, func(qp *awssqs.QueueProps) {
+			qp.Encryption, qp.EncryptionMasterKey = awssqs.QueueEncryption_KMS, c.Key
+		})
+		suppress(cfn(c.RecountDlq), "Serverless-SQSRedrivePolicy",
+			"This is the dead-letter queue of the recount's two queues: what the recount could not do in RecountMaxReceives deliveries waits here for an operator, and an alarm fires on its depth.")
+	}
+	rp := &awssqs.QueueProps{
 		Encryption:          awssqs.QueueEncryption_KMS,
 		EncryptionMasterKey: c.Key,
 		EnforceSSL:          jsii.Bool(true),
 		RetentionPeriod:     seconds(RecountRetention),
 		RemovalPolicy:       props.removalPolicy(),
-	})
-	recountWhy := "The recount queue is the end of the line for a late copy: an operator recounts its merchant's day from the ledger (docs/stream-job.md); an alarm fires on its depth, and a DLQ behind it would only move the request one hop further away."
-	suppress(cfn(c.Recount), "AwsSolutions-SQS3", recountWhy)
-	suppress(cfn(c.Recount), "Serverless-SQSRedrivePolicy", recountWhy)
+	}
+	recountQueue(rp)
+	c.Recount = awssqs.NewQueue(c.Construct, jsii.String("Recount"), rp)
+	if !withRecount {
+		recountWhy := "Without the recount function (no Ledger), the recount queue is the end of the line for a late copy: an operator recounts its merchant's day from the ledger (docs/stream-job.md#recount); an alarm fires on its depth."
+		suppress(cfn(c.Recount), "AwsSolutions-SQS3", recountWhy)
+		suppress(cfn(c.Recount), "Serverless-SQSRedrivePolicy", recountWhy)
+	}
 
 	c.Function = NewGoFunction(c.Construct, "Function", &GoFunctionProps{
 		Name:          FnTotals,
@@ -138,11 +185,60 @@ func NewStreamTotals(scope constructs.Construct, id string, props *StreamTotalsP
 	suppress(cfn(fn.Function), "Serverless-LambdaDLQ",
 		"Invoked by the stream's event-source mapping, never asynchronously: a failed batch is retried by the mapping and then recorded in its on-failure destination (FailureQueue).")
 
-	c.FailureQueue = newFailureQueue(c.Construct, "FailureQueue", props.Protection, nil)
-	terminal := "This is the totals mapping's on-failure destination: it names the shard and sequence range whose days must be recounted; an alarm fires on its depth."
-	suppress(cfn(c.FailureQueue), "AwsSolutions-SQS3", terminal)
-	suppress(cfn(c.FailureQueue), "Serverless-SQSRedrivePolicy", terminal)
+	c.FailureQueue = newFailureQueue(c.Construct, "FailureQueue", props.Protection, recountQueue)
+	if !withRecount {
+		terminal := "This is the totals mapping's on-failure destination and, without the recount function (no Ledger), the end of the line: it names the shard and arrival times of a discarded batch, whose days an operator recounts; an alarm fires on each discard."
+		suppress(cfn(c.FailureQueue), "AwsSolutions-SQS3", terminal)
+		suppress(cfn(c.FailureQueue), "Serverless-SQSRedrivePolicy", terminal)
+	}
 
 	c.Mapping = newStreamMapping(c.Construct, fn.Function, props.Outbox.Table.TableStreamArn(), c.Settings, c.FailureQueue)
+	if props.Ledger != nil {
+		c.addRecount(props, version)
+	}
 	return c
+}
+
+// addRecount adds the batch recount: a function in the ledger's VPC on the
+// recount queue and the on-failure queue, with partial batch failures (a
+// request whose day is still open is held back, not deleted).
+func (c *StreamTotals) addRecount(props *StreamTotalsProps, version totals.Version) {
+	c.RecountFunction = NewGoFunction(c.Construct, "RecountFunction", &GoFunctionProps{
+		Name:          FnRecount,
+		Code:          props.RecountCode,
+		Sizing:        SizingsFor(timingOrDefault(nil)).Recount,
+		Vpc:           props.Ledger.Cluster.Vpc(),
+		LogRetention:  props.LogRetention,
+		RemovalPolicy: props.removalPolicy(),
+		Description:   "oncepay recount: late copies and discarded stream batches -> each merchant's day recounted from the ledger once it is over",
+	})
+	fn := c.RecountFunction
+	user := props.LedgerUser
+	if user == "" {
+		user = LedgerAppUser
+	}
+	props.Ledger.Connect(fn, user)
+	// The recount row (PutItem) on the sink; nothing else of it.
+	fn.Grant([]string{"dynamodb:PutItem"}, c.Table.TableArn())
+	fn.grantKey(c.Key, kmsWrite) // the table's items, the recount queue's messages
+	for i, q := range []awssqs.Queue{c.Recount, c.FailureQueue} {
+		fn.Grant([]string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"}, q.QueueArn())
+		m := awslambda.NewEventSourceMapping(c.Construct, jsii.String(fmt.Sprintf("RecountMapping%d", i)), &awslambda.EventSourceMappingProps{
+			Target:                  fn.Function,
+			EventSourceArn:          q.QueueArn(),
+			BatchSize:               jsii.Number(10),
+			ReportBatchItemFailures: jsii.Bool(true),
+		})
+		suppress(cfn(m), "Serverless-LambdaEventSourceMappingDestination",
+			"Lambda has no on-failure destination for SQS mappings: a request the recount cannot do returns to its queue and, after RecountMaxReceives deliveries, parks in RecountDlq, which an alarm watches.")
+		c.RecountMappings = append(c.RecountMappings, m)
+	}
+	fn.SetEnv(map[string]*string{
+		stackenv.TotalsTable:           c.Table.TableName(),
+		stackenv.RecountQueueURL:       c.Recount.QueueUrl(),
+		stackenv.TotalsFailureQueueURL: c.FailureQueue.QueueUrl(),
+		stackenv.TotalsVersion:         jsii.String(strconv.Itoa(int(version))),
+	})
+	suppress(cfn(fn.Function), "Serverless-LambdaDLQ",
+		"Invoked only by its SQS event-source mappings: a request it fails returns to its queue (held back until its day is over) and parks in RecountDlq after RecountMaxReceives deliveries, so nothing an asynchronous DLQ could catch is lost.")
 }

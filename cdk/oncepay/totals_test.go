@@ -7,10 +7,13 @@ import (
 	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/oncepay/oncepay/cdk/oncepay"
+	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/eventsource"
+	"github.com/oncepay/oncepay/internal/recount"
 	"github.com/oncepay/oncepay/internal/totals"
 )
 
@@ -162,5 +165,56 @@ func TestStreamTotalsRefusesAMappingTheJobCannotRunOn(t *testing.T) {
 				oncepay.NewStreamTotals(stack, "Totals", &oncepay.StreamTotalsProps{Outbox: out, Settings: &settings})
 			})
 		})
+	}
+}
+
+// TestStreamTotalsRecount: with the ledger, the recount function consumes
+// the recount queue and the mapping's on-failure queue with partial batch
+// failures (a request whose day is open is held back, not deleted); both
+// queues give a delivery six times the function's timeout and park what
+// the recount cannot do in its DLQ after RecountMaxReceives deliveries,
+// more than the holds a request waits through; its role writes the
+// recount's rows and nothing else of the table.
+func TestStreamTotalsRecount(t *testing.T) {
+	s := synth(t, oncepay.ProfileSandbox)
+	st := s.stack.Totals
+	fn := s.logicalID(t, st.RecountFunction.Function)
+	dlq := getAtt(s.logicalID(t, st.RecountDlq), "Arn")
+	timeout := oncepay.SizingsFor(config.Default()).Recount.Timeout
+	// A request waits for its day to end in holds of at most 12 h: the
+	// DLQ must not take one that only waited.
+	if holds := int((24*time.Hour+recount.DefaultSettle)/(12*time.Hour)) + 2; oncepay.RecountMaxReceives <= holds {
+		t.Errorf("RecountMaxReceives %d: a request that only waits for its day is delivered up to %d times", oncepay.RecountMaxReceives, holds)
+	}
+	for i, q := range []awssqs.Queue{st.Recount, st.FailureQueue} {
+		qp := s.resource(t, s.logicalID(t, q))["Properties"].(map[string]any)
+		if qp["VisibilityTimeout"] != 6*timeout.Seconds() ||
+			!jsonEqual(qp["RedrivePolicy"], map[string]any{"deadLetterTargetArn": dlq, "maxReceiveCount": oncepay.RecountMaxReceives}) {
+			t.Errorf("queue %d: visibility %v, redrive %s", i, qp["VisibilityTimeout"], show(qp["RedrivePolicy"]))
+		}
+		m := s.resource(t, s.logicalID(t, st.RecountMappings[i]))["Properties"].(map[string]any)
+		want := map[string]any{"EventSourceArn": getAtt(s.logicalID(t, q), "Arn"), "FunctionName": ref(fn),
+			"BatchSize": 10, "FunctionResponseTypes": []any{"ReportBatchItemFailures"}}
+		if !jsonEqual(m, want) {
+			t.Errorf("recount mapping %d:\n got %s\nwant %s", i, show(m), show(want))
+		}
+	}
+	grants := grantsOf(s.json, s.logicalID(t, st.RecountFunction.Role))
+	tbl := "${" + s.logicalID(t, st.Table) + ".Arn}"
+	if rs := grants["dynamodb:PutItem"]; len(rs) != 1 || rs[0] != tbl {
+		t.Errorf("the recount's PutItem on %v, want the totals table", rs)
+	}
+	for _, never := range []string{"dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:UpdateItem", "dynamodb:Query", "sqs:SendMessage"} {
+		if _, ok := grants[never]; ok {
+			t.Errorf("the recount role may %s: it never does", never)
+		}
+	}
+	for _, q := range []awssqs.Queue{st.Recount, st.FailureQueue} {
+		arn := "${" + s.logicalID(t, q) + ".Arn}"
+		for _, a := range []string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"} {
+			if !contains(grants[a], arn) {
+				t.Errorf("the recount role lacks %s on %s", a, arn)
+			}
+		}
 	}
 }

@@ -35,8 +35,9 @@ type Report struct {
 	Day        string           `json:"day"`
 	Currency   string           `json:"currency"`
 	Found      bool             `json:"found"`
-	Total      int64            `json:"total"`    // minor units: the sum of the partials
-	Partials   map[string]int64 `json:"partials"` // by stream shard
+	Total      int64            `json:"total"`     // minor units: the recount's, else the sum of the partials
+	Recounted  bool             `json:"recounted"` // the day was recounted from the ledger (docs/stream-job.md#recount)
+	Partials   map[string]int64 `json:"partials"`  // by stream shard (and totals.RecountShard)
 }
 
 func main() {
@@ -98,9 +99,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return 1
 	}
 	r := Report{MerchantID: key.Merchant, Day: key.Day, Currency: key.Currency, Found: len(partials) > 0, Partials: partials}
-	for _, n := range partials {
-		r.Total += n
-	}
+	r.Total, r.Recounted = totals.Total(partials)
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		fmt.Fprintln(stderr, "totals:", err)

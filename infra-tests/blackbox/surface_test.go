@@ -54,6 +54,7 @@ type surface struct {
 	adminURL   string // the local cloud's admin API; "" when deployed
 	topicArn   string // PushTopicArn
 	totals     string // TotalsTableName: the stream job's sink
+	recount    string // RecountQueueUrl: the stream job's recount requests
 
 	httpc   *http.Client
 	tokens  tokens
@@ -128,6 +129,7 @@ func live(t *testing.T) *surface {
 	s := &surface{deployed: deployed, topicArn: env.Get(stackenv.PushTopicArn)}
 	s.apiURL = outputs[outputHTTPAPIURL]
 	s.totals = outputs["TotalsTableName"]
+	s.recount = outputs["RecountQueueUrl"]
 	if s.apiURL == "" && !deployed {
 		// A local cloud provisioned before the front door wrote its
 		// outputs: the front door's address is the same URL.

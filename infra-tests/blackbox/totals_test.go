@@ -9,6 +9,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/awsclient"
 	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
+	"github.com/oncepay/oncepay/internal/awsclient/sqsclient"
 	"github.com/oncepay/oncepay/internal/totals"
 )
 
@@ -121,4 +122,58 @@ func awaitTotal(ctx context.Context, sink *totals.Table, key totals.Key, want in
 		return fmt.Errorf("%s = %d after %s, want %d (the ledger's SUCCEEDED sum): %w", key, got, within, want, err)
 	}
 	return nil
+}
+
+// TestTheStacksRecountWritesADayThatIsOverFromTheLedger: a late copy for a
+// merchant's day that is over, sent to the stack's recount queue as the
+// stream job sends one, is taken by the stack's recount function (the
+// template's mapping, its ledger login, its grant on the sink) and its
+// day's total written from the ledger: nothing for a merchant the ledger
+// never paid, a row that then stands over any partial. That the recount
+// counts what the ledger holds is proved on a ledger of the test's own
+// (internal/recount): no public call settles a payment on a past day.
+func TestTheStacksRecountWritesADayThatIsOverFromTheLedger(t *testing.T) {
+	t.Parallel()
+	s := live(t)
+	if s.totals == "" || s.recount == "" {
+		t.Fatal("the stack's outputs name no TotalsTableName or RecountQueueUrl")
+	}
+	ctx := context.Background()
+	cfg, err := awsclient.Config(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sink, err := totals.NewTable(dynamoclient.New(cfg), s.totals)
+	if err != nil {
+		t.Fatal(err)
+	}
+	send, err := totals.RecountQueue(sqsclient.New(cfg), s.recount)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := newActors("recount")
+	key := totals.Key{Merchant: a.merchant, Day: time.Now().UTC().Add(-48 * time.Hour).Format("2006-01-02"), Currency: "USD"}
+	if err := sink.Put(ctx, "shardId-bb", 1, map[totals.Key]int64{key: 700}); err != nil { // a partial the ledger does not back
+		t.Fatal(err)
+	}
+	if err := send(ctx, totals.Late{EventID: a.merchant + ":SUCCEEDED", PaymentID: a.merchant, MerchantID: a.merchant,
+		Day: key.Day, Currency: key.Currency, Shard: "shardId-bb"}); err != nil {
+		t.Fatal(err)
+	}
+	_, err = eventually(ctx, 60*time.Second, 500*time.Millisecond, func(ctx context.Context) error {
+		p, err := sink.Partials(ctx, key)
+		if err != nil {
+			return err
+		}
+		if n, ok := p[totals.RecountShard]; !ok || n != 0 {
+			return fmt.Errorf("%w: %s partials %v", errNotYet, key, p)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatalf("the recount row: %v", err)
+	}
+	if got, found, err := sink.DayTotal(ctx, key); err != nil || !found || got != 0 {
+		t.Errorf("%s = %d (found %v, %v), want the recount's 0 over the shard's 700", key, got, found, err)
+	}
 }

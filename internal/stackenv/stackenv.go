@@ -20,11 +20,13 @@ const (
 	LedgerDSN       = "ONCEPAY_LEDGER_DSN"
 	PSPURL          = "ONCEPAY_PSP_URL"
 	FrontDoorURL    = "ONCEPAY_FRONTDOOR_URL"
-	// The stream job's sink table, its recount queue, and which version
+	// The stream job's sink table, its recount queue, its mapping's
+	// on-failure queue (both consumed by the recount), and which version
 	// of its counting rule it runs (1 or 2: the story's v1 and v2).
-	TotalsTable     = "ONCEPAY_TOTALS_TABLE"
-	RecountQueueURL = "ONCEPAY_RECOUNT_QUEUE_URL"
-	TotalsVersion   = "ONCEPAY_TOTALS_VERSION"
+	TotalsTable           = "ONCEPAY_TOTALS_TABLE"
+	RecountQueueURL       = "ONCEPAY_RECOUNT_QUEUE_URL"
+	TotalsFailureQueueURL = "ONCEPAY_TOTALS_FAILURE_QUEUE_URL"
+	TotalsVersion         = "ONCEPAY_TOTALS_VERSION"
 	// AlbArn is the load balancer whose signed claims the api accepts
 	// (set by the stack when it has the ALB front door); AlbKeysURL
 	// overrides where its public keys are read (GovCloud, tests).

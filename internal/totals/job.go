@@ -27,12 +27,14 @@ const (
 // horizon is at or before the watermark is late (the story's 7,200 s).
 const DefaultHorizon = 2 * time.Hour
 
-// Late is a copy rejected as too late to count: the recount queue's message.
+// Late is a copy rejected as too late to count: the recount queue's message
+// (package recount recounts its Key from the ledger once its day is over).
 type Late struct {
 	EventID    string    `json:"event_id"`
 	PaymentID  string    `json:"payment_id"`
 	MerchantID string    `json:"merchant_id"`
 	Day        string    `json:"day"`
+	Currency   string    `json:"currency"`
 	OccurredAt time.Time `json:"occurred_at"`
 	Watermark  time.Time `json:"watermark"` // what it was late against
 	Shard      string    `json:"shard"`
@@ -99,9 +101,10 @@ func New(cfg Config) (*Job, error) {
 	return &Job{cfg: cfg}, nil
 }
 
-// delta is what an event adds to its merchant's total under version v, and
-// whether it counts at all.
-func delta(v Version, e event.Event) (int64, bool) {
+// Delta is what an event adds to its merchant's total under version v, and
+// whether it counts at all: the job's rule, and the recount's (package
+// recount), which must count what the job counts.
+func Delta(v Version, e event.Event) (int64, bool) {
 	switch e.State {
 	case event.Succeeded, event.RefundFailed:
 		return e.Amount, true
@@ -206,13 +209,13 @@ func (j *Job) Handle(ctx context.Context, ev events.DynamoDBTimeWindowEvent) (ev
 			late++
 			log.Warn("late copy", "event_id", e.EventID, "payment_id", e.PaymentID, "occurred_at", at, "watermark", against)
 			if err := j.cfg.Recount(ctx, Late{EventID: e.EventID, PaymentID: e.PaymentID, MerchantID: e.MerchantID,
-				Day: key.Day, OccurredAt: at, Watermark: against, Shard: shard}); err != nil {
+				Day: key.Day, Currency: key.Currency, OccurredAt: at, Watermark: against, Shard: shard}); err != nil {
 				return events.DynamoDBTimeWindowEventResponse{}, fmt.Errorf("totals: recount %s: %w", e.EventID, err)
 			}
 			continue
 		}
 		j.markSeen(st, e.EventID, at)
-		if d, counts := delta(j.cfg.Version, e); counts {
+		if d, counts := Delta(j.cfg.Version, e); counts {
 			st.Totals[key] += d
 			touched[key] = true
 			counted++

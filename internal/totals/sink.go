@@ -69,6 +69,16 @@ const (
 
 	skMeta  = "~meta"
 	skCarry = "~carry"
+
+	// RecountShard is the partition of the recount's totals (package
+	// recount): one row per key, the day's total read from the ledger
+	// after the day was over. It supersedes the shards' partials, which
+	// the stream may still change (a lagging shard, a copy sent to the
+	// recount); no stream shard is named so, and it carries no tag, so no
+	// flush reads or deletes it.
+	RecountShard = "~recount"
+	// AttrRecountedAt is when the recount wrote its row (RFC 3339).
+	AttrRecountedAt = "recounted_at"
 )
 
 // maxChunk keeps each carry chunk well under DynamoDB's 400 KB item limit.
@@ -314,18 +324,45 @@ func (t *Table) SaveCarry(ctx context.Context, shard string, st State) error {
 // AttrExpiresAt is the sink table's TTL attribute (superseded carry chunks).
 const AttrExpiresAt = "expires_at"
 
-// DayTotal reads a merchant's total for a day: the sum of every shard's
-// partial total (the ByKey index; eventually consistent, as any read of a
-// GSI).
+// DayTotal reads a merchant's total for a day: the recount's, once the day
+// has been recounted, else the sum of every shard's partial total (the
+// ByKey index; eventually consistent, as any read of a GSI).
 func (t *Table) DayTotal(ctx context.Context, k Key) (total int64, found bool, err error) {
 	partials, err := t.Partials(ctx, k)
-	for _, n := range partials {
-		total += n
-	}
+	total, _ = Total(partials)
 	return total, len(partials) > 0, err
 }
 
-// Partials reads each shard's partial total of a merchant's day, by shard.
+// Total is a day's total from its partials (Partials): the recount's when
+// it has one, else the sum of the shards'.
+func Total(partials map[string]int64) (total int64, recounted bool) {
+	if n, ok := partials[RecountShard]; ok {
+		return n, true
+	}
+	for _, n := range partials {
+		total += n
+	}
+	return total, false
+}
+
+// PutRecount sets the recount's total of k (RecountShard): absolute, so a
+// recount repeated writes the same row.
+func (t *Table) PutRecount(ctx context.Context, k Key, total int64, at time.Time) error {
+	it := t.item(RecountShard, k.String())
+	it[AttrKey] = &types.AttributeValueMemberS{Value: k.String()}
+	it[AttrMerchant] = &types.AttributeValueMemberS{Value: k.Merchant}
+	it[AttrDay] = &types.AttributeValueMemberS{Value: k.Day}
+	it[AttrCurrency] = &types.AttributeValueMemberS{Value: k.Currency}
+	it[AttrTotal] = num(total)
+	it[AttrRecountedAt] = &types.AttributeValueMemberS{Value: at.UTC().Format(time.RFC3339)}
+	if _, err := t.api.PutItem(ctx, &dynamodb.PutItemInput{TableName: &t.name, Item: it}); err != nil {
+		return fmt.Errorf("totals: write the recount of %s: %w", k, err)
+	}
+	return nil
+}
+
+// Partials reads each shard's partial total of a merchant's day, by shard
+// (RecountShard's too, once recounted).
 func (t *Table) Partials(ctx context.Context, k Key) (map[string]int64, error) {
 	out := map[string]int64{}
 	var start map[string]types.AttributeValue

@@ -180,7 +180,7 @@ func TestServiceRunsTheTriggersStopsOnSIGTERMAndResumesTheStreamWhereItStopped(t
 	var st stack.Status
 	_ = json.NewDecoder(resp.Body).Decode(&st)
 	resp.Body.Close()
-	if len(st.Mappings) != 3 || len(st.Schedules) != 2 || st.Mappings[0].State != trigger.StateEnabled {
+	if len(st.Mappings) != 5 || len(st.Schedules) != 2 || st.Mappings[0].State != trigger.StateEnabled {
 		t.Fatalf("status = %+v", st)
 	}
 	if err := syscall.Kill(os.Getpid(), syscall.SIGTERM); err != nil {

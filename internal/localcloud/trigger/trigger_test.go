@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -71,8 +72,10 @@ func TestTemplateMappingsCarryTheSettingsTheCDKUses(t *testing.T) {
 	relayFn := logicalID(t, tpl, "AWS::Lambda::Function", "RelayFunction")
 	workerFn := logicalID(t, tpl, "AWS::Lambda::Function", "WorkerFunction")
 	totalsFn := logicalID(t, tpl, "AWS::Lambda::Function", "TotalsFunction")
+	recountFn := logicalID(t, tpl, "AWS::Lambda::Function", "TotalsRecountFunction")
 	want := eventsource.Default()
 	var sawRelay, sawWorker, sawTotals bool
+	recounted := map[string]bool{}
 	for _, m := range specs {
 		switch m.Function {
 		case relayFn:
@@ -96,9 +99,28 @@ func TestTemplateMappingsCarryTheSettingsTheCDKUses(t *testing.T) {
 			if m.Kind != trigger.KindQueue || m.Queue != want.Worker {
 				t.Errorf("worker mapping %s: %s %+v, eventsource.Default().Worker = %+v", m.ID, m.Kind, m.Queue, want.Worker)
 			}
+		case recountFn:
+			recounted[m.QueueURL] = true
+			// Six times the recount's one-minute timeout; ten deliveries
+			// before the recount DLQ.
+			wantQ := eventsource.Queue{BatchSize: 10, ReportBatchItemFailures: true, VisibilityTimeout: 6 * time.Minute, MaxReceiveCount: 10}
+			if m.Kind != trigger.KindQueue || m.Queue != wantQ {
+				t.Errorf("recount mapping %s: %s %+v, want %+v", m.ID, m.Kind, m.Queue, wantQ)
+			}
 		}
 	}
-	if !sawRelay || !sawWorker || !sawTotals || len(specs) != 3 {
+	var recountQ string // TotalsRecount…, not TotalsRecountDlq…
+	for _, id := range tpl.OfType("AWS::SQS::Queue") {
+		if strings.HasPrefix(id, "TotalsRecount") && !strings.HasPrefix(id, "TotalsRecountDlq") {
+			recountQ = id
+		}
+	}
+	for _, q := range []string{recountQ, logicalID(t, tpl, "AWS::SQS::Queue", "TotalsFailureQueue")} {
+		if q == "" || !recounted["http://q/"+q] {
+			t.Errorf("no recount mapping on %q: %v", q, recounted)
+		}
+	}
+	if !sawRelay || !sawWorker || !sawTotals || len(specs) != 5 {
 		t.Fatalf("mappings = %+v", specs)
 	}
 }
