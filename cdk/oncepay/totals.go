@@ -24,8 +24,8 @@ const RecountRetention = DlqRetention
 
 // RecountMaxReceives is how many deliveries a recount request gets before
 // it parks in RecountDlq. A request waits for its day to end in holds of
-// at most 12 h (SQS's longest visibility timeout), so one that arrived
-// just after midnight is delivered four times before the day is over; a
+// at most recount.MaxHold (under SQS's 12 h), so one that arrived just
+// after midnight is delivered four times before the day is over; a
 // request that fails (unreadable, the ledger down) comes back after the
 // queue's visibility timeout, six minutes, so ten deliveries are an hour.
 const RecountMaxReceives = 10
@@ -218,9 +218,15 @@ func (c *StreamTotals) addRecount(props *StreamTotalsProps, version totals.Versi
 		user = LedgerAppUser
 	}
 	props.Ledger.Connect(fn, user)
-	// The recount row (PutItem) on the sink; nothing else of it.
+	// The recount's and the pending rows (PutItem) on the sink; nothing
+	// else of it.
 	fn.Grant([]string{"dynamodb:PutItem"}, c.Table.TableArn())
 	fn.grantKey(c.Key, kmsWrite) // the table's items, the recount queue's messages
+	// A discarded batch is read back from the outbox stream at once, and
+	// its keys whose day is still open are sent on to the recount queue.
+	fn.Grant([]string{"dynamodb:GetShardIterator", "dynamodb:GetRecords"}, props.Outbox.Table.TableStreamArn())
+	fn.grantKey(props.Outbox.Key, kmsRead)
+	fn.Grant([]string{"sqs:SendMessage"}, c.Recount.QueueArn())
 	for i, q := range []awssqs.Queue{c.Recount, c.FailureQueue} {
 		fn.Grant([]string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"}, q.QueueArn())
 		m := awslambda.NewEventSourceMapping(c.Construct, jsii.String(fmt.Sprintf("RecountMapping%d", i)), &awslambda.EventSourceMappingProps{

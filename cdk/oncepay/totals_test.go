@@ -181,9 +181,9 @@ func TestStreamTotalsRecount(t *testing.T) {
 	fn := s.logicalID(t, st.RecountFunction.Function)
 	dlq := getAtt(s.logicalID(t, st.RecountDlq), "Arn")
 	timeout := oncepay.SizingsFor(config.Default()).Recount.Timeout
-	// A request waits for its day to end in holds of at most 12 h: the
+	// A request waits for its day to end in holds of at most MaxHold: the
 	// DLQ must not take one that only waited.
-	if holds := int((24*time.Hour+recount.DefaultSettle)/(12*time.Hour)) + 2; oncepay.RecountMaxReceives <= holds {
+	if holds := int((24*time.Hour+recount.DefaultSettle)/recount.MaxHold) + 2; oncepay.RecountMaxReceives <= holds {
 		t.Errorf("RecountMaxReceives %d: a request that only waits for its day is delivered up to %d times", oncepay.RecountMaxReceives, holds)
 	}
 	for i, q := range []awssqs.Queue{st.Recount, st.FailureQueue} {
@@ -204,10 +204,20 @@ func TestStreamTotalsRecount(t *testing.T) {
 	if rs := grants["dynamodb:PutItem"]; len(rs) != 1 || rs[0] != tbl {
 		t.Errorf("the recount's PutItem on %v, want the totals table", rs)
 	}
-	for _, never := range []string{"dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:UpdateItem", "dynamodb:Query", "sqs:SendMessage"} {
+	for _, never := range []string{"dynamodb:DeleteItem", "dynamodb:BatchWriteItem", "dynamodb:UpdateItem", "dynamodb:Query", "dynamodb:GetItem"} {
 		if _, ok := grants[never]; ok {
 			t.Errorf("the recount role may %s: it never does", never)
 		}
+	}
+	// A discarded batch read back; its open keys sent on.
+	streamArn := "${" + s.logicalID(t, s.stack.Data.Outbox.Table) + ".StreamArn}"
+	for _, a := range []string{"dynamodb:GetShardIterator", "dynamodb:GetRecords"} {
+		if rs := grants[a]; len(rs) != 1 || rs[0] != streamArn {
+			t.Errorf("the recount's %s on %v, want the outbox stream", a, rs)
+		}
+	}
+	if rs := grants["sqs:SendMessage"]; len(rs) != 1 || rs[0] != "${"+s.logicalID(t, st.Recount)+".Arn}" {
+		t.Errorf("the recount's SendMessage on %v, want its own queue", rs)
 	}
 	for _, q := range []awssqs.Queue{st.Recount, st.FailureQueue} {
 		arn := "${" + s.logicalID(t, q) + ".Arn}"

@@ -31,13 +31,17 @@ import (
 
 // Report is what the command prints.
 type Report struct {
-	MerchantID string           `json:"merchant_id"`
-	Day        string           `json:"day"`
-	Currency   string           `json:"currency"`
-	Found      bool             `json:"found"`
-	Total      int64            `json:"total"`     // minor units: the recount's, else the sum of the partials
-	Recounted  bool             `json:"recounted"` // the day was recounted from the ledger (docs/stream-job.md#recount)
-	Partials   map[string]int64 `json:"partials"`  // by stream shard (and totals.RecountShard)
+	MerchantID string `json:"merchant_id"`
+	Day        string `json:"day"`
+	Currency   string `json:"currency"`
+	Found      bool   `json:"found"`
+	Total      int64  `json:"total"`     // minor units: the recount's, else the sum of the partials
+	Recounted  bool   `json:"recounted"` // the day was recounted from the ledger (docs/stream-job.md#recount)
+	// RecountDue, when set and the day is not recounted yet, is when a
+	// recount is due: until then Total may be short (a discarded batch's
+	// writes were taken back, a copy came late).
+	RecountDue *time.Time       `json:"recount_due,omitempty"`
+	Partials   map[string]int64 `json:"partials"` // by stream shard (and totals.RecountShard)
 }
 
 func main() {
@@ -100,6 +104,16 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	r := Report{MerchantID: key.Merchant, Day: key.Day, Currency: key.Currency, Found: len(partials) > 0, Partials: partials}
 	r.Total, r.Recounted = totals.Total(partials)
+	if !r.Recounted {
+		due, pending, err := sink.Pending(ctx, key)
+		if err != nil {
+			fmt.Fprintln(stderr, "totals:", err)
+			return 1
+		}
+		if pending {
+			r.RecountDue = &due
+		}
+	}
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {
 		fmt.Fprintln(stderr, "totals:", err)

@@ -42,6 +42,9 @@ type Ledger interface {
 // Sink is where recounted totals go (totals.Table).
 type Sink interface {
 	PutRecount(ctx context.Context, k totals.Key, total int64, at time.Time) error
+	// PutPending says a key waits for its recount until a time: a reader
+	// must not take the partials for the day's total meanwhile.
+	PutPending(ctx context.Context, k totals.Key, until time.Time) error
 }
 
 // Config configures a Recounter. Zero fields take the defaults.
@@ -102,19 +105,30 @@ func (r *Recounter) ClosesAt(k totals.Key) (time.Time, error) {
 	return day.Add(24 * time.Hour).Add(r.cfg.Settle), nil
 }
 
-// Keys recounts every key whose day is over and returns when the first of
-// the others will be (zero when none is left). A key of a day with no
-// counted event is recounted to 0, which takes back what a lost run wrote
-// for it.
-func (r *Recounter) Keys(ctx context.Context, keys []totals.Key) (wait time.Time, err error) {
+// Now is the recounter's clock.
+func (r *Recounter) Now() time.Time { return r.cfg.Now() }
+
+// Keys recounts every key whose day is over, marks each of the others
+// pending until its day closes, and returns those others with the first
+// close (none and zero when every key was recounted). A key of a day with
+// no counted event is recounted to 0, which takes back what a lost run
+// wrote for it.
+func (r *Recounter) Keys(ctx context.Context, keys []totals.Key) (open []totals.Key, wait time.Time, err error) {
 	now := r.cfg.Now()
 	byDay := map[string][]totals.Key{}
 	for _, k := range keys {
 		closes, err := r.ClosesAt(k)
 		if err != nil {
-			return time.Time{}, err
+			return nil, time.Time{}, err
 		}
 		if now.Before(closes) {
+			if slices.Contains(open, k) {
+				continue
+			}
+			if err := r.cfg.Sink.PutPending(ctx, k, closes); err != nil {
+				return nil, time.Time{}, err
+			}
+			open = append(open, k)
 			if wait.IsZero() || closes.Before(wait) {
 				wait = closes
 			}
@@ -126,10 +140,10 @@ func (r *Recounter) Keys(ctx context.Context, keys []totals.Key) (wait time.Time
 	}
 	for day, ks := range byDay {
 		if err := r.day(ctx, day, ks, now); err != nil {
-			return time.Time{}, err
+			return nil, time.Time{}, err
 		}
 	}
-	return wait, nil
+	return open, wait, nil
 }
 
 // day recounts ks, all of one day, with one read of the ledger.

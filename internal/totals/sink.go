@@ -79,6 +79,12 @@ const (
 	RecountShard = "~recount"
 	// AttrRecountedAt is when the recount wrote its row (RFC 3339).
 	AttrRecountedAt = "recounted_at"
+	// PendingShard holds a row per key whose recount waits for its day to
+	// close (AttrPendingUntil): until then the partials may be short (a
+	// discarded batch's writes were taken back) and a reader must say so.
+	// The rows carry no total_key, so the day index never lists them.
+	PendingShard     = "~pending"
+	AttrPendingUntil = "pending_until"
 )
 
 // maxChunk keeps each carry chunk well under DynamoDB's 400 KB item limit.
@@ -359,6 +365,36 @@ func (t *Table) PutRecount(ctx context.Context, k Key, total int64, at time.Time
 		return fmt.Errorf("totals: write the recount of %s: %w", k, err)
 	}
 	return nil
+}
+
+// PutPending marks k as waiting for its recount until the given time.
+// The mark expires with the table's TTL two weeks after.
+func (t *Table) PutPending(ctx context.Context, k Key, until time.Time) error {
+	it := t.item(PendingShard, k.String())
+	it[AttrPendingUntil] = &types.AttributeValueMemberS{Value: until.UTC().Format(time.RFC3339)}
+	it[AttrExpiresAt] = num(until.Add(14 * 24 * time.Hour).Unix())
+	if _, err := t.api.PutItem(ctx, &dynamodb.PutItemInput{TableName: &t.name, Item: it}); err != nil {
+		return fmt.Errorf("totals: mark %s pending: %w", k, err)
+	}
+	return nil
+}
+
+// Pending reads when k's awaited recount is due; ok is false when none
+// was ever awaited.
+func (t *Table) Pending(ctx context.Context, k Key) (until time.Time, ok bool, err error) {
+	out, err := t.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: &t.name, Key: t.item(PendingShard, k.String())})
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("totals: read %s's pending recount: %w", k, err)
+	}
+	v, found := out.Item[AttrPendingUntil].(*types.AttributeValueMemberS)
+	if !found {
+		return time.Time{}, false, nil
+	}
+	until, err = time.Parse(time.RFC3339, v.Value)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("totals: %s's pending recount: %w", k, err)
+	}
+	return until, true, nil
 }
 
 // Partials reads each shard's partial total of a merchant's day, by shard

@@ -125,9 +125,26 @@ func secretString(ctx context.Context, arn string) (string, error) {
 	return v, nil
 }
 
+// The app role's session limits (see ensureAppRole): well above the
+// slowest statement the functions send (a sweep's batch), well below the
+// recount's settle margin.
+const (
+	appStatementTimeout  = "30s"
+	appLockTimeout       = "10s"
+	appIdleInTransaction = "60s"
+)
+
 // ensureAppRole creates the application role if absent and grants it data
 // privileges on the schema's tables and sequences, nothing on goose's
 // bookkeeping, and IAM login (rds_iam: a password login stops working).
+//
+// Its sessions get time limits of their own (set on the role, so they hold
+// through RDS Proxy without pinning a connection): no statement runs past
+// appStatementTimeout, no lock is waited for past appLockTimeout, no
+// transaction idles past appIdleInTransaction. A function that is killed
+// or frozen can then not leave a write that commits minutes later: a settle
+// stamps its event with the function's clock, and the stream job's recount
+// takes a day as final 16 minutes after it ends (package recount).
 func ensureAppRole(ctx context.Context, dsn, user string) error {
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
@@ -147,6 +164,9 @@ func ensureAppRole(ctx context.Context, dsn, user string) error {
 		"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO " + role,
 		"GRANT USAGE, SELECT ON ALL SEQUENCES IN SCHEMA public TO " + role,
 		"REVOKE ALL ON TABLE goose_db_version FROM " + role,
+		"ALTER ROLE " + role + " SET statement_timeout = '" + appStatementTimeout + "'",
+		"ALTER ROLE " + role + " SET lock_timeout = '" + appLockTimeout + "'",
+		"ALTER ROLE " + role + " SET idle_in_transaction_session_timeout = '" + appIdleInTransaction + "'",
 	} {
 		if _, err := conn.Exec(ctx, stmt); err != nil {
 			return fmt.Errorf("migrate: %s: %w", stmt, err)

@@ -15,6 +15,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
 	"github.com/oncepay/oncepay/internal/awsclient/sqsclient"
+	"github.com/oncepay/oncepay/internal/awsclient/streamsclient"
 	"github.com/oncepay/oncepay/internal/boot"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/metrics"
@@ -53,10 +54,11 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	r, err := recount.New(recount.Config{Version: totals.Version(v), Ledger: ledger.New(pool), Sink: sink,
-		Logger: log, Metrics: metrics.New(os.Stdout, "recount")})
+	m := metrics.New(os.Stdout, "recount")
+	r, err := recount.New(recount.Config{Version: totals.Version(v), Ledger: ledger.New(pool), Sink: sink, Logger: log, Metrics: m})
 	if err != nil {
 		fail(err)
 	}
-	lambda.Start(recount.Function{Recounter: r, SQS: sqsclient.New(cfg), QueueURLs: []string{late, failures}, Logger: log}.Handle)
+	lambda.Start(recount.Function{Recounter: r, SQS: sqsclient.New(cfg), Streams: streamsclient.New(cfg),
+		QueueURLs: []string{late, failures}, RecountQueueURL: late, Logger: log, Metrics: m}.Handle)
 }

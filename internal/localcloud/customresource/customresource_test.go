@@ -196,6 +196,14 @@ func TestTheMigrationCustomResourceCreatesUpdatesAndOtherwiseLeavesTheLedger(t *
 	if err := app.QueryRow(ctx, "SELECT count(*) FROM payments").Scan(&n); err != nil {
 		t.Errorf("the app role cannot read payments: %v", err)
 	}
+	// Its sessions are time-bounded: no write of a killed function commits
+	// minutes later (lambdas/migrate's ensureAppRole).
+	for setting, want := range map[string]string{"statement_timeout": "30s", "lock_timeout": "10s", "idle_in_transaction_session_timeout": "1min"} {
+		var got string
+		if err := app.QueryRow(ctx, "SHOW "+setting).Scan(&got); err != nil || got != want {
+			t.Errorf("the app role's %s = %q (%v), want %s", setting, got, err, want)
+		}
+	}
 	for _, stmt := range []string{"DROP TABLE credits", "CREATE TABLE mine (x int)", "SELECT count(*) FROM goose_db_version", "TRUNCATE payments"} {
 		_, err := app.Exec(ctx, stmt)
 		var pgErr *pgconn.PgError

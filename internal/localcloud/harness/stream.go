@@ -129,7 +129,9 @@ type StreamConfig struct {
 	// position at every invocation; a host that keeps them across its
 	// restarts must save both at once, here, or a restart pairs a position
 	// with a state of another moment (docs/stream-job.md#the-converse).
-	Committed func(Position)
+	// While it returns an error, the poller invokes nothing: each Step
+	// calls it again first, so the sink never runs ahead of what is saved.
+	Committed func(Position) error
 }
 
 // Position is a mapping's committed position, taken at one moment: each
@@ -177,6 +179,7 @@ type StreamPoller struct {
 	shards  map[string]*shard
 	order   []string
 	stats   StreamStats
+	unsaved bool // Committed failed: save before anything else
 }
 
 type shard struct {
@@ -279,6 +282,12 @@ func (p *StreamPoller) position() Position {
 func (p *StreamPoller) Step(ctx context.Context) (int, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if p.unsaved {
+		if err := p.cfg.Committed(p.position()); err != nil {
+			return 0, fmt.Errorf("harness: save the committed position: %w", err)
+		}
+		p.unsaved = false
+	}
 	if err := p.discover(ctx); err != nil {
 		return 0, err
 	}
@@ -298,7 +307,10 @@ func (p *StreamPoller) Step(ctx context.Context) (int, error) {
 		commits := sh.commits
 		n, err := step(ctx, sh)
 		if p.window != nil && sh.commits != commits && p.cfg.Committed != nil {
-			p.cfg.Committed(p.position())
+			if serr := p.cfg.Committed(p.position()); serr != nil {
+				p.unsaved = true
+				return total + n, errors.Join(err, fmt.Errorf("harness: save the committed position: %w", serr))
+			}
 		}
 		total += n
 		if err != nil {

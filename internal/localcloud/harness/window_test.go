@@ -215,7 +215,7 @@ func TestARestartFromTheCommittedPositionKeepsTheWindowsState(t *testing.T) {
 	var saved []harness.Position
 	c1 := &counter{}
 	cfg := harness.StreamConfig{StreamArn: w.stream, Settings: windowSettings(15 * time.Minute), Logger: quiet,
-		Committed: func(pos harness.Position) { saved = append(saved, pos) }}
+		Committed: func(pos harness.Position) error { saved = append(saved, pos); return nil }}
 	p1, err := harness.NewWindowPoller(testenv.DynamoDBStreams(t), c1.handle, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -262,5 +262,53 @@ func TestARestartFromTheCommittedPositionKeepsTheWindowsState(t *testing.T) {
 				t.Errorf("the restarted window's state %+v, want n=3", win.State)
 			}
 		}
+	}
+}
+
+// A position the host could not save stops the window mapping before its
+// next invocation, until a save succeeds: the sink never runs ahead of the
+// state a restart would resume with.
+func TestAWindowMappingInvokesNothingWhileItsPositionIsUnsaved(t *testing.T) {
+	w := newStreamWorld(t)
+	c := &counter{}
+	failing := true
+	var saves int
+	cfg := harness.StreamConfig{StreamArn: w.stream, Settings: windowSettings(15 * time.Minute), Logger: quiet,
+		Committed: func(harness.Position) error {
+			saves++
+			if failing {
+				return errors.New("disk full")
+			}
+			return nil
+		}}
+	p, err := harness.NewWindowPoller(testenv.DynamoDBStreams(t), c.handle, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	w.put(t, "a")
+	for len(c.calls) == 0 {
+		if _, err := p.Step(ctx); err != nil && len(c.calls) == 0 {
+			t.Fatalf("before the first invocation: %v", err)
+		}
+	}
+	w.put(t, "b")
+	for range 5 {
+		if _, err := p.Step(ctx); err == nil {
+			t.Fatal("a step with the position unsaved succeeded")
+		}
+	}
+	if len(c.calls) != 1 {
+		t.Fatalf("%d invocations while the position was unsaved, want a's alone", len(c.calls))
+	}
+	failing = false
+	if _, err := p.Drain(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if len(c.calls) != 2 || key(c.calls[1].Records[0]) != "b" || c.calls[1].State["n"] != "1" {
+		t.Fatalf("after the save: invocations %+v, want b handed n=1", c.calls)
+	}
+	if saves < 7 {
+		t.Errorf("%d saves, want one per failed step and more", saves)
 	}
 }

@@ -51,7 +51,8 @@ func TestFromTemplateMapsEveryFunctionToItsPackageAndConcurrency(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := map[string]string{"Api": "lambdas/api", "Relay": "lambdas/relay", "Worker": "lambdas/worker",
-		"Resolver": "lambdas/resolver", "Webhook": "lambdas/webhook", "Migration": "lambdas/migrate", "Totals": "lambdas/totals"}
+		"Resolver": "lambdas/resolver", "Webhook": "lambdas/webhook", "Migration": "lambdas/migrate", "TotalsFunction": "lambdas/totals",
+		"TotalsRecountFunction": "lambdas/recount"}
 	if len(fns) != len(want) {
 		t.Errorf("%d functions, want %d", len(fns), len(want))
 	}

@@ -127,7 +127,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 			// Lambda checkpoints a window's state with the position at
 			// every invocation: saved here at each commit, both at once
 			// (docs/stream-job.md#the-converse).
-			o.Committed = func(pos harness.Position) { s.savePosition(spec, pos) }
+			o.Committed = func(pos harness.Position) error { return s.savePosition(spec, pos) }
 		}
 		m, err := trigger.NewMapping(spec, cfg.Clients, runner, o)
 		if err != nil {
@@ -281,30 +281,31 @@ func (s *Service) saveCheckpoints() {
 			continue
 		}
 		if pos, ok := m.Position(); ok {
-			s.savePosition(m.Spec, pos)
+			if err := s.savePosition(m.Spec, pos); err != nil {
+				s.cfg.Logger.Warn("stream position not saved", "mapping", m.Spec.ID, "error", err.Error())
+			}
 		}
 	}
 }
 
-func (s *Service) savePosition(spec trigger.MappingSpec, pos harness.Position) {
+func (s *Service) savePosition(spec trigger.MappingSpec, pos harness.Position) error {
 	if s.cfg.StateDir == "" {
-		return
+		return nil
 	}
 	s.savingMu.Lock()
 	defer s.savingMu.Unlock()
 	b, err := json.Marshal(checkpointFile{StreamArn: spec.SourceArn, Position: pos})
-	if err == nil && s.saved[spec.ID] == string(b) {
-		return
-	}
-	if err == nil {
-		err = localenv.WriteFile(s.checkpointPath(spec.ID), b)
-	}
-	if err == nil {
-		s.saved[spec.ID] = string(b)
-	}
 	if err != nil {
-		s.cfg.Logger.Warn("stream position not saved", "mapping", spec.ID, "error", err.Error())
+		return fmt.Errorf("stack: position of %s: %w", spec.ID, err)
 	}
+	if s.saved[spec.ID] == string(b) {
+		return nil
+	}
+	if err := localenv.WriteFile(s.checkpointPath(spec.ID), b); err != nil {
+		return fmt.Errorf("stack: position of %s: %w", spec.ID, err)
+	}
+	s.saved[spec.ID] = string(b)
+	return nil
 }
 
 // loopbackOnly refuses an admin address another machine could reach: the

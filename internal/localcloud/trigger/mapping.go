@@ -53,7 +53,7 @@ type MappingOptions struct {
 	// position each time it commits a step (harness.StreamConfig.Committed):
 	// the host saves it there, so a restart never pairs a checkpoint with
 	// a window's state of another moment.
-	Committed func(harness.Position)
+	Committed func(harness.Position) error
 	Logger    *slog.Logger
 }
 
