@@ -42,6 +42,7 @@ const (
 	MetricTotalsLateCopies  = "TotalsLateCopies"
 	MetricTotalsStaleStates = "TotalsStaleStates"
 	MetricTotalsUnreadable  = "TotalsUnreadable"
+	MetricTotalsStateBytes  = "TotalsStateBytes"
 	// MetricPSPKeyUnreadable: the api or the resolver needed the PSP API key
 	// and could not read its secret (and held no value to fall back on), so
 	// it made no PSP call: payments wait as UNKNOWN, refunds as pending.
@@ -69,6 +70,7 @@ const (
 
 	AlarmTotalsErrors       = "TotalsErrors"
 	AlarmTotalsIteratorAge  = "TotalsIteratorAge"
+	AlarmTotalsStateSize    = "TotalsStateSize"
 	AlarmTotalsLateCopies   = "TotalsLateCopies"
 	AlarmTotalsStaleState   = "TotalsStaleState"
 	AlarmTotalsUnreadable   = "TotalsUnreadable"
@@ -76,6 +78,9 @@ const (
 	AlarmRecountStuck       = "RecountStuck"
 	AlarmRecountErrors      = "RecountErrors"
 	TotalsIteratorAgeMaxMin = 10 // minutes: totals a window or more behind (the window is a minute)
+	// TotalsStateMaxBytes: three quarters of the 1 MB of state Lambda keeps
+	// per shard; past the limit every window ends early.
+	TotalsStateMaxBytes = 768 << 10
 
 	AlarmApiErrors                = "ApiErrors"
 	AlarmWebhookErrors            = "WebhookErrors"
@@ -202,6 +207,8 @@ func newMonitoring(s *Stack) *Monitoring {
 		t.FailureQueue.MetricNumberOfMessagesSent(&awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Sum")}))
 	atLeastOne(AlarmTotalsStaleState, "The stream job was handed a state older than what committed runs wrote (a reset mapping, a lost window state) and stopped its shard rather than erase totals: recount the shard's days, then delete its ~meta item (docs/stream-job.md#stale-state).", custom(MetricTotalsStaleStates, FnTotals, "Sum"))
 	atLeastOne(AlarmTotalsLateCopies, "The stream job rejected copies that came later than its two-hour horizon; each is in the recount queue.", custom(MetricTotalsLateCopies, FnTotals, "Sum"))
+	c.alarm(AlarmTotalsStateSize, "A shard's stream-job state passed 768 KB of Lambda's 1 MB: past 1 MB every window ends early and a state that cannot shrink is not verified against Lambda; the merchants' open days or the ids seen within the two-hour horizon have outgrown one shard (docs/stream-job.md, limits).",
+		custom(MetricTotalsStateBytes, FnTotals, "Maximum"), TotalsStateMaxBytes)
 	atLeastOne(AlarmTotalsUnreadable, "The stream job skipped outbox records it could not read (the relay reports the same records): their totals are missing until recounted.", custom(MetricTotalsUnreadable, FnTotals, "Sum"))
 	if t.RecountFunction != nil {
 		atLeastOne(AlarmRecountStuck, "Recount requests parked in the recount DLQ after 10 deliveries: the recount could not read them or kept failing (the ledger, the totals table); the recount function's log names each message. Those merchants' day totals are short until the requests are redriven to their queues (docs/stream-job.md#recount).", depth(t.RecountDlq))

@@ -31,6 +31,9 @@ func New(w io.Writer, function string) *Emitter {
 // Count emits one metric point with unit Count.
 func (e *Emitter) Count(name string, n int) { e.emit(name, float64(n), "Count") }
 
+// Bytes emits one metric point with unit Bytes.
+func (e *Emitter) Bytes(name string, n int) { e.emit(name, float64(n), "Bytes") }
+
 // Milliseconds emits one metric point with unit Milliseconds.
 func (e *Emitter) Milliseconds(name string, d time.Duration) {
 	e.emit(name, float64(d.Microseconds())/1000, "Milliseconds")

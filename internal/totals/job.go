@@ -255,6 +255,9 @@ func (j *Job) Handle(ctx context.Context, ev events.DynamoDBTimeWindowEvent) (ev
 	}
 	j.cfg.Metrics.Count("TotalsLateCopies", late)
 	j.cfg.Metrics.Count("TotalsDuplicates", dups)
+	// Lambda ends a window early past 1 MB of state: the alarm on this
+	// fires well before, while there is time to act (docs/stream-job.md).
+	j.cfg.Metrics.Bytes("TotalsStateBytes", next.Size())
 	log.Info("window batch", "records", len(ev.Records), "counted", counted, "duplicates", dups, "late", late,
 		"checkpoint", st.Checkpoint, "keys_written", len(touched), "final", ev.IsFinalInvokeForWindow,
 		"terminated_early", ev.IsWindowTerminatedEarly, "state_bytes", next.Size())
