@@ -441,6 +441,7 @@ func TestAlarms(t *testing.T) {
 		oncepay.AlarmTotalsLateCopies: {metrics.Namespace, "TotalsLateCopies", "Sum", map[string]any{"Function": oncepay.FnTotals}, 1},
 		oncepay.AlarmTotalsStaleState: {metrics.Namespace, "TotalsStaleStates", "Sum", map[string]any{"Function": oncepay.FnTotals}, 1},
 		oncepay.AlarmTotalsUnreadable: {metrics.Namespace, "TotalsUnreadable", "Sum", map[string]any{"Function": oncepay.FnTotals}, 1},
+		oncepay.AlarmTotalsStateSize:  {metrics.Namespace, "TotalsStateBytes", "Maximum", map[string]any{"Function": oncepay.FnTotals}, 786432},
 	}
 	if oncepay.MetricOutboxRedriven != outbox.MetricRedriven {
 		t.Errorf("the alarm watches %q, the sweep emits %q", oncepay.MetricOutboxRedriven, outbox.MetricRedriven)
