@@ -24,8 +24,9 @@ const (
 	// log in as; the migration function creates it.
 	EnvLedgerAppUser = "ONCEPAY_LEDGER_APP_USER"
 	// EnvPushPlatformApps lists the SNS platform application ARNs
-	// (comma-separated) the worker may publish to endpoints of.
-	EnvPushPlatformApps = "ONCEPAY_PUSH_PLATFORM_APPLICATIONS"
+	// (comma-separated) the worker may publish to endpoints of and the
+	// devices function registers endpoints under.
+	EnvPushPlatformApps = stackenv.PushPlatformApps
 )
 
 // The handler-facing names, re-exported so a reader of the stack sees every

@@ -69,6 +69,7 @@ func TestFunctions(t *testing.T) {
 		{st.Migration.Function, z.Migrate, true, nil},
 		{st.Totals.Function, z.Totals, false, nil},
 		{st.Totals.RecountFunction, z.Recount, true, nil},
+		{st.Devices.Function, z.Devices, true, nil},
 	}
 	if got := len(s.resourcesOfType("AWS::Lambda::Function")); got != len(cases) {
 		t.Errorf("%d functions, want %d", got, len(cases))
@@ -228,11 +229,14 @@ func TestRoutesAndAuthorizer(t *testing.T) {
 		integrationOf[id] = strings.TrimSuffix(strings.TrimPrefix(render(p["IntegrationUri"]), "${"), ".Arn}")
 	}
 	apiFn, webhookFn := s.logicalID(t, st.Api.Function.Function), s.logicalID(t, st.Webhook.Function)
+	devicesFn := s.logicalID(t, st.Devices.Function.Function)
 	want := map[string][2]string{ // route key -> authorization, function
 		"POST /payments":               {"JWT", apiFn},
 		"POST /payments/{key}/resolve": {"JWT", apiFn},
 		"POST /payments/{key}/refund":  {"JWT", apiFn},
 		"POST /webhooks/psp":           {"NONE", webhookFn},
+		"PUT /devices/{device_id}":     {"JWT", devicesFn},
+		"DELETE /devices/{device_id}":  {"JWT", devicesFn},
 	}
 	routes := s.resourcesOfType("AWS::ApiGatewayV2::Route")
 	if len(routes) != len(want) {
@@ -539,7 +543,7 @@ func TestLedgerAccess(t *testing.T) {
 		st := s.stack
 		got := ingress(s, s.logicalID(t, st.Data.Ledger.SecurityGroup))
 		want := map[string]bool{}
-		for _, fn := range []*oncepay.GoFunction{st.Api.Function, st.Worker.Function, st.Resolver, st.Webhook, st.Migration.Function, st.Totals.RecountFunction} {
+		for _, fn := range []*oncepay.GoFunction{st.Api.Function, st.Worker.Function, st.Resolver, st.Webhook, st.Migration.Function, st.Totals.RecountFunction, st.Devices.Function} {
 			want[sgOf(s, fn)] = true
 		}
 		if !jsonEqual(got, want) {
@@ -567,7 +571,7 @@ func TestLedgerAccess(t *testing.T) {
 		})
 		got := ingress(s, s.logicalID(t, l.ProxySecurityGroup))
 		want := map[string]bool{}
-		for _, fn := range []*oncepay.GoFunction{st.Api.Function, st.Worker.Function, st.Resolver, st.Webhook, st.Totals.RecountFunction} {
+		for _, fn := range []*oncepay.GoFunction{st.Api.Function, st.Worker.Function, st.Resolver, st.Webhook, st.Totals.RecountFunction, st.Devices.Function} {
 			want[sgOf(s, fn)] = true
 		}
 		if !jsonEqual(got, want) {

@@ -230,6 +230,7 @@ func newMonitoring(s *Stack) *Monitoring {
 	if s.Totals.RecountFunction != nil {
 		fns = append(fns, s.Totals.RecountFunction)
 	}
+	fns = append(fns, s.Devices.Function)
 	var invocations, errors, durations []awscloudwatch.IMetric
 	for _, fn := range fns {
 		invocations = append(invocations, fn.Function.MetricInvocations(&awscloudwatch.MetricOptions{Period: period}))

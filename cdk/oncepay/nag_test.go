@@ -111,11 +111,11 @@ func TestNagSuppressions(t *testing.T) {
 				id(st.Api.Routes[3]) + " AwsSolutions-APIG4",            // the webhook route
 			}
 			// Synchronous or mapping-driven: no DLQ.
-			for _, fn := range []*oncepay.GoFunction{st.Api.Function, st.Relay.Function, st.Worker.Function, st.Webhook, st.Totals.Function, st.Totals.RecountFunction} {
+			for _, fn := range []*oncepay.GoFunction{st.Api.Function, st.Relay.Function, st.Worker.Function, st.Webhook, st.Totals.Function, st.Totals.RecountFunction, st.Devices.Function} {
 				want = append(want, id(fn.Function)+" Serverless-LambdaDLQ")
 			}
 			// The resource-less actions (X-Ray, VPC ENIs, ListStreams).
-			for _, fn := range []*oncepay.GoFunction{st.Api.Function, st.Relay.Function, st.Worker.Function, st.Resolver, st.Webhook, st.Migration.Function, st.Totals.Function, st.Totals.RecountFunction} {
+			for _, fn := range []*oncepay.GoFunction{st.Api.Function, st.Relay.Function, st.Worker.Function, st.Resolver, st.Webhook, st.Migration.Function, st.Totals.Function, st.Totals.RecountFunction, st.Devices.Function} {
 				want = append(want, policy(fn)+" AwsSolutions-IAM5")
 			}
 			if !st.Profile.IsProd() {
@@ -132,7 +132,8 @@ func TestNagSuppressions(t *testing.T) {
 				want = append(want,
 					id(st.Alb.SecurityGroup)+" AwsSolutions-EC23",
 					id(st.Alb.LoadBalancer)+" AwsSolutions-ELB2",
-					policy(st.Worker.Function)+" AwsSolutions-IAM5") // the platform endpoints
+					policy(st.Worker.Function)+" AwsSolutions-IAM5", // the platform endpoints
+					policy(st.Devices.Function)+" AwsSolutions-IAM5")
 			}
 			sort.Strings(want)
 			var got []string

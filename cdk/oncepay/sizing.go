@@ -19,10 +19,11 @@ const (
 	FnMigrate  = "migrate"
 	FnTotals   = "totals"
 	FnRecount  = "recount"
+	FnDevices  = "devices"
 )
 
 // Functions lists every function the stack deploys, by name.
-var Functions = []string{FnAPI, FnRelay, FnWorker, FnResolver, FnWebhook, FnMigrate, FnTotals, FnRecount}
+var Functions = []string{FnAPI, FnRelay, FnWorker, FnResolver, FnWebhook, FnMigrate, FnTotals, FnRecount, FnDevices}
 
 // Sizing is one function's timeout and memory.
 type Sizing struct {
@@ -36,7 +37,7 @@ type Sizing struct {
 // clock margin, 6 s with the defaults), so a function can never outlive the
 // deadline by more than the margin (docs/mechanism.md#design-3).
 type Sizings struct {
-	API, Webhook, Relay, Worker, Resolver, Migrate, Totals, Recount Sizing
+	API, Webhook, Relay, Worker, Resolver, Migrate, Totals, Recount, Devices Sizing
 }
 
 // ResolverRate is how often EventBridge runs the resolver's sweep.
@@ -70,6 +71,8 @@ func SizingsFor(t config.Timing) Sizings {
 		// A recount reads a day's intents of a few merchants and writes a
 		// row per key; its queues' visibility timeout is six times this.
 		Recount: Sizing{Timeout: time.Minute, MemoryMB: 256},
+		// A registration is two SNS calls and one ledger transaction.
+		Devices: Sizing{Timeout: 10 * time.Second, MemoryMB: 256},
 	}
 }
 

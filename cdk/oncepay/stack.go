@@ -63,6 +63,8 @@ type Stack struct {
 	Migration *LedgerMigration
 	// Totals is the stream job (docs/stream-job.md).
 	Totals *StreamTotals
+	// Devices is the devices function (PUT/DELETE /devices/{device_id}).
+	Devices *DeviceRegistry
 	// ResolverSchedule runs the resolver every ResolverRate.
 	ResolverSchedule awsevents.Rule
 	// AsyncFailures receives failed asynchronous invocations of the resolver
@@ -200,6 +202,14 @@ func (s *Stack) addFunctions(props *StackProps) {
 		PlatformApplicationArns: props.PlatformApplicationArns,
 		TopicFallback:           jsii.Bool(s.Profile.PushTopicFallback()),
 		Ledger:                  d.Ledger,
+		LogRetention:            retention,
+	})
+
+	s.Devices = NewDeviceRegistry(s.Stack, "Devices", &DeviceRegistryProps{
+		Protection:              protection,
+		Api:                     s.Api,
+		Ledger:                  d.Ledger,
+		PlatformApplicationArns: props.PlatformApplicationArns,
 		LogRetention:            retention,
 	})
 

@@ -32,6 +32,9 @@ const usage = `oncepay: a buyer's client for the oncepay payment API.
   oncepay pay --order 42 --amount 3000 [--currency USD] [--method pm_card_visa] [--merchant m1] [--again] [--wait]
   oncepay status [--order 42]     what the journal holds (every caller and API; nothing is sent)
   oncepay resolve                 resume every open intent of this caller and API, same keys
+  oncepay device register --platform GCM --push-token T
+                                  register (or update) this install's device for push
+  oncepay device remove           remove it (the server keeps a tombstone)
   oncepay phone                   what the local cloud's phone shows: one entry per replace id (local cloud only)
   oncepay token --caller u1       print a bearer token for the local front door (local cloud only)
   oncepay help
@@ -64,6 +67,15 @@ Rules:
   - Intents are the caller's own: scoped by API URL, caller (the token's
     subject) and merchant. 'resolve' never sends one caller's key under
     another caller's token.
+
+Devices: the journal holds this install's device id (made once) and a
+counter that only grows. Every register or remove journals the next
+counter first and sends it in Device-Counter; a retry resends the same
+counter. The server applies a request only above the counter its row
+holds, so a late or resent older request never undoes a newer one, and a
+removed device comes back only with a higher counter. The answer shows
+the row: applied false with a higher counter means a later request of
+this device already won.
 
 Journal: $ONCEPAY_JOURNAL or --journal, else one per user:
 $XDG_STATE_HOME/oncepay/journal, or ~/.local/state/oncepay/journal
@@ -102,7 +114,9 @@ var commands = map[string]struct {
 	"status":  {"what the journal holds for an order, or every open intent (sends nothing)", []string{"order", "journal", "journal-wait", "json"}},
 	"resolve": {"resume every open intent of this caller and API, with the same keys", []string{"url", "token", "caller", "timeout", "journal", "journal-wait", "retention", "json"}},
 	"phone":   {"what the local cloud's phone shows: the latest push per replace id, with its number of alerts", []string{"phone", "json"}},
-	"token":   {"print a bearer token for the local front door (local cloud only)", []string{"caller"}},
+	"device": {"device register --platform P --push-token T | device remove: this install's push device, ordered by its journaled counter",
+		[]string{"platform", "push-token", "url", "token", "caller", "timeout", "journal", "journal-wait", "json"}},
+	"token": {"print a bearer token for the local front door (local cloud only)", []string{"caller"}},
 }
 
 func main() {
@@ -131,6 +145,14 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 		fmt.Fprint(os.Stderr, usage)
 		return exitUsage, fmt.Errorf("unknown command %q", cmd)
 	}
+	var sub string
+	if cmd == "device" {
+		if len(args) < 2 || (args[1] != "register" && args[1] != "remove") {
+			fmt.Fprint(os.Stderr, usage)
+			return exitUsage, errors.New("device needs register or remove")
+		}
+		sub, args = args[1], args[1:]
+	}
 	fs := flag.NewFlagSet(cmd, flag.ContinueOnError)
 	// The flag package's own output is silenced: help goes to stdout, a
 	// usage error to stderr, each printed below.
@@ -152,6 +174,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	wait := fs.Bool("wait", false, "pay: after the answer, wait for the payment's push on the local cloud's phone and print it")
 	waitTimeout := fs.Duration("wait-timeout", 30*time.Second, "pay --wait: how long to wait for the push")
 	phonePath := fs.String("phone", "", "the local cloud's phone (default $ONCEPAY_PHONE_FILE, else .local/phone/pushes.jsonl in the repository)")
+	platform := fs.String("platform", "GCM", "device register: APNS, APNS_SANDBOX or GCM")
+	pushToken := fs.String("push-token", "", "device register: the push token the platform gave this install")
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			commandUsage(stdout, fs, cmd)
@@ -205,6 +229,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	crashPoints(&cfg)
 	c := client.New(cfg, j)
 	switch cmd {
+	case "device":
+		return device(ctx, c, sub, *platform, *pushToken, *asJSON, stdout)
 	case "pay":
 		if *order == "" || *amount <= 0 {
 			return exitUsage, errors.New("pay needs --order and --amount")
@@ -482,4 +508,39 @@ func orDash(s string) string {
 		return "-"
 	}
 	return s
+}
+
+// device registers or removes this install's device.
+func device(ctx context.Context, c *client.Client, sub, platform, pushToken string, asJSON bool, stdout io.Writer) (int, error) {
+	var r client.DeviceResult
+	var err error
+	switch sub {
+	case "register":
+		if pushToken == "" {
+			return exitUsage, errors.New("device register needs --push-token")
+		}
+		r, err = c.RegisterDevice(ctx, platform, pushToken)
+	default:
+		r, err = c.RemoveDevice(ctx)
+	}
+	switch {
+	case errors.Is(err, client.ErrDeviceRefused):
+		return exitRefused, err
+	case err != nil:
+		return exitError, err
+	}
+	if asJSON {
+		b, _ := json.Marshal(r)
+		fmt.Fprintln(stdout, string(b))
+		return 0, nil
+	}
+	what := "applied"
+	if !r.Applied {
+		what = "not applied: the device's row already holds counter " + fmt.Sprint(r.Counter)
+		if r.Counter == r.Sent {
+			what = "applied (by an earlier send of the same counter)"
+		}
+	}
+	fmt.Fprintf(stdout, "device %s: %s, counter %d, %s\n", r.DeviceID, r.State, r.Sent, what)
+	return 0, nil
 }

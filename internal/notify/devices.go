@@ -30,7 +30,10 @@ type DeviceStore struct {
 // NewDeviceStore returns a DeviceStore over db.
 func NewDeviceStore(db DB) *DeviceStore { return &DeviceStore{db: db} }
 
-// Register records (or re-enables) d. It blocks for one statement.
+// Register records (or re-enables) d under the device id of its endpoint's
+// ARN, with no counter: a test's or a local user's device made by hand.
+// The API's registrations are package devices'. It blocks for one
+// statement.
 func (s *DeviceStore) Register(ctx context.Context, d Device) error {
 	switch d.Platform {
 	case APNS, APNSSandbox, GCM:
@@ -41,9 +44,9 @@ func (s *DeviceStore) Register(ctx context.Context, d Device) error {
 		return errors.New("notify: register device: caller id and endpoint ARN are required")
 	}
 	_, err := s.db.Exec(ctx, `
-		INSERT INTO devices (caller_id, endpoint_arn, platform) VALUES ($1, $2, $3)
-		ON CONFLICT (caller_id, endpoint_arn)
-		DO UPDATE SET platform = EXCLUDED.platform, disabled_at = NULL, updated_at = now()`,
+		INSERT INTO devices (caller_id, device_id, endpoint_arn, platform) VALUES ($1, $2, $2, $3)
+		ON CONFLICT (caller_id, device_id)
+		DO UPDATE SET platform = EXCLUDED.platform, endpoint_arn = EXCLUDED.endpoint_arn, disabled_at = NULL, removed_at = NULL, updated_at = now()`,
 		d.CallerID, d.EndpointArn, string(d.Platform))
 	if err != nil {
 		return fmt.Errorf("notify: register device: %w", err)
@@ -51,11 +54,12 @@ func (s *DeviceStore) Register(ctx context.Context, d Device) error {
 	return nil
 }
 
-// Endpoints returns the caller's enabled devices. It blocks for one query.
+// Endpoints returns the caller's enabled devices (not removed, not
+// disabled by SNS). It blocks for one query.
 func (s *DeviceStore) Endpoints(ctx context.Context, callerID string) ([]Device, error) {
 	rows, err := s.db.Query(ctx, `
 		SELECT caller_id, platform, endpoint_arn FROM devices
-		WHERE caller_id = $1 AND disabled_at IS NULL
+		WHERE caller_id = $1 AND disabled_at IS NULL AND removed_at IS NULL
 		ORDER BY created_at, endpoint_arn`, callerID)
 	if err != nil {
 		return nil, fmt.Errorf("notify: read devices: %w", err)

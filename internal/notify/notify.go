@@ -20,10 +20,11 @@
 // the payment id (= replace id) and event id; nothing about the buyer.
 //
 // Targets. A caller's devices are rows of the ledger database's devices table
-// (migration 00002): caller id, SNS platform endpoint ARN and platform; the
-// device token itself stays inside SNS. No endpoint of the API writes the
-// table yet: device registration is not built (docs/guarantees.md#not-built-yet),
-// and locally a device is a row inserted by hand (docs/localcloud.md). The ledger was chosen over a DynamoDB table because the
+// (migrations 00002, 00011): caller id, device id, SNS platform endpoint ARN
+// and platform; the device token itself stays inside SNS. The devices
+// function writes them (PUT and DELETE /devices/{device_id}, package
+// devices: ordered by the device's own counter, a removal a tombstone);
+// DeviceStore.Register makes one by hand. The ledger was chosen over a DynamoDB table because the
 // worker already holds a connection to it and reads the caller's endpoints
 // with one indexed query, and a registration is a rare write. If the caller
 // has enabled endpoints, the push is published to each; if not (or if SNS

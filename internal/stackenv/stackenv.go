@@ -27,6 +27,9 @@ const (
 	RecountQueueURL       = "ONCEPAY_RECOUNT_QUEUE_URL"
 	TotalsFailureQueueURL = "ONCEPAY_TOTALS_FAILURE_QUEUE_URL"
 	TotalsVersion         = "ONCEPAY_TOTALS_VERSION"
+	// PushPlatformApps lists the SNS platform application ARNs
+	// (comma-separated, one per platform) devices are registered under.
+	PushPlatformApps = "ONCEPAY_PUSH_PLATFORM_APPLICATIONS"
 	// AlbArn is the load balancer whose signed claims the api accepts
 	// (set by the stack when it has the ALB front door); AlbKeysURL
 	// overrides where its public keys are read (GovCloud, tests).

@@ -133,6 +133,8 @@ func TestTheTemplatesRoutesAreLoadedWithTheirFunctionsAndAuthorizers(t *testing.
 		"POST /payments/{key}/resolve": {apiFn, true},
 		"POST /payments/{key}/refund":  {apiFn, true},
 		"POST /webhooks/psp":           {webhookFn, false},
+		"PUT /devices/{device_id}":     {"DevicesFunction7CB93F7E", true},
+		"DELETE /devices/{device_id}":  {"DevicesFunction7CB93F7E", true},
 	}
 	if len(got) != len(want) {
 		t.Fatalf("routes %v, want %v", got, want)

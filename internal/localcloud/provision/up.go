@@ -159,6 +159,11 @@ func Up(ctx context.Context, c Config) (localenv.Env, error) {
 		p.logf("database %s: applied migrations %v", TemplateDB, applied)
 	}
 	ec := c.EnvConfig(p.Secrets)
+	// LOCAL-ONLY: a deployed stack names its SNS platform applications by
+	// context, and a local template has none; the devices function
+	// registers devices under the phone's, so a device registered through
+	// the front door is one the phone reads.
+	ec.Defaults[stackenv.PushPlatformApps] = ph.PlatformApplicationArn
 	// A second Up keeps each function's session token: a running stack's
 	// Secrets Manager gate knows the functions by them.
 	if old, err := ReadFunctionEnvs(c.StateDir); err == nil {

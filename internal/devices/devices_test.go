@@ -1,0 +1,332 @@
+package devices_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strconv"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sns"
+	snstypes "github.com/aws/aws-sdk-go-v2/service/sns/types"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/devices"
+	"github.com/oncepay/oncepay/internal/notify"
+	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// world is a ledger of the test's own and moto's SNS with a GCM platform
+// application: the devices function's two stores.
+type world struct {
+	t    *testing.T
+	pool *pgxpool.Pool
+	sns  *sns.Client
+	app  string
+	h    devices.Handler
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	pool, _ := testenv.Ledger(t)
+	s := testenv.SNS(t)
+	out, err := s.CreatePlatformApplication(context.Background(), &sns.CreatePlatformApplicationInput{
+		Name: aws.String("t-devices-" + testenv.RandomID(4)), Platform: aws.String("GCM"),
+		Attributes: map[string]string{"PlatformCredential": "test-key"},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	app := aws.ToString(out.PlatformApplicationArn)
+	t.Cleanup(func() {
+		_, _ = s.DeletePlatformApplication(context.Background(), &sns.DeletePlatformApplicationInput{PlatformApplicationArn: aws.String(app)})
+	})
+	reg, err := devices.NewRegistry(pool, s, map[notify.Platform]string{notify.GCM: app}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &world{t: t, pool: pool, sns: s, app: app, h: devices.Handler{Store: reg, Log: quiet}}
+}
+
+// do sends one request as the front door would, for caller.
+func (w *world) do(caller, method, deviceID string, counter int64, body string) (int, devices.Answer, problem.Problem) {
+	w.t.Helper()
+	h := http.Header{}
+	if counter > 0 {
+		h.Set(devices.CounterHeader, strconv.FormatInt(counter, 10))
+	}
+	r := w.h.Serve(context.Background(), devices.Request{Method: method, Path: "/devices/" + deviceID, Headers: h, Body: []byte(body), Caller: caller})
+	var a devices.Answer
+	var p problem.Problem
+	if r.Status < 300 {
+		if err := json.Unmarshal(r.Body, &a); err != nil {
+			w.t.Fatalf("answer %s: %v", r.Body, err)
+		}
+	} else if err := json.Unmarshal(r.Body, &p); err != nil || r.Headers.Get("Content-Type") != problem.ContentType {
+		w.t.Fatalf("problem %s (%s): %v", r.Body, r.Headers.Get("Content-Type"), err)
+	}
+	return r.Status, a, p
+}
+
+func register(token string) string {
+	b, _ := json.Marshal(map[string]string{"platform": "GCM", "token": token})
+	return string(b)
+}
+
+// endpoints are the caller's devices as the worker reads them to push.
+func (w *world) endpoints(caller string) []string {
+	w.t.Helper()
+	devs, err := notify.NewDeviceStore(w.pool).Endpoints(context.Background(), caller)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	var arns []string
+	for _, d := range devs {
+		arns = append(arns, d.EndpointArn)
+	}
+	return arns
+}
+
+// tokenOf is the push token SNS holds for an endpoint.
+func (w *world) tokenOf(arn string) (string, error) {
+	out, err := w.sns.GetEndpointAttributes(context.Background(), &sns.GetEndpointAttributesInput{EndpointArn: aws.String(arn)})
+	if err != nil {
+		return "", err
+	}
+	return out.Attributes["Token"], nil
+}
+
+// Branch V: register (41), update (42), and the resent 41 arrives last:
+// the device keeps 42's token, and the 41 is answered with what the row
+// holds. Then delete (43) and a late 42: still removed, and the worker
+// finds nothing to push to.
+func TestBranchV_TheDeviceKeepsTheNewestCounterAndARemovalIsATombstone(t *testing.T) {
+	w := newWorld(t)
+	if st, a, _ := w.do("u1", http.MethodPut, "D1", 41, register("tok-A")); st != http.StatusCreated || !a.Applied || a.Counter != 41 || a.State != devices.Active {
+		t.Fatalf("register 41: %d %+v", st, a)
+	}
+	if st, a, _ := w.do("u1", http.MethodPut, "D1", 42, register("tok-B")); st != http.StatusOK || !a.Applied || a.Counter != 42 {
+		t.Fatalf("update 42: %d %+v", st, a)
+	}
+	if st, a, _ := w.do("u1", http.MethodPut, "D1", 41, register("tok-A")); st != http.StatusOK || a.Applied || a.Counter != 42 || a.State != devices.Active {
+		t.Fatalf("the resent 41: %d %+v, want 200 with the row's 42, not applied", st, a)
+	}
+	eps := w.endpoints("u1")
+	if len(eps) != 1 {
+		t.Fatalf("endpoints %v, want one", eps)
+	}
+	if tok, err := w.tokenOf(eps[0]); err != nil || tok != "tok-B" {
+		t.Fatalf("the device's endpoint holds token %q (%v), want 42's tok-B", tok, err)
+	}
+
+	if st, a, _ := w.do("u1", http.MethodDelete, "D1", 43, ""); st != http.StatusOK || !a.Applied || a.State != devices.Removed || a.Counter != 43 {
+		t.Fatalf("delete 43: %d %+v", st, a)
+	}
+	if st, a, _ := w.do("u1", http.MethodPut, "D1", 42, register("tok-B")); st != http.StatusOK || a.Applied || a.State != devices.Removed || a.Counter != 43 {
+		t.Fatalf("the late 42: %d %+v, want the tombstone", st, a)
+	}
+	if eps := w.endpoints("u1"); len(eps) != 0 {
+		t.Fatalf("after the removal the worker would push to %v", eps)
+	}
+	// The endpoints no row names are gone from SNS: both tokens'.
+	for _, tok := range []string{"tok-A", "tok-B"} {
+		if w.hasToken(tok) {
+			t.Errorf("SNS still holds an endpoint for %s", tok)
+		}
+	}
+	// A registration with a newer counter brings the device back.
+	if st, a, _ := w.do("u1", http.MethodPut, "D1", 44, register("tok-C")); st != http.StatusOK || !a.Applied || a.State != devices.Active {
+		t.Fatalf("register 44: %d %+v", st, a)
+	}
+	if eps := w.endpoints("u1"); len(eps) != 1 {
+		t.Fatalf("after 44: endpoints %v", eps)
+	}
+}
+
+func (w *world) hasToken(token string) bool {
+	w.t.Helper()
+	p := sns.NewListEndpointsByPlatformApplicationPaginator(w.sns, &sns.ListEndpointsByPlatformApplicationInput{PlatformApplicationArn: aws.String(w.app)})
+	for p.HasMorePages() {
+		page, err := p.NextPage(context.Background())
+		if err != nil {
+			w.t.Fatal(err)
+		}
+		if slices.ContainsFunc(page.Endpoints, func(e snstypes.Endpoint) bool { return e.Attributes["Token"] == token }) {
+			return true
+		}
+	}
+	return false
+}
+
+// A removal sent before a registration and delivered first leaves a
+// tombstone, so the late registration finds it.
+func TestARemovalOfADeviceNeverSeenLeavesATombstone(t *testing.T) {
+	w := newWorld(t)
+	if st, a, _ := w.do("u1", http.MethodDelete, "D2", 8, ""); st != http.StatusOK || !a.Applied || a.State != devices.Removed {
+		t.Fatalf("delete 8: %d %+v", st, a)
+	}
+	if st, a, _ := w.do("u1", http.MethodPut, "D2", 7, register("tok-7")); st != http.StatusOK || a.Applied || a.State != devices.Removed {
+		t.Fatalf("the registration 7: %d %+v", st, a)
+	}
+	if w.hasToken("tok-7") {
+		t.Error("a registration that lost to the tombstone made an endpoint, or left it")
+	}
+	if eps := w.endpoints("u1"); len(eps) != 0 {
+		t.Fatalf("endpoints %v", eps)
+	}
+}
+
+// A caller only ever reaches its own devices: the same device id under two
+// callers is two rows, and a removal by one leaves the other's.
+func TestACallerReachesOnlyItsOwnDevices(t *testing.T) {
+	w := newWorld(t)
+	w.do("u1", http.MethodPut, "D1", 1, register("tok-shared"))
+	w.do("u2", http.MethodPut, "D1", 1, register("tok-shared")) // one phone, two accounts: one endpoint
+	if st, a, _ := w.do("u2", http.MethodDelete, "D1", 2, ""); st != http.StatusOK || !a.Applied {
+		t.Fatalf("u2's delete: %d %+v", st, a)
+	}
+	if eps := w.endpoints("u1"); len(eps) != 1 {
+		t.Fatalf("u1's endpoints %v after u2 removed its own", eps)
+	}
+	if tok, err := w.tokenOf(w.endpoints("u1")[0]); err != nil || tok != "tok-shared" {
+		t.Errorf("u1's endpoint: token %q, %v: u2's removal must not delete an endpoint u1 still names", tok, err)
+	}
+	if st, _, _ := w.do("", http.MethodPut, "D1", 3, register("tok-x")); st != http.StatusUnauthorized {
+		t.Errorf("no caller: %d, want 401", st)
+	}
+}
+
+// Bad input is a 400 problem naming the field, and changes nothing.
+func TestBadInputIsAProblemAndChangesNothing(t *testing.T) {
+	w := newWorld(t)
+	w.do("u1", http.MethodPut, "D1", 5, register("tok-5"))
+	cases := []struct {
+		name, method, id string
+		counter          int64
+		body, field      string
+	}{
+		{"no counter", http.MethodPut, "D1", 0, register("tok-6"), devices.CounterHeader},
+		{"bad device id", http.MethodPut, "D%201", 6, register("tok-6"), "device_id"},
+		{"long device id", http.MethodDelete, string(make([]byte, 129)), 6, "", "device_id"},
+		{"no platform", http.MethodPut, "D1", 6, `{"token":"t"}`, "platform"},
+		{"unknown platform", http.MethodPut, "D1", 6, `{"platform":"WNS","token":"t"}`, "platform"},
+		{"no token", http.MethodPut, "D1", 6, `{"platform":"GCM"}`, "token"},
+		{"a space in the token", http.MethodPut, "D1", 6, `{"platform":"GCM","token":"a b"}`, "token"},
+		{"not json", http.MethodPut, "D1", 6, `platform=GCM`, "body"},
+		{"two objects", http.MethodPut, "D1", 6, register("t") + register("t"), "body"},
+		{"delete without counter", http.MethodDelete, "D1", 0, "", devices.CounterHeader},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			st, _, p := w.do("u1", c.method, c.id, c.counter, c.body)
+			if st != http.StatusBadRequest || p.Type != problem.TypeBadRequest || p.Extensions["field"] != c.field {
+				t.Errorf("%d %+v, want 400 on %s", st, p, c.field)
+			}
+		})
+	}
+	h := http.Header{devices.CounterHeader: {"6", "7"}}
+	r := w.h.Serve(context.Background(), devices.Request{Method: http.MethodDelete, Path: "/devices/D1", Headers: h, Caller: "u1"})
+	if r.Status != http.StatusBadRequest {
+		t.Errorf("two counters: %d", r.Status)
+	}
+	for _, c := range []string{"0", "-1", "07", "1e3", "9223372036854775808", " 6"} {
+		h := http.Header{devices.CounterHeader: {c}}
+		if r := w.h.Serve(context.Background(), devices.Request{Method: http.MethodDelete, Path: "/devices/D1", Headers: h, Caller: "u1"}); r.Status != http.StatusBadRequest {
+			t.Errorf("counter %q: %d, want 400", c, r.Status)
+		}
+	}
+	post := w.h.Serve(context.Background(), devices.Request{Method: http.MethodPost, Path: "/devices/D1",
+		Headers: http.Header{devices.CounterHeader: {"6"}}, Body: []byte(register("t")), Caller: "u1"})
+	if post.Status != http.StatusMethodNotAllowed || post.Headers.Get("Allow") != "PUT, DELETE" {
+		t.Errorf("POST: %d, Allow %q", post.Status, post.Headers.Get("Allow"))
+	}
+	if eps := w.endpoints("u1"); len(eps) != 1 {
+		t.Fatalf("endpoints %v after the bad requests", eps)
+	}
+	if tok, _ := w.tokenOf(w.endpoints("u1")[0]); tok != "tok-5" {
+		t.Errorf("the device's token is %q after the bad requests, want tok-5", tok)
+	}
+	var counter int64
+	if err := w.pool.QueryRow(context.Background(), `SELECT counter FROM devices WHERE caller_id = 'u1' AND device_id = 'D1'`).Scan(&counter); err != nil || counter != 5 {
+		t.Errorf("the row's counter %d (%v), want 5", counter, err)
+	}
+}
+
+// A platform the deployment has no application for is a 422 that writes
+// nothing, and the next registration with the same counter can still go.
+func TestAPlatformNotConfiguredIs422AndWritesNothing(t *testing.T) {
+	w := newWorld(t)
+	st, _, p := w.do("u1", http.MethodPut, "D9", 3, `{"platform":"APNS","token":"abc"}`)
+	if st != http.StatusUnprocessableEntity || p.Type != devices.TypePlatformNotConfigured {
+		t.Fatalf("%d %+v", st, p)
+	}
+	var n int
+	if err := w.pool.QueryRow(context.Background(), `SELECT count(*) FROM devices`).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("%d rows (%v) after a refused registration", n, err)
+	}
+	if st, a, _ := w.do("u1", http.MethodPut, "D9", 3, register("abc")); st != http.StatusCreated || !a.Applied {
+		t.Fatalf("the same counter on a configured platform: %d %+v", st, a)
+	}
+}
+
+// The ledger down: 503, the app sends the same counter again, and the
+// second answer says what the row holds.
+func TestALedgerThatCannotBeReachedIs503(t *testing.T) {
+	w := newWorld(t)
+	w.pool.Close()
+	st, _, p := w.do("u1", http.MethodPut, "D1", 1, register("tok"))
+	if st != http.StatusServiceUnavailable || p.Type != problem.TypeLedgerUnavailable {
+		t.Fatalf("%d %+v", st, p)
+	}
+}
+
+func TestPlatformAppsReadsOnePerPlatform(t *testing.T) {
+	apps, err := devices.PlatformApps("arn:aws:sns:us-east-1:1:app/GCM/a, arn:aws:sns:us-east-1:1:app/APNS/b")
+	if err != nil || apps[notify.GCM] != "arn:aws:sns:us-east-1:1:app/GCM/a" || apps[notify.APNS] != "arn:aws:sns:us-east-1:1:app/APNS/b" {
+		t.Fatalf("%v, %v", apps, err)
+	}
+	for _, bad := range []string{"arn:aws:sns:us-east-1:1:topic", "arn:aws:sns:us-east-1:1:app/WNS/x", "arn:x:app/GCM/a,arn:y:app/GCM/b"} {
+		if _, err := devices.PlatformApps(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+	if apps, err := devices.PlatformApps(""); err != nil || len(apps) != 0 {
+		t.Errorf("none: %v, %v", apps, err)
+	}
+}
+
+// FuzzParseRegistration: whatever a client sends, the parser answers a
+// registration within the limits or an InputError naming a field; it
+// never panics.
+func FuzzParseRegistration(f *testing.F) {
+	f.Add("D1", "41", register("tok"))
+	f.Add("", "1", `{}`)
+	f.Add("a.b_c-D", "9223372036854775807", `{"platform":"APNS_SANDBOX","token":"`+string(make([]byte, 10))+`"}`)
+	f.Add("D1", "0", `{"platform":"GCM","token":"x","extra":[1,2]}`)
+	f.Add("D/1", "01", `null`)
+	f.Fuzz(func(t *testing.T, id, counter, body string) {
+		reg, err := devices.ParseRegistration(id, http.Header{devices.CounterHeader: {counter}}, []byte(body))
+		var in *devices.InputError
+		switch {
+		case err != nil && !errors.As(err, &in):
+			t.Fatalf("error %v is not an InputError", err)
+		case err != nil && in.Field == "":
+			t.Fatalf("an InputError names no field: %v", err)
+		case err == nil:
+			if reg.Counter < 1 || reg.DeviceID != id || len(id) > devices.MaxDeviceID || reg.Token == "" || len(reg.Token) > devices.MaxToken {
+				t.Fatalf("accepted %+v from %q %q %q", reg, id, counter, body)
+			}
+			if _, err := devices.ParseDeviceID(reg.DeviceID); err != nil {
+				t.Fatalf("accepted device id %q: %v", reg.DeviceID, err)
+			}
+		}
+	})
+}

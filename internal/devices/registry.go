@@ -1,0 +1,263 @@
+package devices
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sns"
+	snstypes "github.com/aws/aws-sdk-go-v2/service/sns/types"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/notify"
+)
+
+// SNSAPI is the SNS calls a Registry makes.
+type SNSAPI interface {
+	CreatePlatformEndpoint(ctx context.Context, in *sns.CreatePlatformEndpointInput, opts ...func(*sns.Options)) (*sns.CreatePlatformEndpointOutput, error)
+	SetEndpointAttributes(ctx context.Context, in *sns.SetEndpointAttributesInput, opts ...func(*sns.Options)) (*sns.SetEndpointAttributesOutput, error)
+	DeleteEndpoint(ctx context.Context, in *sns.DeleteEndpointInput, opts ...func(*sns.Options)) (*sns.DeleteEndpointOutput, error)
+}
+
+// The states of a device's row.
+const (
+	Active  = "ACTIVE"
+	Removed = "REMOVED" // a tombstone: the counter stays, the endpoint is gone
+)
+
+// Record is what a device's row holds, as the API answers it.
+type Record struct {
+	DeviceID string          `json:"device_id"`
+	Counter  int64           `json:"counter"`
+	State    string          `json:"state"`
+	Platform notify.Platform `json:"platform,omitempty"`
+	endpoint string
+}
+
+// Outcome is a request's effect: Applied is false when the row's counter
+// was already at or past the request's, and Record is then what the row
+// holds; Created is true for a device the caller never had.
+type Outcome struct {
+	Record  Record
+	Applied bool
+	Created bool
+}
+
+// Errors a Registry answers besides the database's and SNS's.
+var (
+	// ErrNoPlatform: the stack names no SNS platform application for the
+	// platform (a deploy's choice; see PlatformApps).
+	ErrNoPlatform = errors.New("devices: no platform application for this platform")
+	// ErrTokenRefused: SNS refused the token for the platform.
+	ErrTokenRefused = errors.New("devices: the platform refused the push token")
+	// ErrUnavailable wraps every failure to reach the ledger or SNS.
+	ErrUnavailable = errors.New("devices: unavailable")
+)
+
+// PlatformApps reads the stack's platform applications (comma-separated
+// ARNs, arn:…:app/<PLATFORM>/<name>) into one per platform.
+func PlatformApps(list string) (map[notify.Platform]string, error) {
+	apps := map[notify.Platform]string{}
+	for _, arn := range strings.Split(list, ",") {
+		arn = strings.TrimSpace(arn)
+		if arn == "" {
+			continue
+		}
+		_, rest, ok := strings.Cut(arn, ":app/")
+		platform, _, ok2 := strings.Cut(rest, "/")
+		if !ok || !ok2 {
+			return nil, fmt.Errorf("devices: %q is not a platform application ARN", arn)
+		}
+		p := notify.Platform(platform)
+		switch p {
+		case notify.APNS, notify.APNSSandbox, notify.GCM:
+		default:
+			return nil, fmt.Errorf("devices: platform application %q: platform %q", arn, platform)
+		}
+		if _, dup := apps[p]; dup {
+			return nil, fmt.Errorf("devices: two platform applications for %s", p)
+		}
+		apps[p] = arn
+	}
+	return apps, nil
+}
+
+// Registry writes a caller's devices: rows of the ledger's devices table
+// and their SNS platform endpoints. It is safe for concurrent use.
+type Registry struct {
+	db   *pgxpool.Pool
+	sns  SNSAPI
+	apps map[notify.Platform]string
+	log  *slog.Logger
+}
+
+// NewRegistry returns a Registry over db and sns, with one platform
+// application per platform it may register.
+func NewRegistry(db *pgxpool.Pool, sns SNSAPI, apps map[notify.Platform]string, log *slog.Logger) (*Registry, error) {
+	if db == nil || sns == nil {
+		return nil, errors.New("devices: NewRegistry needs a pool and an SNS client")
+	}
+	if log == nil {
+		log = slog.Default()
+	}
+	return &Registry{db: db, sns: sns, apps: apps, log: log}, nil
+}
+
+const columns = `device_id, counter, removed_at IS NOT NULL, COALESCE(platform, ''), COALESCE(endpoint_arn, '')`
+
+type row interface{ Scan(dst ...any) error }
+
+func scan(r row) (Record, error) {
+	var rec Record
+	var removed bool
+	var platform string
+	err := r.Scan(&rec.DeviceID, &rec.Counter, &removed, &platform, &rec.endpoint)
+	rec.State, rec.Platform = Active, notify.Platform(platform)
+	if removed {
+		rec.State = Removed
+	}
+	return rec, err
+}
+
+// Get reads a caller's device; found is false when the caller never had it.
+func (r *Registry) Get(ctx context.Context, caller, deviceID string) (rec Record, found bool, err error) {
+	rec, err = scan(r.db.QueryRow(ctx, `SELECT `+columns+` FROM devices WHERE caller_id = $1 AND device_id = $2`, caller, deviceID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Record{}, false, nil
+	}
+	if err != nil {
+		return Record{}, false, fmt.Errorf("%w: read device: %w", ErrUnavailable, err)
+	}
+	return rec, true, nil
+}
+
+// Put registers or updates reg for caller, unless the device's row has
+// applied reg.Counter or a later one. The endpoint is made before the row
+// moves (SNS makes one endpoint per token, so a retry gets the same one);
+// an endpoint a lost race leaves, or one a token change replaces, is
+// deleted when no row points at it any more.
+func (r *Registry) Put(ctx context.Context, caller string, reg Registration) (Outcome, error) {
+	if cur, found, err := r.Get(ctx, caller, reg.DeviceID); err != nil || (found && cur.Counter >= reg.Counter) {
+		return Outcome{Record: cur}, err
+	}
+	app, ok := r.apps[reg.Platform]
+	if !ok {
+		return Outcome{}, fmt.Errorf("%w: %s", ErrNoPlatform, reg.Platform)
+	}
+	ep, err := r.sns.CreatePlatformEndpoint(ctx, &sns.CreatePlatformEndpointInput{PlatformApplicationArn: aws.String(app), Token: aws.String(reg.Token)})
+	var invalid *snstypes.InvalidParameterException
+	if errors.As(err, &invalid) {
+		return Outcome{}, fmt.Errorf("%w: %w", ErrTokenRefused, err)
+	}
+	if err != nil {
+		return Outcome{}, fmt.Errorf("%w: create the platform endpoint: %w", ErrUnavailable, err)
+	}
+	arn := aws.ToString(ep.EndpointArn)
+	// An endpoint SNS disabled (the platform refused a push to it) comes
+	// back as it was: registering the token again is the app's word that
+	// it is good.
+	if _, err := r.sns.SetEndpointAttributes(ctx, &sns.SetEndpointAttributesInput{EndpointArn: aws.String(arn),
+		Attributes: map[string]string{"Enabled": "true"}}); err != nil {
+		return Outcome{}, fmt.Errorf("%w: enable the platform endpoint: %w", ErrUnavailable, err)
+	}
+	out, old, err := r.move(ctx, caller, reg.DeviceID, reg.Counter, func(tx pgx.Tx, insert bool) (pgx.Row, error) {
+		if insert {
+			return tx.QueryRow(ctx, `INSERT INTO devices (caller_id, device_id, counter, platform, endpoint_arn) VALUES ($1, $2, $3, $4, $5)
+				ON CONFLICT (caller_id, device_id) DO NOTHING RETURNING `+columns, caller, reg.DeviceID, reg.Counter, string(reg.Platform), arn), nil
+		}
+		return tx.QueryRow(ctx, `UPDATE devices SET counter = $3, platform = $4, endpoint_arn = $5, removed_at = NULL, disabled_at = NULL, updated_at = now()
+			WHERE caller_id = $1 AND device_id = $2 RETURNING `+columns, caller, reg.DeviceID, reg.Counter, string(reg.Platform), arn), nil
+	})
+	if err != nil {
+		return Outcome{}, err
+	}
+	if !out.Applied {
+		old = arn // lost to a newer request: the endpoint made here may be no one's
+	}
+	r.release(ctx, old, out.Record.endpoint)
+	return out, nil
+}
+
+// Remove removes caller's device with counter, unless its row has applied
+// that counter or a later one. The row stays as a tombstone with the
+// counter (one is made for a device never registered, so a registration
+// sent before the removal and delivered after it finds it).
+func (r *Registry) Remove(ctx context.Context, caller, deviceID string, counter int64) (Outcome, error) {
+	out, old, err := r.move(ctx, caller, deviceID, counter, func(tx pgx.Tx, insert bool) (pgx.Row, error) {
+		if insert {
+			return tx.QueryRow(ctx, `INSERT INTO devices (caller_id, device_id, counter, removed_at) VALUES ($1, $2, $3, now())
+				ON CONFLICT (caller_id, device_id) DO NOTHING RETURNING `+columns, caller, deviceID, counter), nil
+		}
+		return tx.QueryRow(ctx, `UPDATE devices SET counter = $3, platform = NULL, endpoint_arn = NULL, removed_at = now(), updated_at = now()
+			WHERE caller_id = $1 AND device_id = $2 RETURNING `+columns, caller, deviceID, counter), nil
+	})
+	if err != nil {
+		return Outcome{}, err
+	}
+	r.release(ctx, old, "")
+	return out, nil
+}
+
+// move applies one write to a device's row in a transaction that holds the
+// row: write(tx, true) inserts a row the caller never had, write(tx,
+// false) updates one whose counter is below counter. It returns the
+// outcome and the endpoint the row pointed at before.
+func (r *Registry) move(ctx context.Context, caller, deviceID string, counter int64, write func(tx pgx.Tx, insert bool) (pgx.Row, error)) (Outcome, string, error) {
+	fail := func(what string, err error) (Outcome, string, error) {
+		return Outcome{}, "", fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)
+	}
+	tx, err := r.db.Begin(ctx)
+	if err != nil {
+		return fail("begin", err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	for attempt := 0; attempt < 2; attempt++ {
+		cur, err := scan(tx.QueryRow(ctx, `SELECT `+columns+` FROM devices WHERE caller_id = $1 AND device_id = $2 FOR UPDATE`, caller, deviceID))
+		insert := errors.Is(err, pgx.ErrNoRows)
+		if err != nil && !insert {
+			return fail("read device", err)
+		}
+		if !insert && cur.Counter >= counter {
+			return Outcome{Record: cur}, "", nil
+		}
+		q, _ := write(tx, insert)
+		rec, err := scan(q)
+		if insert && errors.Is(err, pgx.ErrNoRows) {
+			continue // inserted meanwhile by a request racing this one: read it, held
+		}
+		if err != nil {
+			return fail("write device", err)
+		}
+		if err := tx.Commit(ctx); err != nil {
+			// The commit's reply was lost or refused: whether the row
+			// moved is unknown, and the answer says so (a 503, the app
+			// sends the same counter again).
+			return fail("commit", err)
+		}
+		return Outcome{Record: rec, Applied: true, Created: insert}, cur.endpoint, nil
+	}
+	return fail("write device", errors.New("the row was neither there nor insertable"))
+}
+
+// release deletes an endpoint no row points at any more (keep is the
+// caller's own new one). A failure is logged, not answered: an endpoint no
+// row names is never pushed to.
+func (r *Registry) release(ctx context.Context, arn, keep string) {
+	if arn == "" || arn == keep {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	var used bool
+	if err := r.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM devices WHERE endpoint_arn = $1)`, arn).Scan(&used); err != nil || used {
+		return
+	}
+	if _, err := r.sns.DeleteEndpoint(ctx, &sns.DeleteEndpointInput{EndpointArn: aws.String(arn)}); err != nil {
+		r.log.Warn("platform endpoint not deleted: no device names it, so it is never pushed to", "scope", "devices", "err", err)
+	}
+}
