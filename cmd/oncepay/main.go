@@ -6,6 +6,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -175,7 +176,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	waitTimeout := fs.Duration("wait-timeout", 30*time.Second, "pay --wait: how long to wait for the push")
 	phonePath := fs.String("phone", "", "the local cloud's phone (default $ONCEPAY_PHONE_FILE, else .local/phone/pushes.jsonl in the repository)")
 	platform := fs.String("platform", "GCM", "device register: APNS, APNS_SANDBOX or GCM")
-	pushToken := fs.String("push-token", "", "device register: the push token the platform gave this install")
+	pushToken := fs.String("push-token", "", "device register: the push token the platform gave this install; - reads it from stdin (kept out of ps and the shell's history)")
 	if err := fs.Parse(args[1:]); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			commandUsage(stdout, fs, cmd)
@@ -516,6 +517,13 @@ func device(ctx context.Context, c *client.Client, sub, platform, pushToken stri
 	var err error
 	switch sub {
 	case "register":
+		if pushToken == "-" {
+			line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+			if err != nil && !errors.Is(err, io.EOF) {
+				return exitError, fmt.Errorf("read the push token from stdin: %w", err)
+			}
+			pushToken = strings.TrimSpace(line)
+		}
 		if pushToken == "" {
 			return exitUsage, errors.New("device register needs --push-token")
 		}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"github.com/oncepay/oncepay/internal/devices"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/testkit/faultnet"
 	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
 
@@ -29,6 +31,7 @@ var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 type world struct {
 	t    *testing.T
 	pool *pgxpool.Pool
+	dsn  string
 	sns  *sns.Client
 	app  string
 	h    devices.Handler
@@ -36,7 +39,7 @@ type world struct {
 
 func newWorld(t *testing.T) *world {
 	t.Helper()
-	pool, _ := testenv.Ledger(t)
+	pool, dsn := testenv.Ledger(t)
 	s := testenv.SNS(t)
 	out, err := s.CreatePlatformApplication(context.Background(), &sns.CreatePlatformApplicationInput{
 		Name: aws.String("t-devices-" + testenv.RandomID(4)), Platform: aws.String("GCM"),
@@ -53,7 +56,7 @@ func newWorld(t *testing.T) *world {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &world{t: t, pool: pool, sns: s, app: app, h: devices.Handler{Store: reg, Log: quiet}}
+	return &world{t: t, pool: pool, dsn: dsn, sns: s, app: app, h: devices.Handler{Store: reg, Log: quiet}}
 }
 
 // do sends one request as the front door would, for caller.
@@ -176,9 +179,6 @@ func TestARemovalOfADeviceNeverSeenLeavesATombstone(t *testing.T) {
 	if st, a, _ := w.do("u1", http.MethodPut, "D2", 7, register("tok-7")); st != http.StatusOK || a.Applied || a.State != devices.Removed {
 		t.Fatalf("the registration 7: %d %+v", st, a)
 	}
-	if w.hasToken("tok-7") {
-		t.Error("a registration that lost to the tombstone made an endpoint, or left it")
-	}
 	if eps := w.endpoints("u1"); len(eps) != 0 {
 		t.Fatalf("endpoints %v", eps)
 	}
@@ -188,19 +188,134 @@ func TestARemovalOfADeviceNeverSeenLeavesATombstone(t *testing.T) {
 // callers is two rows, and a removal by one leaves the other's.
 func TestACallerReachesOnlyItsOwnDevices(t *testing.T) {
 	w := newWorld(t)
-	w.do("u1", http.MethodPut, "D1", 1, register("tok-shared"))
-	w.do("u2", http.MethodPut, "D1", 1, register("tok-shared")) // one phone, two accounts: one endpoint
+	for _, c := range []struct{ caller, token string }{{"u1", "tok-1"}, {"u2", "tok-2"}} {
+		if st, a, _ := w.do(c.caller, http.MethodPut, "D1", 1, register(c.token)); st != http.StatusCreated || !a.Applied {
+			t.Fatalf("%s's register: %d %+v", c.caller, st, a)
+		}
+	}
 	if st, a, _ := w.do("u2", http.MethodDelete, "D1", 2, ""); st != http.StatusOK || !a.Applied {
 		t.Fatalf("u2's delete: %d %+v", st, a)
 	}
-	if eps := w.endpoints("u1"); len(eps) != 1 {
+	eps := w.endpoints("u1")
+	if len(eps) != 1 {
 		t.Fatalf("u1's endpoints %v after u2 removed its own", eps)
 	}
-	if tok, err := w.tokenOf(w.endpoints("u1")[0]); err != nil || tok != "tok-shared" {
-		t.Errorf("u1's endpoint: token %q, %v: u2's removal must not delete an endpoint u1 still names", tok, err)
+	if tok, err := w.tokenOf(eps[0]); err != nil || tok != "tok-1" {
+		t.Errorf("u1's endpoint: token %q, %v", tok, err)
 	}
 	if st, _, _ := w.do("", http.MethodPut, "D1", 3, register("tok-x")); st != http.StatusUnauthorized {
 		t.Errorf("no caller: %d, want 401", st)
+	}
+}
+
+// A push token belongs to one device of one caller at a time: an app
+// reinstalled under a new device id, or a phone signed in as another
+// caller, takes the token's endpoint over, and the earlier row becomes a
+// tombstone. So the phone is pushed once, and only for whom it is signed in
+// as; once no row names the endpoint, SNS has it no more.
+func TestAPhoneThatChangedHandsIsPushedOnceAndOnlyForItsNewCaller(t *testing.T) {
+	w := newWorld(t)
+	w.do("u1", http.MethodPut, "D1", 1, register("tok-S"))
+	if st, a, _ := w.do("u1", http.MethodPut, "D2", 1, register("tok-S")); st != http.StatusCreated || !a.Applied {
+		t.Fatalf("the reinstall's register: %d %+v", st, a)
+	}
+	if eps := w.endpoints("u1"); len(eps) != 1 {
+		t.Fatalf("u1's endpoints after a reinstall: %v, want one (no push twice)", eps)
+	}
+	if st, a, _ := w.do("u2", http.MethodPut, "D3", 1, register("tok-S")); st != http.StatusCreated || !a.Applied {
+		t.Fatalf("u2's register: %d %+v", st, a)
+	}
+	if eps := w.endpoints("u1"); len(eps) != 0 {
+		t.Fatalf("u1 would still be pushed on the phone now signed in as u2: %v", eps)
+	}
+	if eps := w.endpoints("u2"); len(eps) != 1 {
+		t.Fatalf("u2's endpoints %v", eps)
+	}
+	// u1's device comes back only with a higher counter of its own.
+	if st, a, _ := w.do("u1", http.MethodPut, "D2", 1, register("tok-S")); st != http.StatusOK || a.Applied || a.State != devices.Removed {
+		t.Fatalf("u1's resent register: %d %+v, want its tombstone", st, a)
+	}
+	w.do("u2", http.MethodDelete, "D3", 2, "")
+	if w.hasToken("tok-S") {
+		t.Error("no row names the endpoint, and SNS still has it")
+	}
+}
+
+// pausingSNS holds CreatePlatformEndpoint for one token until released,
+// after SNS answered it: a registration that has its endpoint and has not
+// yet written its row.
+type pausingSNS struct {
+	devices.SNSAPI
+	token            string
+	reached, release chan struct{}
+}
+
+func (p *pausingSNS) CreatePlatformEndpoint(ctx context.Context, in *sns.CreatePlatformEndpointInput, opts ...func(*sns.Options)) (*sns.CreatePlatformEndpointOutput, error) {
+	out, err := p.SNSAPI.CreatePlatformEndpoint(ctx, in, opts...)
+	if aws.ToString(in.Token) == p.token && p.reached != nil {
+		close(p.reached)
+		<-p.release
+		p.reached = nil
+	}
+	return out, err
+}
+
+// A removal that releases an endpoint while another caller's registration
+// of the same token is between SNS and its row: the registration finds the
+// endpoint gone under its lock and makes it again, so the row it commits
+// names an endpoint that exists.
+func TestARemovalRacingARegistrationOfTheSameTokenLeavesAnEndpoint(t *testing.T) {
+	w := newWorld(t)
+	w.do("u1", http.MethodPut, "D1", 1, register("tok-R"))
+	p := &pausingSNS{SNSAPI: w.sns, token: "tok-R", reached: make(chan struct{}), release: make(chan struct{})}
+	reg, err := devices.NewRegistry(w.pool, p, map[notify.Platform]string{notify.GCM: w.app}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	racing := devices.Handler{Store: reg, Log: quiet}
+	done := make(chan devices.Response, 1)
+	go func() {
+		done <- racing.Serve(context.Background(), devices.Request{Method: http.MethodPut, Path: "/devices/D9",
+			Headers: http.Header{devices.CounterHeader: {"1"}}, Body: []byte(register("tok-R")), Caller: "u2"})
+	}()
+	<-p.reached
+	if st, a, _ := w.do("u1", http.MethodDelete, "D1", 2, ""); st != http.StatusOK || !a.Applied {
+		t.Fatalf("u1's delete: %d %+v", st, a)
+	}
+	if w.hasToken("tok-R") {
+		t.Fatal("the removal left the endpoint: the race did not happen")
+	}
+	close(p.release)
+	if r := <-done; r.Status != http.StatusCreated {
+		t.Fatalf("u2's register: %d %s", r.Status, r.Body)
+	}
+	eps := w.endpoints("u2")
+	if len(eps) != 1 {
+		t.Fatalf("u2's endpoints %v", eps)
+	}
+	if tok, err := w.tokenOf(eps[0]); err != nil || tok != "tok-R" {
+		t.Fatalf("u2's row names an endpoint SNS does not have (%q, %v)", tok, err)
+	}
+}
+
+// An endpoint SNS disabled (the platform refused a push to it) is enabled
+// again by a registration of its token; moto, unlike AWS, refuses to make
+// it and names it, which is AWS's documented answer for a token it holds
+// under other attributes: either way the row names the enabled endpoint.
+func TestARegistrationReenablesADisabledEndpoint(t *testing.T) {
+	w := newWorld(t)
+	w.do("u1", http.MethodPut, "D1", 1, register("tok-D"))
+	arn := w.endpoints("u1")[0]
+	if _, err := w.sns.SetEndpointAttributes(context.Background(), &sns.SetEndpointAttributesInput{EndpointArn: aws.String(arn),
+		Attributes: map[string]string{"Enabled": "false"}}); err != nil {
+		t.Fatal(err)
+	}
+	if st, a, p := w.do("u1", http.MethodPut, "D1", 2, register("tok-D")); st != http.StatusOK || !a.Applied {
+		t.Fatalf("re-register: %d %+v %+v", st, a, p)
+	}
+	out, err := w.sns.GetEndpointAttributes(context.Background(), &sns.GetEndpointAttributesInput{EndpointArn: aws.String(arn)})
+	if err != nil || out.Attributes["Enabled"] != "true" {
+		t.Fatalf("the endpoint after the registration: %v, %v", out, err)
 	}
 }
 
@@ -277,8 +392,7 @@ func TestAPlatformNotConfiguredIs422AndWritesNothing(t *testing.T) {
 	}
 }
 
-// The ledger down: 503, the app sends the same counter again, and the
-// second answer says what the row holds.
+// The ledger down: 503 and nothing changes.
 func TestALedgerThatCannotBeReachedIs503(t *testing.T) {
 	w := newWorld(t)
 	w.pool.Close()
@@ -329,4 +443,44 @@ func FuzzParseRegistration(f *testing.F) {
 			}
 		}
 	})
+}
+
+// A commit whose reply is lost: the device moved, and the answer says it is
+// not known (503), never "nothing ran". The app sends the same counter
+// again and hears what the row holds: its own counter, applied earlier.
+func TestALostCommitReplyIs503AndTheResendSeesItApplied(t *testing.T) {
+	w := newWorld(t)
+	u, err := url.Parse(w.dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	proxy, err := faultnet.Listen(u.Host, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = proxy.Close() })
+	u.Host = proxy.Addr()
+	pool, err := pgxpool.New(context.Background(), u.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	reg, err := devices.NewRegistry(pool, w.sns, map[notify.Platform]string{notify.GCM: w.app}, quiet)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.h = devices.Handler{Store: reg, Log: quiet}
+	if err := proxy.Arm(faultnet.Rule{Statement: "COMMIT"}); err != nil {
+		t.Fatal(err)
+	}
+	st, _, p := w.do("u1", http.MethodPut, "D1", 5, register("tok-L"))
+	if st != http.StatusServiceUnavailable || p.Type != problem.TypeLedgerUnavailable || proxy.Fired()["COMMIT"] != 1 {
+		t.Fatalf("the lost commit: %d %+v (fired %v), want 503", st, p, proxy.Fired())
+	}
+	if eps := w.endpoints("u1"); len(eps) != 1 {
+		t.Fatalf("the row did commit: endpoints %v", eps)
+	}
+	if st, a, _ := w.do("u1", http.MethodPut, "D1", 5, register("tok-L")); st != http.StatusOK || a.Applied || a.Counter != 5 {
+		t.Fatalf("the resend: %d %+v, want 200 with the row's own 5, applied earlier", st, a)
+	}
 }

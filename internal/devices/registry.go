@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"strings"
 	"time"
 
@@ -137,10 +138,16 @@ func (r *Registry) Get(ctx context.Context, caller, deviceID string) (rec Record
 }
 
 // Put registers or updates reg for caller, unless the device's row has
-// applied reg.Counter or a later one. The endpoint is made before the row
-// moves (SNS makes one endpoint per token, so a retry gets the same one);
-// an endpoint a lost race leaves, or one a token change replaces, is
-// deleted when no row points at it any more.
+// applied reg.Counter or a later one.
+//
+// A push token, and so its endpoint (SNS makes one per token), belongs to
+// one device of one caller at a time: the phone now signed in as this
+// caller. Any other row that names the endpoint is made a tombstone in the
+// same transaction (its counter kept), so a phone that changed hands, or an
+// app reinstalled under a new device id, is pushed once and only for whom
+// it is signed in as. The endpoint is made before the transaction and made
+// sure of inside it, under a lock on its ARN that release takes too: a
+// removal cannot delete an endpoint a registration is about to name.
 func (r *Registry) Put(ctx context.Context, caller string, reg Registration) (Outcome, error) {
 	if cur, found, err := r.Get(ctx, caller, reg.DeviceID); err != nil || (found && cur.Counter >= reg.Counter) {
 		return Outcome{Record: cur}, err
@@ -149,23 +156,19 @@ func (r *Registry) Put(ctx context.Context, caller string, reg Registration) (Ou
 	if !ok {
 		return Outcome{}, fmt.Errorf("%w: %s", ErrNoPlatform, reg.Platform)
 	}
-	ep, err := r.sns.CreatePlatformEndpoint(ctx, &sns.CreatePlatformEndpointInput{PlatformApplicationArn: aws.String(app), Token: aws.String(reg.Token)})
-	var invalid *snstypes.InvalidParameterException
-	if errors.As(err, &invalid) {
-		return Outcome{}, fmt.Errorf("%w: %w", ErrTokenRefused, err)
-	}
+	arn, err := r.endpoint(ctx, app, reg.Token)
 	if err != nil {
-		return Outcome{}, fmt.Errorf("%w: create the platform endpoint: %w", ErrUnavailable, err)
-	}
-	arn := aws.ToString(ep.EndpointArn)
-	// An endpoint SNS disabled (the platform refused a push to it) comes
-	// back as it was: registering the token again is the app's word that
-	// it is good.
-	if _, err := r.sns.SetEndpointAttributes(ctx, &sns.SetEndpointAttributesInput{EndpointArn: aws.String(arn),
-		Attributes: map[string]string{"Enabled": "true"}}); err != nil {
-		return Outcome{}, fmt.Errorf("%w: enable the platform endpoint: %w", ErrUnavailable, err)
+		return Outcome{}, err
 	}
 	out, old, err := r.move(ctx, caller, reg.DeviceID, reg.Counter, func(tx pgx.Tx, insert bool) (pgx.Row, error) {
+		var err error
+		if arn, err = r.hold(ctx, tx, app, reg.Token, arn); err != nil {
+			return nil, err
+		}
+		if _, err := tx.Exec(ctx, `UPDATE devices SET platform = NULL, endpoint_arn = NULL, removed_at = now(), updated_at = now()
+			WHERE endpoint_arn = $3 AND NOT (caller_id = $1 AND device_id = $2)`, caller, reg.DeviceID, arn); err != nil {
+			return nil, err
+		}
 		if insert {
 			return tx.QueryRow(ctx, `INSERT INTO devices (caller_id, device_id, counter, platform, endpoint_arn) VALUES ($1, $2, $3, $4, $5)
 				ON CONFLICT (caller_id, device_id) DO NOTHING RETURNING `+columns, caller, reg.DeviceID, reg.Counter, string(reg.Platform), arn), nil
@@ -181,6 +184,53 @@ func (r *Registry) Put(ctx context.Context, caller string, reg Registration) (Ou
 	}
 	r.release(ctx, old, out.Record.endpoint)
 	return out, nil
+}
+
+// existing reads the ARN SNS names when it refuses to make an endpoint for
+// a token it already has under other attributes (AWS's token-management
+// advice: take the ARN from the message and set the attributes; moto says
+// so for an endpoint it has disabled).
+var existing = regexp.MustCompile(`(arn:aws[a-z-]*:sns:[^ ]+:endpoint/[^ ]+) already exists`)
+
+// endpoint makes (or finds) the token's endpoint under app.
+func (r *Registry) endpoint(ctx context.Context, app, token string) (string, error) {
+	ep, err := r.sns.CreatePlatformEndpoint(ctx, &sns.CreatePlatformEndpointInput{PlatformApplicationArn: aws.String(app), Token: aws.String(token)})
+	var invalid *snstypes.InvalidParameterException
+	if errors.As(err, &invalid) {
+		if m := existing.FindStringSubmatch(invalid.ErrorMessage()); m != nil {
+			return m[1], nil
+		}
+		return "", fmt.Errorf("%w: %w", ErrTokenRefused, err)
+	}
+	if err != nil {
+		return "", fmt.Errorf("%w: create the platform endpoint: %w", ErrUnavailable, err)
+	}
+	return aws.ToString(ep.EndpointArn), nil
+}
+
+// hold locks arn for the transaction and makes sure its endpoint exists,
+// enabled, with token: a removal that deleted it between endpoint and
+// here is repaired by making it again (and locking the new one). An
+// endpoint SNS disabled (the platform refused a push to it) is enabled:
+// registering the token again is the app's word that it is good.
+func (r *Registry) hold(ctx context.Context, tx pgx.Tx, app, token, arn string) (string, error) {
+	for attempt := 0; ; attempt++ {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, arn); err != nil {
+			return "", err
+		}
+		_, err := r.sns.SetEndpointAttributes(ctx, &sns.SetEndpointAttributesInput{EndpointArn: aws.String(arn),
+			Attributes: map[string]string{"Enabled": "true", "Token": token}})
+		var gone *snstypes.NotFoundException
+		if !errors.As(err, &gone) || attempt > 0 {
+			if err != nil {
+				return "", fmt.Errorf("%w: enable the platform endpoint: %w", ErrUnavailable, err)
+			}
+			return arn, nil
+		}
+		if arn, err = r.endpoint(ctx, app, token); err != nil {
+			return "", err
+		}
+	}
 }
 
 // Remove removes caller's device with counter, unless its row has applied
@@ -225,7 +275,10 @@ func (r *Registry) move(ctx context.Context, caller, deviceID string, counter in
 		if !insert && cur.Counter >= counter {
 			return Outcome{Record: cur}, "", nil
 		}
-		q, _ := write(tx, insert)
+		q, err := write(tx, insert)
+		if err != nil {
+			return fail("write device", err)
+		}
 		rec, err := scan(q)
 		if insert && errors.Is(err, pgx.ErrNoRows) {
 			continue // inserted meanwhile by a request racing this one: read it, held
@@ -245,19 +298,32 @@ func (r *Registry) move(ctx context.Context, caller, deviceID string, counter in
 }
 
 // release deletes an endpoint no row points at any more (keep is the
-// caller's own new one). A failure is logged, not answered: an endpoint no
-// row names is never pushed to.
+// caller's own new one), under the ARN's lock, so a registration about to
+// name it either committed first (and the endpoint stays) or finds it gone
+// and makes it again (hold). A failure is logged, not answered: an
+// endpoint no row names is never pushed to. An endpoint a lost commit
+// reply left behind is not released (the retry finds its row applied and
+// stops there): it too is never pushed to, and its token stays in SNS
+// until the token is registered again (not built: a sweep of endpoints no
+// row names).
 func (r *Registry) release(ctx context.Context, arn, keep string) {
 	if arn == "" || arn == keep {
 		return
 	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	var used bool
-	if err := r.db.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM devices WHERE endpoint_arn = $1)`, arn).Scan(&used); err != nil || used {
-		return
-	}
-	if _, err := r.sns.DeleteEndpoint(ctx, &sns.DeleteEndpointInput{EndpointArn: aws.String(arn)}); err != nil {
+	err := pgx.BeginFunc(ctx, r.db, func(tx pgx.Tx) error {
+		var used bool
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, arn); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM devices WHERE endpoint_arn = $1)`, arn).Scan(&used); err != nil || used {
+			return err
+		}
+		_, err := r.sns.DeleteEndpoint(ctx, &sns.DeleteEndpointInput{EndpointArn: aws.String(arn)})
+		return err
+	})
+	if err != nil {
 		r.log.Warn("platform endpoint not deleted: no device names it, so it is never pushed to", "scope", "devices", "err", err)
 	}
 }

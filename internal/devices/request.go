@@ -15,8 +15,11 @@
 //
 // The push token goes to SNS (CreatePlatformEndpoint, which is idempotent
 // for a token) and never into the ledger or a log: the row holds the
-// endpoint's ARN. The worker pushes to a caller's live endpoints (package
-// notify).
+// endpoint's ARN. A token belongs to one device of one caller at a time (a
+// phone signed in anew, an app reinstalled under a new device id, takes it
+// over, and the earlier row becomes a tombstone), so a phone is pushed once
+// and only for whom it is signed in as. The worker pushes to a caller's
+// live endpoints (package notify).
 package devices
 
 import (
@@ -72,16 +75,17 @@ func ParseDeviceID(s string) (string, error) {
 	return s, nil
 }
 
-// ParseCounter reads the Device-Counter header: a decimal integer from 1 to
-// 2^63-1, no sign, no leading zero.
+// ParseCounter reads the Device-Counter header: a decimal integer of 1 to
+// 18 digits, no sign, no leading zero (a device sends far fewer requests
+// than 10^18, and the bound keeps it under int64's).
 func ParseCounter(h http.Header) (int64, error) {
 	vs := h.Values(CounterHeader)
 	if len(vs) != 1 {
 		return 0, bad(CounterHeader, "exactly one header with the device's counter")
 	}
 	v := vs[0]
-	if v == "" || len(v) > 19 || v[0] == '0' {
-		return 0, bad(CounterHeader, "a positive integer, no leading zero")
+	if v == "" || len(v) > 18 || v[0] == '0' {
+		return 0, bad(CounterHeader, "a positive integer of at most 18 digits, no leading zero")
 	}
 	for i := 0; i < len(v); i++ {
 		if v[i] < '0' || v[i] > '9' {
@@ -90,7 +94,7 @@ func ParseCounter(h http.Header) (int64, error) {
 	}
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil {
-		return 0, bad(CounterHeader, "a positive integer below 2^63")
+		return 0, bad(CounterHeader, "a positive integer of at most 18 digits")
 	}
 	return n, nil
 }

@@ -14,6 +14,9 @@ type Device struct {
 	CallerID    string
 	Platform    Platform
 	EndpointArn string // the SNS platform endpoint
+	// Counter is the device row's counter when it was read: Disable acts
+	// only on that registration, never on a newer one made meanwhile.
+	Counter int64
 }
 
 // DB is the part of a pgx pool the DeviceStore uses.
@@ -58,7 +61,7 @@ func (s *DeviceStore) Register(ctx context.Context, d Device) error {
 // disabled by SNS). It blocks for one query.
 func (s *DeviceStore) Endpoints(ctx context.Context, callerID string) ([]Device, error) {
 	rows, err := s.db.Query(ctx, `
-		SELECT caller_id, platform, endpoint_arn FROM devices
+		SELECT caller_id, platform, endpoint_arn, counter FROM devices
 		WHERE caller_id = $1 AND disabled_at IS NULL AND removed_at IS NULL
 		ORDER BY created_at, endpoint_arn`, callerID)
 	if err != nil {
@@ -67,7 +70,7 @@ func (s *DeviceStore) Endpoints(ctx context.Context, callerID string) ([]Device,
 	devs, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Device, error) {
 		var d Device
 		var platform string
-		err := r.Scan(&d.CallerID, &platform, &d.EndpointArn)
+		err := r.Scan(&d.CallerID, &platform, &d.EndpointArn, &d.Counter)
 		d.Platform = Platform(platform)
 		return d, err
 	})
@@ -77,11 +80,13 @@ func (s *DeviceStore) Endpoints(ctx context.Context, callerID string) ([]Device,
 	return devs, nil
 }
 
-// Disable marks d disabled. It blocks for one statement.
+// Disable marks d disabled, only while its row holds the registration d
+// was read from: a registration made since (a higher counter, the same
+// token re-enabled) is left alone. It blocks for one statement.
 func (s *DeviceStore) Disable(ctx context.Context, d Device) error {
 	_, err := s.db.Exec(ctx, `
 		UPDATE devices SET disabled_at = now(), updated_at = now()
-		WHERE caller_id = $1 AND endpoint_arn = $2 AND disabled_at IS NULL`, d.CallerID, d.EndpointArn)
+		WHERE caller_id = $1 AND endpoint_arn = $2 AND counter = $3 AND disabled_at IS NULL`, d.CallerID, d.EndpointArn, d.Counter)
 	if err != nil {
 		return fmt.Errorf("notify: disable device: %w", err)
 	}

@@ -31,6 +31,10 @@ CREATE INDEX devices_endpoint ON devices (endpoint_arn) WHERE endpoint_arn IS NO
 
 -- +goose Down
 DELETE FROM devices WHERE removed_at IS NOT NULL;
+-- The old key holds one row per (caller, endpoint): keep the newest.
+DELETE FROM devices a USING devices b
+WHERE a.caller_id = b.caller_id AND a.endpoint_arn = b.endpoint_arn
+  AND (a.counter, a.device_id) < (b.counter, b.device_id);
 DROP INDEX devices_endpoint;
 DROP INDEX devices_live;
 ALTER TABLE devices
