@@ -86,8 +86,9 @@ const albCertificate = "arn:aws:acm:eu-west-1:111111111111:certificate/00000000-
 // pushApp is a platform application ARN for the ALB variant.
 const pushApp = "arn:aws:sns:eu-west-1:111111111111:app/APNS/oncepay"
 
-// synthALB is the sandbox with the ALB front door and a push platform
-// application, chosen through context as `cdk deploy -c` would.
+// synthALB is the sandbox with the ALB front door, a push platform
+// application and the email channel, chosen through context as `cdk deploy
+// -c` would: the variant with every option on (make test-cfn lints it).
 func synthALB(t *testing.T) *synthesized {
 	t.Helper()
 	return synthVariant(t, "alb", oncepay.ProfileSandbox, map[string]any{
@@ -95,8 +96,12 @@ func synthALB(t *testing.T) *synthesized {
 		oncepay.ContextAlbCognitoDomainPrefix:  "oncepay-test",
 		oncepay.ContextAlbDomainName:           "pay.example.com",
 		oncepay.ContextPlatformApplicationArns: pushApp,
+		oncepay.ContextEmailFrom:               emailFrom,
 	})
 }
+
+// emailFrom is the ALB variant's sender address.
+const emailFrom = "receipts@pay.example.com"
 
 // synthVariant synthesizes (once per name) the stack for profile with
 // extra context.

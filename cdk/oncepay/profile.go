@@ -188,8 +188,10 @@ const (
 	ContextAlbDomainName           = "oncepay:albDomainName"
 	ContextAlbCognitoDomainPrefix  = "oncepay:albCognitoDomainPrefix"
 	ContextPlatformApplicationArns = "oncepay:platformApplicationArns"
-	ContextLedgerProxy             = "oncepay:ledgerProxy"
-	ContextResolverConcurrency     = "oncepay:resolverReservedConcurrency"
+	// ContextEmailFrom adds the email channel (InboxWorkerProps.EmailFrom).
+	ContextEmailFrom           = "oncepay:emailFrom"
+	ContextLedgerProxy         = "oncepay:ledgerProxy"
+	ContextResolverConcurrency = "oncepay:resolverReservedConcurrency"
 )
 
 // StackPropsFromContext reads the profile and the deployment's choices from
@@ -232,7 +234,7 @@ func StackPropsFromContext(scope constructs.Construct) (*StackProps, error) {
 	get := map[string]string{}
 	for _, k := range []string{ContextPSPKeySecretArn, ContextPSPKeySecretKmsKey, ContextWebhookSecretArn, ContextWebhookSecretKmsKey, ContextPSPURL,
 		ContextJWTIssuer, ContextJWTAudience, ContextAlbCertificateArn, ContextAlbDomainName, ContextAlbCognitoDomainPrefix, ContextAlbKeysURL,
-		ContextPlatformApplicationArns, ContextLedgerProxy, ContextResolverConcurrency} {
+		ContextPlatformApplicationArns, ContextLedgerProxy, ContextResolverConcurrency, ContextEmailFrom} {
 		if get[k], err = str(k); err != nil {
 			return nil, err
 		}
@@ -256,6 +258,7 @@ func StackPropsFromContext(scope constructs.Construct) (*StackProps, error) {
 		Psp:                     psp,
 		Auth:                    AuthProps{Issuer: get[ContextJWTIssuer], Audience: list(get[ContextJWTAudience])},
 		PlatformApplicationArns: list(get[ContextPlatformApplicationArns]),
+		EmailFrom:               get[ContextEmailFrom],
 	}
 	if p.Auth.Issuer != "" && len(p.Auth.Audience) == 0 {
 		return nil, fmt.Errorf("oncepay: %s needs %s", ContextJWTIssuer, ContextJWTAudience)

@@ -40,6 +40,8 @@ type StackProps struct {
 	// PlatformApplicationArns: SNS mobile push applications whose
 	// endpoints the worker may publish to (the push topic is always there).
 	PlatformApplicationArns []string
+	// EmailFrom adds the email channel (InboxWorkerProps.EmailFrom).
+	EmailFrom string
 	// ResolverReservedConcurrency: nil is ResolverReservedConcurrency (1);
 	// 0 reserves none (accounts whose concurrency quota is 10 cannot
 	// reserve any).
@@ -201,6 +203,7 @@ func (s *Stack) addFunctions(props *StackProps) {
 		Push:                    d.Push,
 		PlatformApplicationArns: props.PlatformApplicationArns,
 		TopicFallback:           jsii.Bool(s.Profile.PushTopicFallback()),
+		EmailFrom:               props.EmailFrom,
 		Ledger:                  d.Ledger,
 		LogRetention:            retention,
 	})

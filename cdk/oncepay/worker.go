@@ -2,6 +2,7 @@ package oncepay
 
 import (
 	"fmt"
+	"net/mail"
 	"strconv"
 	"strings"
 	"time"
@@ -12,11 +13,13 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsses"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/oncepay/oncepay/internal/eventsource"
 	"github.com/oncepay/oncepay/internal/notify"
+	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 // InboxWorkerProps configures the worker. The zero value is a working
@@ -43,6 +46,13 @@ type InboxWorkerProps struct {
 	// Off, such a push is recorded UNDELIVERABLE and the function gets no
 	// publish right on the topic.
 	TopicFallback *bool
+	// EmailFrom, when set, adds the email channel: the payments' emails
+	// (receipts, declines, refunds) to each payment's receipt address, from
+	// this address, through SES under a configuration set of the
+	// construct's own. The construct makes the address's SES identity,
+	// which SES verifies by a mail to it: until then SES refuses the
+	// sends, and the rows wait PENDING (then STUCK, alarmed).
+	EmailFrom string
 	// Ledger, when set, places the worker in the ledger's VPC and lets it
 	// log in as LedgerUser ("" means LedgerAppUser) with an IAM token.
 	Ledger     *Ledger
@@ -75,6 +85,10 @@ type InboxWorker struct {
 	Settings      eventsource.Queue
 	// TopicFallback is whether pushes with no device go to the topic.
 	TopicFallback bool
+	// EmailIdentity and EmailConfigurationSet exist when the props name
+	// EmailFrom.
+	EmailIdentity         awsses.EmailIdentity
+	EmailConfigurationSet awsses.ConfigurationSet
 
 	platformApps []string
 }
@@ -141,6 +155,9 @@ func NewInboxWorker(scope constructs.Construct, id string, props *InboxWorkerPro
 		}
 		props.Ledger.Connect(fn, user)
 	}
+	if props.EmailFrom != "" {
+		c.addEmail(props.EmailFrom)
+	}
 	suppress(cfn(fn.Function), "Serverless-LambdaDLQ",
 		"Invoked by the SQS event-source mapping (a failed message returns to the queue and, after maxReceiveCount deliveries, parks in the queue's own DLQ, EventQueue.Dlq) and by its sweep schedule, whose ticks carry nothing: a failed tick leaves the PENDING rows for the next one, a minute later.")
 	c.SweepSchedule = awsevents.NewRule(c.Construct, jsii.String("SweepSchedule"), &awsevents.RuleProps{
@@ -169,6 +186,31 @@ func NewInboxWorker(scope constructs.Construct, id string, props *InboxWorkerPro
 	suppress(cfn(c.Mapping), "Serverless-LambdaEventSourceMappingDestination",
 		"Lambda has no on-failure destination for SQS mappings: the queue's redrive policy moves a message that failed maxReceiveCount times to its DLQ, which an alarm watches.")
 	return c
+}
+
+// addEmail adds the email channel: the sender's identity, a configuration
+// set that suppresses addresses that bounced or complained and tracks
+// reputation, and the right to send with both, nothing else of SES.
+func (c *InboxWorker) addEmail(from string) {
+	if a, err := mail.ParseAddress(from); err != nil || a.Address != from {
+		panic(fmt.Sprintf("oncepay: InboxWorkerProps.EmailFrom %q is not a bare email address", from))
+	}
+	c.EmailIdentity = awsses.NewEmailIdentity(c.Construct, jsii.String("EmailIdentity"), &awsses.EmailIdentityProps{
+		Identity: awsses.Identity_Email(jsii.String(from)),
+	})
+	c.EmailConfigurationSet = awsses.NewConfigurationSet(c.Construct, jsii.String("EmailConfigurationSet"), &awsses.ConfigurationSetProps{
+		SuppressionReasons: awsses.SuppressionReasons_BOUNCES_AND_COMPLAINTS,
+		ReputationMetrics:  jsii.Bool(true),
+		SendingEnabled:     jsii.Bool(true),
+	})
+	set := awscdk.Stack_Of(c.Construct).FormatArn(&awscdk.ArnComponents{
+		Service: jsii.String("ses"), Resource: jsii.String("configuration-set"), ResourceName: c.EmailConfigurationSet.ConfigurationSetName(),
+	})
+	c.Function.Grant([]string{"ses:SendEmail"}, c.EmailIdentity.EmailIdentityArn(), set)
+	c.Function.SetEnv(map[string]*string{
+		stackenv.EmailFrom:             jsii.String(from),
+		stackenv.EmailConfigurationSet: c.EmailConfigurationSet.ConfigurationSetName(),
+	})
 }
 
 // SweepRate is how often the worker's schedule finishes PENDING

@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -36,7 +37,7 @@ const usage = `oncepay: a buyer's client for the oncepay payment API.
   oncepay device register --platform GCM --push-token T
                                   register (or update) this install's device for push
   oncepay device remove           remove it (the server keeps a tombstone)
-  oncepay phone                   what the local cloud's phone shows: one entry per replace id (local cloud only)
+  oncepay phone                   what the local cloud's phone shows: one entry per replace id, then the emails (local cloud only)
   oncepay token --caller u1       print a bearer token for the local front door (local cloud only)
   oncepay help
 
@@ -315,6 +316,7 @@ func showPhone(flagPath string, asJSON bool, stdout io.Writer) (int, error) {
 	if len(shown) == 0 && !asJSON {
 		fmt.Fprintf(stdout, "the phone shows nothing yet (%s holds no push; is the local cloud up?)\n", path)
 	}
+	defer showEmails(shown, asJSON, stdout)
 	for _, e := range shown {
 		if asJSON {
 			b, _ := json.Marshal(e)
@@ -324,6 +326,34 @@ func showPhone(flagPath string, asJSON bool, stdout io.Writer) (int, error) {
 		fmt.Fprintf(stdout, "%s  %s\n", e.ReplaceID, describePush(e.Latest, e.Alerts))
 	}
 	return 0, nil
+}
+
+// showEmails lists the emails the local cloud's SES took about the
+// payments the phone shows (the local cloud delivers none: moto keeps
+// them), after the pushes. Without a local cloud it shows nothing.
+func showEmails(shown []phone.Entry, asJSON bool, stdout io.Writer) {
+	env, err := localenv.Load()
+	if err != nil || env.Get("AWS_ENDPOINT_URL") == "" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	emails, err := phone.Emails(ctx, env.Get("AWS_ENDPOINT_URL"))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "oncepay: emails:", err)
+		return
+	}
+	for _, e := range emails {
+		if !slices.ContainsFunc(shown, func(p phone.Entry) bool { return strings.Contains(e.Body, "Payment: "+p.ReplaceID+"\n") }) {
+			continue
+		}
+		if asJSON {
+			b, _ := json.Marshal(map[string]any{"email": e})
+			fmt.Fprintln(stdout, string(b))
+			continue
+		}
+		fmt.Fprintf(stdout, "email to %s  %s\n", strings.Join(e.To, ","), e.Subject)
+	}
 }
 
 // waitForPush waits for the push about r's payment on the phone and prints

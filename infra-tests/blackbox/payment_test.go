@@ -7,10 +7,13 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/oncepay/oncepay/internal/ids"
+	"github.com/oncepay/oncepay/internal/localcloud/phone"
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
 
 // issuePushBound is the issue's acceptance bound from the 201 to the push
@@ -254,4 +257,48 @@ func (s *surface) expectDuplicateDelivered(ctx context.Context, t *testing.T, si
 		return
 	}
 	t.Logf("webhook_duplicate fired %d times; the webhook function ran for both copies (%s)", fired, ran.Round(time.Millisecond))
+}
+
+// TestAPaymentWithAReceiptAddressIsEmailedOnce: the stack's worker sends
+// the receipt to the address the request named, once, through retries of
+// the same key; the email names the payment, not the buyer's address.
+// Local cloud only: the emails are read back from moto's SES.
+func TestAPaymentWithAReceiptAddressIsEmailedOnce(t *testing.T) {
+	t.Parallel()
+	s := live(t)
+	if s.deployed {
+		t.Skip("the emails are read back from the local cloud's SES (moto); a deployed stack's go to the address")
+	}
+	calm(t)
+	ctx := context.Background()
+	a := newActors("mail")
+	to := "buyer-" + testenv.RandomID(4) + "@example.com"
+	body := a.body("o-1", 2500, "pm_card_visa")
+	body.ReceiptEmail = to
+	pid := a.paymentID("K1")
+	for range 2 {
+		r, err := s.pay(ctx, a.caller, "K1", body)
+		if err != nil || r.Status != http.StatusCreated {
+			t.Fatalf("pay: %v, %v", r, err)
+		}
+	}
+	var got []phone.Email
+	_, err := eventually(ctx, 30*time.Second, 250*time.Millisecond, func(context.Context) error {
+		got = testenv.SentEmails(t, to)
+		if len(got) == 0 {
+			return fmt.Errorf("%w: no email to %s", errNotYet, to)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := s.awaitSettled(ctx, pid, 30*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(2 * time.Second) // a second copy would come with the push's redelivery
+	got = testenv.SentEmails(t, to)
+	if len(got) != 1 || !strings.Contains(got[0].Subject, "went through") || !strings.Contains(got[0].Body, pid) || strings.Contains(got[0].Body, to) {
+		t.Fatalf("emails to %s: %+v, want the one receipt naming %s and not the address", to, got, pid)
+	}
 }

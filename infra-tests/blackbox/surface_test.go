@@ -306,6 +306,7 @@ type payBody struct {
 	Amount        int64  `json:"amount"`
 	Currency      string `json:"currency"`
 	PaymentMethod string `json:"payment_method"`
+	ReceiptEmail  string `json:"receipt_email,omitempty"`
 }
 
 // answer is what the API answered one call.

@@ -39,7 +39,7 @@ type Claims interface {
 
 // Ledger is the durable guard and the payment's state (internal/ledger.Store).
 type Ledger interface {
-	InsertPending(ctx context.Context, p ledger.Payment) (ledger.Payment, bool, error)
+	InsertPending(ctx context.Context, p ledger.Payment, receiptEmail string) (ledger.Payment, bool, error)
 	Get(ctx context.Context, paymentID string) (ledger.Payment, error)
 	MarkUnknown(ctx context.Context, paymentID string) (ledger.Payment, bool, error)
 	Settle(ctx context.Context, paymentID string, o ledger.Outcome, now time.Time, hooks ...ledger.Hook) (ledger.Payment, *event.Event, bool, error)

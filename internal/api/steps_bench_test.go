@@ -26,7 +26,7 @@ func BenchmarkSteps(b *testing.B) {
 		}
 		claim = append(claim, time.Since(t))
 		t = time.Now()
-		if _, _, err := w.ledger.InsertPending(ctx, ledger.Payment{ID: id, CallerID: "c", ClientKey: id, Fingerprint: "f", Amount: 3000, Currency: "USD", MerchantID: "m1", OrderID: "1", PaymentMethod: "pm_card_visa", DeadlineAt: now}); err != nil {
+		if _, _, err := w.ledger.InsertPending(ctx, ledger.Payment{ID: id, CallerID: "c", ClientKey: id, Fingerprint: "f", Amount: 3000, Currency: "USD", MerchantID: "m1", OrderID: "1", PaymentMethod: "pm_card_visa", DeadlineAt: now}, ""); err != nil {
 			b.Fatal(err)
 		}
 		ins = append(ins, time.Since(t))

@@ -21,7 +21,10 @@ const SweepLimit = 100
 type Function struct {
 	Worker  *Worker
 	Sweeper *NotifSweeper
-	Limit   int // per scheduled run; 0: SweepLimit
+	// Extra are the sweepers of the worker's extra channels (the email),
+	// run after Sweeper on each tick.
+	Extra []*NotifSweeper
+	Limit int // per scheduled run and channel; 0: SweepLimit
 }
 
 // SweepReport is what a scheduled run answers.
@@ -59,7 +62,14 @@ func (f Function) Invoke(ctx context.Context, raw json.RawMessage) (any, error) 
 			limit = SweepLimit
 		}
 		n, err := f.Sweeper.FinishPending(ctx, limit)
-		return SweepReport{Finished: n}, err
+		var errs []error
+		errs = append(errs, err)
+		for _, sw := range f.Extra {
+			m, err := sw.FinishPending(ctx, limit)
+			n += m
+			errs = append(errs, err)
+		}
+		return SweepReport{Finished: n}, errors.Join(errs...)
 	}
 	return nil, fmt.Errorf("inbox: an event that is neither an SQS batch nor a scheduled event (source %q)", probe.Source)
 }

@@ -74,7 +74,22 @@ const (
 	NotifSent          = "SENT"          // handed to SNS
 	NotifUndeliverable = "UNDELIVERABLE" // no channel can take it (notify.ErrNoTarget): final
 	NotifStuck         = "STUCK"         // still failing after the give-up horizon: kept, alarmed, re-armable
+	// NotifUnknown: the provider never said whether it sent, and the
+	// message type chose a rare loss over a duplicate (notify.Policies):
+	// final, counted, never retried.
+	NotifUnknown = "UNKNOWN"
 )
+
+// Channel is a notification channel beside the worker's own (the push):
+// the email, say. Each has its notif row per event, written in the inbox
+// transaction, and is sent after the commit like the push.
+type Channel struct {
+	Name   string // the notif rows' channel
+	Sender Pusher
+	// OnlyWithReceipt writes the channel's row only for a payment with a
+	// receipt address (payments.receipt_email): the email's.
+	OnlyWithReceipt bool
+}
 
 // ErrPoison marks a message no retry can process: its body is not an event,
 // or the ledger refuses its values. It still goes back to the queue; SQS's
@@ -105,6 +120,9 @@ type Hooks struct {
 	// AfterPush runs after the push, before the notif row is marked SENT
 	// (the story's snapshot P4, docs/mechanism.md#seed-part-0).
 	AfterPush func(ctx context.Context, e event.Event) error
+	// AfterSend runs after an extra channel's send (Config.Extra), before
+	// its row is marked SENT.
+	AfterSend func(ctx context.Context, e event.Event, channel string) error
 }
 
 // Config configures a Worker. Zero fields take the defaults.
@@ -127,6 +145,9 @@ type Config struct {
 	// RetryAfter is when the sweep may first retry a push the worker could
 	// not send (default 30 s; the sweep's backoff takes it from there).
 	RetryAfter time.Duration
+	// Extra are the channels beside the push (the email), each sent after
+	// the push, each with its own row.
+	Extra []Channel
 	// Hooks: crash points for tests.
 	Hooks Hooks
 	// WithoutNotifRecord is a test-only switch for Branch N
@@ -164,6 +185,13 @@ func New(db DB, pusher Pusher, cfg Config) (*Worker, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	names := map[string]bool{cfg.Channel: true}
+	for _, ch := range cfg.Extra {
+		if ch.Name == "" || names[ch.Name] || ch.Sender == nil {
+			return nil, fmt.Errorf("inbox: extra channel %q: a name of its own and a sender", ch.Name)
+		}
+		names[ch.Name] = true
+	}
 	return &Worker{db: db, pusher: pusher, cfg: cfg}, nil
 }
 
@@ -174,6 +202,19 @@ type Result struct {
 	Pushed        bool // this delivery sent the push
 	PushFailed    bool // the push failed: the row stays PENDING for the sweep
 	Undeliverable bool // no channel can take the push: the row is UNDELIVERABLE
+	// Extra is what this delivery did on each extra channel that owed a
+	// message, "<channel>=<outcome>" in Config.Extra's order, space
+	// separated: sent, failed (PENDING for the sweep), undeliverable,
+	// unknown (the provider's answer never came and the message type does
+	// not repeat it) or superseded.
+	Extra string
+}
+
+func (r *Result) extra(channel, outcome string) {
+	if r.Extra != "" {
+		r.Extra += " "
+	}
+	r.Extra += channel + "=" + outcome
 }
 
 // Process handles one delivery of e: the inbox transaction, then the push
@@ -197,46 +238,147 @@ func (w *Worker) Process(ctx context.Context, e event.Event) (Result, error) {
 	if err := hook(ctx, w.cfg.Hooks.AfterCommit, e, "after the commit"); err != nil {
 		return res, err
 	}
-	pending := true // a row inserted by this delivery is PENDING
-	if !inserted && !w.cfg.WithoutNotifRecord {
-		if pending, err = w.notifPending(ctx, e); err != nil {
+	if err := w.deliver(ctx, e, inserted, &res); err != nil {
+		return res, err
+	}
+	if w.cfg.WithoutNotifRecord {
+		return res, nil
+	}
+	for _, ch := range w.cfg.Extra {
+		if err := w.deliverExtra(ctx, e, ch, &res); err != nil {
 			return res, err
 		}
 	}
+	return res, nil
+}
+
+// deliver sends the push if its row is PENDING (a row this delivery
+// inserted is) and records the outcome.
+func (w *Worker) deliver(ctx context.Context, e event.Event, inserted bool, res *Result) error {
+	pending := true // a row inserted by this delivery is PENDING
+	if !inserted && !w.cfg.WithoutNotifRecord {
+		var err error
+		if pending, err = w.notifPending(ctx, e, w.cfg.Channel); err != nil {
+			return err
+		}
+	}
 	if !pending {
-		return res, nil
+		return nil
 	}
 	if !w.cfg.WithoutNotifRecord {
 		if gone, err := retireSuperseded(ctx, w.db, e.EventID, w.cfg.Channel); err != nil || gone {
 			if gone {
 				w.cfg.Metrics.Count("NotifSuperseded", 1)
 			}
-			return res, err
+			return err
 		}
 	}
 	if err := w.pusher.Send(ctx, notify.FromEvent(e)); err != nil {
 		if w.cfg.WithoutNotifRecord {
-			return res, fmt.Errorf("inbox: push %s: %w", e.EventID, err)
+			return fmt.Errorf("inbox: push %s: %w", e.EventID, err)
 		}
-		w.pushNotSent(ctx, e, err, &res)
-		return res, nil
+		w.pushNotSent(ctx, e, err, res)
+		return nil
 	}
 	res.Pushed = true
 	if err := hook(ctx, w.cfg.Hooks.AfterPush, e, "after the push"); err != nil {
-		return res, err
+		return err
 	}
 	if w.cfg.WithoutNotifRecord {
-		return res, nil
+		return nil
 	}
+	w.markSent(ctx, e, w.cfg.Channel)
+	return nil
+}
+
+// deliverExtra sends ch's message if its row is PENDING.
+func (w *Worker) deliverExtra(ctx context.Context, e event.Event, ch Channel, res *Result) error {
+	pending, err := w.notifPending(ctx, e, ch.Name)
+	if err != nil || !pending {
+		return err
+	}
+	if gone, err := retireSuperseded(ctx, w.db, e.EventID, ch.Name); err != nil || gone {
+		if gone {
+			res.extra(ch.Name, "superseded")
+			w.cfg.Metrics.Count("NotifSuperseded", 1)
+		}
+		return err
+	}
+	if err := ch.Sender.Send(ctx, notify.FromEvent(e)); err != nil {
+		res.extra(ch.Name, w.notSent(ctx, e, ch.Name, err))
+		return nil
+	}
+	res.extra(ch.Name, "sent")
+	if h := w.cfg.Hooks.AfterSend; h != nil {
+		if err := h(ctx, e, ch.Name); err != nil {
+			return fmt.Errorf("inbox: %s stopped after its %s send: %w", e.EventID, ch.Name, err)
+		}
+	}
+	w.markSent(ctx, e, ch.Name)
+	return nil
+}
+
+// markSent records a send. A failure is only logged: the row stays
+// PENDING and the sweep sends it once more (the push lands on top of this
+// one, the replace id; an email is the accepted duplicate).
+func (w *Worker) markSent(ctx context.Context, e event.Event, channel string) {
 	if _, err := w.db.Exec(ctx, `
 		UPDATE notif SET state = 'SENT', sent_at = now(), last_error = NULL
-		WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, e.EventID, w.cfg.Channel); err != nil {
-		// The push went out; the row stays PENDING and the sweep sends it
-		// once more, landing on top of this one (same replace id).
-		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "push sent but not marked SENT; the sweep will send it again",
-			slog.String("event_id", e.EventID), slog.String("payment_id", e.PaymentID), slog.String("error", err.Error()))
+		WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, e.EventID, channel); err != nil {
+		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "notification sent but not marked SENT; the sweep will send it again",
+			slog.String("event_id", e.EventID), slog.String("payment_id", e.PaymentID), slog.String("channel", channel), slog.String("error", err.Error()))
 	}
-	return res, nil
+}
+
+// dropsUnknown reports whether a send that failed with err is recorded
+// UNKNOWN instead of retried: the provider never answered, and e's
+// message type chose a rare loss over a duplicate (notify.Policies).
+func dropsUnknown(e event.Event, err error) bool {
+	if !errors.Is(err, notify.ErrOutcomeUnknown) {
+		return false
+	}
+	typ, ok := notify.TypeOf(e.State)
+	return ok && !notify.Policies[typ].RetryUnknown
+}
+
+// notSent records an extra channel's send that did not go out, or whose
+// outcome is unknown, and returns the outcome's name (Result.Extra).
+func (w *Worker) notSent(ctx context.Context, e event.Event, channel string, sendErr error) string {
+	attrs := []slog.Attr{slog.String("event_id", e.EventID), slog.String("payment_id", e.PaymentID),
+		slog.String("channel", channel), slog.String("error", sendErr.Error())}
+	var outcome, state string
+	switch {
+	case errors.Is(sendErr, notify.ErrNoTarget):
+		outcome, state = "undeliverable", NotifUndeliverable
+		w.cfg.Metrics.Count("NotifUndeliverable", 1)
+		w.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "no target for the notification; recorded UNDELIVERABLE", attrs...)
+	case dropsUnknown(e, sendErr):
+		outcome, state = "unknown", NotifUnknown
+		w.cfg.Metrics.Count("NotifUnknownDropped", 1)
+		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "the provider's answer is unknown and this message is not repeated (a rare loss accepted); recorded UNKNOWN", attrs...)
+	default:
+		outcome = "failed"
+		if errors.Is(sendErr, notify.ErrOutcomeUnknown) {
+			w.cfg.Metrics.Count("NotifUnknownRetried", 1) // a duplicate, if it did go out
+		}
+		w.cfg.Metrics.Count("NotifFailed", 1)
+		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "notification not sent; the event is done and the sweep retries it", attrs...)
+	}
+	var err error
+	if state != "" {
+		_, err = w.db.Exec(ctx, `
+			UPDATE notif SET state = $3, attempts = attempts + 1, last_error = $4
+			WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, e.EventID, channel, state, sendErr.Error())
+	} else {
+		_, err = w.db.Exec(ctx, `
+			UPDATE notif SET attempts = attempts + 1, last_error = $3, next_attempt_at = now() + make_interval(secs => $4)
+			WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, e.EventID, channel, sendErr.Error(), w.cfg.RetryAfter.Seconds())
+	}
+	if err != nil {
+		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "could not record the send; the row stays PENDING for the sweep",
+			append(attrs, slog.String("record_error", err.Error()))...)
+	}
+	return outcome
 }
 
 // pushNotSent records a push that did not go out: UNDELIVERABLE when no
@@ -325,6 +467,14 @@ func (w *Worker) apply(ctx context.Context, e event.Event) (inserted bool, err e
 			INSERT INTO notif (event_id, channel, state, replace_id, caller_id, payload) VALUES ($1, $2, 'PENDING', $3, $4, $5)
 			ON CONFLICT (event_id, channel) DO NOTHING`,
 			e.EventID, w.cfg.Channel, notify.FromEvent(e).ReplaceID, e.CallerID, payload)
+		for _, ch := range w.cfg.Extra {
+			b.Queue(`
+				INSERT INTO notif (event_id, channel, state, replace_id, caller_id, payload)
+				SELECT $1, $2, 'PENDING', $3, $4, $5
+				WHERE NOT $6 OR EXISTS (SELECT 1 FROM payments WHERE payment_id = $7 AND receipt_email IS NOT NULL)
+				ON CONFLICT (event_id, channel) DO NOTHING`,
+				e.EventID, ch.Name, notify.FromEvent(e).ReplaceID, e.CallerID, payload, ch.OnlyWithReceipt, e.PaymentID)
+		}
 	}
 	if b.Len() > 0 {
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
@@ -347,9 +497,9 @@ func classify(err error) error {
 	return err
 }
 
-func (w *Worker) notifPending(ctx context.Context, e event.Event) (bool, error) {
+func (w *Worker) notifPending(ctx context.Context, e event.Event, channel string) (bool, error) {
 	var state string
-	err := w.db.QueryRow(ctx, `SELECT state FROM notif WHERE event_id = $1 AND channel = $2`, e.EventID, w.cfg.Channel).Scan(&state)
+	err := w.db.QueryRow(ctx, `SELECT state FROM notif WHERE event_id = $1 AND channel = $2`, e.EventID, channel).Scan(&state)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil // processed before notifications were recorded: nothing owed
 	}
@@ -450,7 +600,7 @@ func (w *Worker) done(ctx context.Context, m events.SQSMessage, e event.Event, r
 		slog.String("event_id", e.EventID), slog.String("payment_id", e.PaymentID),
 		slog.String("message_id", m.MessageId), slog.Int("receive_count", receives),
 		slog.Bool("duplicate", res.Duplicate), slog.Bool("pushed", res.Pushed),
-		slog.Bool("push_failed", res.PushFailed), slog.Bool("undeliverable", res.Undeliverable))
+		slog.Bool("push_failed", res.PushFailed), slog.Bool("undeliverable", res.Undeliverable), slog.String("channels", res.Extra))
 }
 
 // heldBack logs the messages reported failed only because an earlier message

@@ -246,7 +246,7 @@ func settledRefund(t *testing.T, pool *pgxpool.Pool, pid string, amount int64) (
 	st := ledger.New(pool)
 	now := time.Now()
 	if _, _, err := st.InsertPending(ctx, ledger.Payment{ID: pid, CallerID: "u1", ClientKey: "K-" + pid, Fingerprint: "F",
-		Amount: amount, Currency: "USD", MerchantID: "m1", OrderID: "42", PaymentMethod: "pm_1", DeadlineAt: now.Add(5 * time.Second)}); err != nil {
+		Amount: amount, Currency: "USD", MerchantID: "m1", OrderID: "42", PaymentMethod: "pm_1", DeadlineAt: now.Add(5 * time.Second)}, ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, moved, err := st.Settle(ctx, pid, ledger.Outcome{State: ledger.Succeeded, PSPCharge: "pi_1"}, now); err != nil || !moved {

@@ -222,8 +222,20 @@ func (s *NotifSweeper) finish(ctx context.Context, n dueNotif) (ok bool, err err
 		s.cfg.Metrics.Count("PushUndeliverable", 1)
 		log.Warn("no channel can take the pending notification; recorded UNDELIVERABLE")
 		return true, nil
+	case dropsUnknown(e, sendErr):
+		if _, err := s.db.Exec(ctx, `
+			UPDATE notif SET state = 'UNKNOWN', lease_until = NULL, last_error = $3
+			WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, n.eventID, s.cfg.Channel, sendErr.Error()); err != nil {
+			return false, fmt.Errorf("inbox: mark %s UNKNOWN: %w", n.eventID, err)
+		}
+		s.cfg.Metrics.Count("NotifUnknownDropped", 1)
+		log.Warn("the provider's answer is unknown and this message is not repeated (a rare loss accepted); recorded UNKNOWN")
+		return true, nil
 	case n.overHorizon:
 		return false, s.stuck(ctx, n, sendErr, log)
+	}
+	if errors.Is(sendErr, notify.ErrOutcomeUnknown) {
+		s.cfg.Metrics.Count("NotifUnknownRetried", 1) // a duplicate, if it did go out
 	}
 	next := s.cfg.Delay(n.attempts)
 	s.cfg.Metrics.Count("NotifSweepFailed", 1)

@@ -99,12 +99,15 @@ func unavailable(op string, err error) error {
 // was written.
 var ErrOutcomeUnknown = errors.New("ledger: outcome unknown")
 
-// InsertPending writes the PENDING row before any external call. If a row for
-// the same (caller, key) exists, it writes nothing and returns that row with
-// inserted == false: the caller answers from it. It is safe to call again
-// with the same p after an ErrOutcomeUnknown: a row the first call wrote
-// comes back with inserted == false.
-func (s *Store) InsertPending(ctx context.Context, p Payment) (row Payment, inserted bool, err error) {
+// InsertPending writes the PENDING row before any external call, with
+// receiptEmail, where the payment's emails go ("" none: personal data, read
+// only by the email channel, notify.EmailSender; never logged, never in an
+// event, and kept out of Payment so no copy of a row carries it). If a row
+// for the same (caller, key) exists, it writes nothing and returns that row
+// with inserted == false: the caller answers from it. It is safe to call
+// again with the same p after an ErrOutcomeUnknown: a row the first call
+// wrote comes back with inserted == false.
+func (s *Store) InsertPending(ctx context.Context, p Payment, receiptEmail string) (row Payment, inserted bool, err error) {
 	// A connection that cannot be had means nothing was sent.
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
@@ -113,11 +116,11 @@ func (s *Store) InsertPending(ctx context.Context, p Payment) (row Payment, inse
 	defer conn.Release()
 	row, err = scan(conn.QueryRow(ctx, `
 		INSERT INTO payments (payment_id, caller_id, client_key, fingerprint, amount, currency, merchant_id,
-		                      order_id, payment_method, state, deadline_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'PENDING', $10)
+		                      order_id, payment_method, state, deadline_at, receipt_email)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'PENDING', $10, NULLIF($11, ''))
 		ON CONFLICT DO NOTHING
 		RETURNING `+columns,
-		p.ID, p.CallerID, p.ClientKey, p.Fingerprint, p.Amount, p.Currency, p.MerchantID, p.OrderID, p.PaymentMethod, p.DeadlineAt))
+		p.ID, p.CallerID, p.ClientKey, p.Fingerprint, p.Amount, p.Currency, p.MerchantID, p.OrderID, p.PaymentMethod, p.DeadlineAt, receiptEmail))
 	if err == nil {
 		return row, true, nil
 	}

@@ -33,13 +33,13 @@ func TestInsertPendingTwiceAnswersFromTheRow(t *testing.T) {
 	pool, _ := testenv.Ledger(t)
 	st := ledger.New(pool)
 	ctx := context.Background()
-	row, inserted, err := st.InsertPending(ctx, pending("pay_7", "K1"))
+	row, inserted, err := st.InsertPending(ctx, pending("pay_7", "K1"), "")
 	if err != nil || !inserted || row.State != ledger.Pending || row.Amount != 3000 {
 		t.Fatalf("first insert: %+v inserted=%v err=%v", row, inserted, err)
 	}
 	p2 := pending("pay_7", "K1")
 	p2.Fingerprint = "H2"
-	row, inserted, err = st.InsertPending(ctx, p2)
+	row, inserted, err = st.InsertPending(ctx, p2, "")
 	if err != nil || inserted || row.Fingerprint != "H1" {
 		t.Fatalf("second insert: %+v inserted=%v err=%v", row, inserted, err)
 	}
@@ -52,7 +52,7 @@ func TestSettleIsOneCompareAndSetWithJournalAndOutboxIntent(t *testing.T) {
 	pool, _ := testenv.Ledger(t)
 	st := ledger.New(pool)
 	ctx := context.Background()
-	if _, _, err := st.InsertPending(ctx, pending("pay_7", "K1")); err != nil {
+	if _, _, err := st.InsertPending(ctx, pending("pay_7", "K1"), ""); err != nil {
 		t.Fatal(err)
 	}
 	p, ev, moved, err := st.Settle(ctx, "pay_7", ledger.Outcome{State: ledger.Succeeded, PSPCharge: "pi_1"}, now)
@@ -83,7 +83,7 @@ func TestUnknownThenSettleAndDeclineHasNoJournal(t *testing.T) {
 	st := ledger.New(pool)
 	ctx := context.Background()
 	for _, k := range []string{"K1", "K2"} {
-		if _, _, err := st.InsertPending(ctx, pending("pay_"+k, k)); err != nil {
+		if _, _, err := st.InsertPending(ctx, pending("pay_"+k, k), ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -114,7 +114,7 @@ func TestVoidWinsTheUniqueKeyAndALateOriginalMeetsIt(t *testing.T) {
 	if err != nil || !inserted || v.State != ledger.Void {
 		t.Fatalf("void: %+v %v %v", v, inserted, err)
 	}
-	row, inserted, err := st.InsertPending(ctx, pending("pay_7", "K1"))
+	row, inserted, err := st.InsertPending(ctx, pending("pay_7", "K1"), "")
 	if err != nil || inserted || row.State != ledger.Void {
 		t.Fatalf("late original: %+v inserted=%v err=%v", row, inserted, err)
 	}
@@ -127,7 +127,7 @@ func TestUnreachableLedgerIsUnavailable(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer pool.Close()
-	_, _, err = ledger.New(pool).InsertPending(context.Background(), pending("pay_7", "K1"))
+	_, _, err = ledger.New(pool).InsertPending(context.Background(), pending("pay_7", "K1"), "")
 	if !errors.Is(err, ledger.ErrUnavailable) {
 		t.Fatalf("err = %v, want ErrUnavailable", err)
 	}
@@ -144,7 +144,7 @@ func TestSettlePayloadIsTheEvent(t *testing.T) {
 		{"K1", ledger.Outcome{State: ledger.Succeeded, PSPCharge: "ch_1"}},
 		{"K2", ledger.Outcome{State: ledger.Failed, DeclineCode: "generic_decline"}},
 	} {
-		if _, _, err := st.InsertPending(ctx, pending("pay_"+tc.key, tc.key)); err != nil {
+		if _, _, err := st.InsertPending(ctx, pending("pay_"+tc.key, tc.key), ""); err != nil {
 			t.Fatal(err)
 		}
 		at := now.Add(123456789 * time.Nanosecond)

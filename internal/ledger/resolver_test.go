@@ -30,7 +30,7 @@ func TestClaimUnsettledTakesOpenRowsAndLeasesThem(t *testing.T) {
 	ctx := context.Background()
 	for _, p := range []ledger.Payment{pending("pay_pending_stale", "K1"), pending("pay_pending_fresh", "K2"),
 		pending("pay_unknown", "K3"), pending("pay_done", "K4")} {
-		if _, _, err := st.InsertPending(ctx, p); err != nil {
+		if _, _, err := st.InsertPending(ctx, p, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -87,7 +87,7 @@ func TestClaimUnsettledTakesFewestAttemptsFirst(t *testing.T) {
 	st := ledger.New(pool)
 	ctx := context.Background()
 	for _, p := range []ledger.Payment{pending("pay_old_1", "K1"), pending("pay_old_2", "K2"), pending("pay_new", "K3")} {
-		if _, _, err := st.InsertPending(ctx, p); err != nil {
+		if _, _, err := st.InsertPending(ctx, p, ""); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -123,7 +123,7 @@ func TestRefundMovesAreGuarded(t *testing.T) {
 	pool, _ := testenv.Ledger(t)
 	st := ledger.New(pool)
 	ctx := context.Background()
-	if _, _, err := st.InsertPending(ctx, pending("pay_7", "K1")); err != nil {
+	if _, _, err := st.InsertPending(ctx, pending("pay_7", "K1"), ""); err != nil {
 		t.Fatal(err)
 	}
 	r, inserted, err := st.InsertRefund(ctx, ledger.Refund{PaymentID: "pay_7", CallerID: "u1", RefundKey: "RK1", Fingerprint: "F",
@@ -168,7 +168,7 @@ func TestApplyWebhookRecordsTheInboxRowFirst(t *testing.T) {
 	pool, _ := testenv.Ledger(t)
 	st := ledger.New(pool)
 	ctx := context.Background()
-	if _, _, err := st.InsertPending(ctx, pending("pay_7", "K1")); err != nil {
+	if _, _, err := st.InsertPending(ctx, pending("pay_7", "K1"), ""); err != nil {
 		t.Fatal(err)
 	}
 	o := &ledger.Outcome{State: ledger.Succeeded, PSPCharge: "ch_1"}
@@ -205,7 +205,7 @@ func TestARefundThatSucceededThenFailedIsReversedAndCompensated(t *testing.T) {
 	pool, _ := testenv.Ledger(t)
 	st := ledger.New(pool)
 	ctx := context.Background()
-	if _, _, err := st.InsertPending(ctx, pending("pay_7", "K1")); err != nil {
+	if _, _, err := st.InsertPending(ctx, pending("pay_7", "K1"), ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, moved, err := st.Settle(ctx, "pay_7", ledger.Outcome{State: ledger.Succeeded, PSPCharge: "ch_1"}, now); err != nil || !moved {

@@ -61,7 +61,57 @@ const (
 	FieldAmount        = "amount"
 	FieldCurrency      = "currency"
 	FieldPaymentMethod = "payment_method"
+	// FieldReceiptEmail is where the payment's emails go (ReceiptEmail):
+	// not a meaning field, so Parse ignores it.
+	FieldReceiptEmail = "receipt_email"
 )
+
+// MaxEmailLen is the longest receipt address (RFC 5321's path limit).
+const MaxEmailLen = 254
+
+// ReceiptEmail reads the optional receipt_email member of a body Parse
+// accepted: where the payment's emails go (docs/mechanism.md#design-10),
+// "" when absent. It is not the payment's meaning: it never enters the
+// fingerprint, and the first request of a key decides it.
+//
+// The address is a bare one, at most MaxEmailLen characters, of RFC
+// 5322's dot-atom form on both sides of one @ (local@domain.tld; no quoted
+// local part, no display name, no comment, no IP literal), the domain's
+// characters those of DNS labels. Narrower than net/mail on purpose: every
+// address it takes is one net/mail reads back unchanged
+// (FuzzReceiptEmail), and net/mail would cost the api's bootstrap more than
+// its size budget has left. The reason never echoes it.
+func ReceiptEmail(body []byte) (string, error) {
+	var b struct {
+		Email *string `json:"receipt_email"`
+	}
+	err := json.Unmarshal(body, &b) // after Parse: only a receipt_email that is no string fails
+	if err == nil && b.Email == nil {
+		return "", nil
+	}
+	var s string
+	if err == nil {
+		s = *b.Email
+	}
+	at := strings.IndexByte(s, '@')
+	ok := at > 0 && len(s) <= MaxEmailLen && strings.IndexByte(s[at+1:], '.') > 0
+	for i := 0; ok && i < len(s); i++ {
+		c := s[i]
+		switch {
+		case c == '.':
+			ok = i != 0 && i != at+1 && i != len(s)-1 && s[i-1] != '.' && s[i+1] != '@'
+		case c >= 'a' && c <= 'z', c >= 'A' && c <= 'Z', c >= '0' && c <= '9', c == '-':
+		case c == '@':
+			ok = i == at
+		default:
+			ok = i < at && strings.IndexByte("!#$%&'*+/=?^_`{|}~", c) >= 0
+		}
+	}
+	if !ok {
+		return "", fieldErr(FieldReceiptEmail, "must be a bare email address (local@domain.tld) in a JSON string")
+	}
+	return s, nil
+}
 
 // ErrTooLarge is wrapped by the FieldError Parse returns for a body over
 // MaxBodyBytes, so the API can answer 413 rather than 400.

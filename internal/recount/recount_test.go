@@ -69,7 +69,7 @@ func (w *world) settle(id, merchant string, amount int64, state ledger.State, at
 	ctx := context.Background()
 	p := ledger.Payment{ID: id, CallerID: "u1", ClientKey: "K-" + id, Fingerprint: "H", Amount: amount, Currency: "USD",
 		MerchantID: merchant, OrderID: id, PaymentMethod: "pm_1", DeadlineAt: time.Now().Add(5 * time.Second)}
-	if _, _, err := w.ledger.InsertPending(ctx, p); err != nil {
+	if _, _, err := w.ledger.InsertPending(ctx, p, ""); err != nil {
 		w.t.Fatal(err)
 	}
 	o := ledger.Outcome{State: state, PSPCharge: "ch_" + id}

@@ -56,7 +56,7 @@ func openRefund(t *testing.T, charge string) (*ledger.Store, *pgxpool.Pool, ledg
 	ctx := context.Background()
 	now := time.Now()
 	if _, _, err := st.InsertPending(ctx, ledger.Payment{ID: "pay_7", CallerID: "u1", ClientKey: "K1", Fingerprint: "F", Amount: 3000,
-		Currency: "USD", MerchantID: "m1", OrderID: "42", PaymentMethod: "pm_1", DeadlineAt: now.Add(5 * time.Second)}); err != nil {
+		Currency: "USD", MerchantID: "m1", OrderID: "42", PaymentMethod: "pm_1", DeadlineAt: now.Add(5 * time.Second)}, ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, moved, err := st.Settle(ctx, "pay_7", ledger.Outcome{State: ledger.Succeeded, PSPCharge: charge}, now); err != nil || !moved {

@@ -55,7 +55,7 @@ func TestASucceededRefundPutsItsEventOnTheOutboxPath(t *testing.T) {
 	st := ledger.New(pool)
 	now := time.Now()
 	if _, _, err := st.InsertPending(ctx, ledger.Payment{ID: "pay_7", CallerID: "u1", ClientKey: "K1", Fingerprint: "F", Amount: 3000,
-		Currency: "USD", MerchantID: "m1", OrderID: "42", PaymentMethod: "pm_1", DeadlineAt: now.Add(5 * time.Second)}); err != nil {
+		Currency: "USD", MerchantID: "m1", OrderID: "42", PaymentMethod: "pm_1", DeadlineAt: now.Add(5 * time.Second)}, ""); err != nil {
 		t.Fatal(err)
 	}
 	if _, _, moved, err := st.Settle(ctx, "pay_7", ledger.Outcome{State: ledger.Succeeded, PSPCharge: "pi_1"}, now); err != nil || !moved {

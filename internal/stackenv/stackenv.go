@@ -27,6 +27,11 @@ const (
 	RecountQueueURL       = "ONCEPAY_RECOUNT_QUEUE_URL"
 	TotalsFailureQueueURL = "ONCEPAY_TOTALS_FAILURE_QUEUE_URL"
 	TotalsVersion         = "ONCEPAY_TOTALS_VERSION"
+	// EmailFrom is the SES identity the payment emails are sent from; unset,
+	// the worker has no email channel. EmailConfigurationSet is the SES
+	// configuration set they are sent under ("" none).
+	EmailFrom             = "ONCEPAY_EMAIL_FROM"
+	EmailConfigurationSet = "ONCEPAY_EMAIL_CONFIGURATION_SET"
 	// PushPlatformApps lists the SNS platform application ARNs
 	// (comma-separated, one per platform) devices are registered under.
 	PushPlatformApps = "ONCEPAY_PUSH_PLATFORM_APPLICATIONS"

@@ -16,6 +16,7 @@ import (
 	"github.com/oncepay/oncepay/internal/eventsource"
 	"github.com/oncepay/oncepay/internal/inbox"
 	"github.com/oncepay/oncepay/internal/metrics"
+	"github.com/oncepay/oncepay/internal/notify"
 )
 
 func main() {
@@ -36,9 +37,20 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
+	var extra []inbox.Channel
+	var sweepers []*inbox.NotifSweeper
+	if email, ok := pushboot.Email(cfg, pool, log); ok {
+		extra = append(extra, inbox.Channel{Name: notify.ChannelEmail, Sender: email, OnlyWithReceipt: true})
+		sw, err := inbox.NewNotifSweeper(pool, email, inbox.SweepConfig{Channel: notify.ChannelEmail, Logger: log, Metrics: m})
+		if err != nil {
+			fail(err)
+		}
+		sweepers = append(sweepers, sw)
+	}
 	w, err := inbox.New(pool, n, inbox.Config{
 		MaxReceiveCount:  eventsource.Default().Worker.MaxReceiveCount,
 		GroupConcurrency: int(pool.Config().MaxConns), // one connection per group in flight
+		Extra:            extra,
 		Logger:           log,
 		Metrics:          m,
 	})
@@ -49,5 +61,5 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	lambda.Start(inbox.Function{Worker: w, Sweeper: sw}.Invoke)
+	lambda.Start(inbox.Function{Worker: w, Sweeper: sw, Extra: sweepers}.Invoke)
 }

@@ -20,6 +20,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/oncepay/oncepay/internal/awsclient/sesclient"
 	"github.com/oncepay/oncepay/internal/awsclient/snsclient"
 	"github.com/oncepay/oncepay/internal/boot"
 	"github.com/oncepay/oncepay/internal/metrics"
@@ -38,6 +39,19 @@ func TopicFallback() (bool, error) {
 	default:
 		return false, fmt.Errorf("pushboot: %s must be true or false, got %q", notify.EnvTopicFallback, v)
 	}
+}
+
+// Email returns the worker's email channel when ONCEPAY_EMAIL_FROM names
+// the identity it sends from (ok false when it is unset: no email channel),
+// under ONCEPAY_EMAIL_CONFIGURATION_SET when set.
+func Email(cfg aws.Config, pool *pgxpool.Pool, log *slog.Logger) (notify.EmailSender, bool) {
+	from := os.Getenv(stackenv.EmailFrom)
+	if from == "" {
+		log.Info("no email channel", "reason", stackenv.EmailFrom+" unset")
+		return notify.EmailSender{}, false
+	}
+	log.Info("email channel", "configuration_set", os.Getenv(stackenv.EmailConfigurationSet))
+	return notify.EmailSender{SES: sesclient.New(cfg), DB: pool, From: from, ConfigurationSet: os.Getenv(stackenv.EmailConfigurationSet)}, true
 }
 
 // Notifier returns the Notifier over the caller's devices in pool's devices

@@ -15,12 +15,15 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
+	"github.com/aws/aws-sdk-go-v2/service/sesv2"
+	sestypes "github.com/aws/aws-sdk-go-v2/service/sesv2/types"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
 	"github.com/oncepay/oncepay/internal/awsclient/fullconfig"
+	"github.com/oncepay/oncepay/internal/awsclient/sesclient"
 	"github.com/oncepay/oncepay/internal/awsclient/snsclient"
 	"github.com/oncepay/oncepay/internal/awsclient/sqsclient"
 	"github.com/oncepay/oncepay/internal/ledger/migrations"
@@ -49,6 +52,9 @@ type Config struct {
 	// (empty for make up; tests give their own).
 	SecretPrefix string
 }
+
+// LocalEmailFrom is the local cloud's email sender (see Up).
+const LocalEmailFrom = "receipts@oncepay.local"
 
 // TemplateDB is the migrated, never-connected database tests clone from.
 const TemplateDB = "oncepay_tmpl"
@@ -144,6 +150,16 @@ func Up(ctx context.Context, c Config) (localenv.Env, error) {
 	maps.Copy(outputs, ph.Outputs())
 	maps.Copy(env, ph.Env())
 	p.logf("phone: queue %s on the push topic (raw delivery off), devices under %s", phone.QueueName, ph.PlatformApplicationArn)
+	// LOCAL-ONLY: the email channel's sender. A deployed stack sends from
+	// the address oncepay:emailFrom names; a local template names none, so
+	// the worker sends from LocalEmailFrom, an identity moto verifies at
+	// once, and the emails are read back from moto (oncepay phone).
+	if _, err := sesclient.New(cfg).CreateEmailIdentity(ctx, &sesv2.CreateEmailIdentityInput{EmailIdentity: aws.String(LocalEmailFrom)}); err != nil {
+		var exists *sestypes.AlreadyExistsException
+		if !errors.As(err, &exists) {
+			return nil, fmt.Errorf("localcloud: email identity %s: %w", LocalEmailFrom, err)
+		}
+	}
 	env[stackenv.LedgerDSN] = c.DSN(c.Database)
 	// The test kit clones TemplateDB and migrates each clone with the
 	// tree's migrations: that database, not the stack's, is the
@@ -164,6 +180,7 @@ func Up(ctx context.Context, c Config) (localenv.Env, error) {
 	// registers devices under the phone's, so a device registered through
 	// the front door is one the phone reads.
 	ec.Defaults[stackenv.PushPlatformApps] = ph.PlatformApplicationArn
+	ec.Defaults[stackenv.EmailFrom] = LocalEmailFrom
 	// A second Up keeps each function's session token: a running stack's
 	// Secrets Manager gate knows the functions by them.
 	if old, err := ReadFunctionEnvs(c.StateDir); err == nil {

@@ -236,12 +236,12 @@ func TestAScheduleReplaysFromItsSeed(t *testing.T) {
 // under a random id.
 type noGuard struct{ api.Ledger }
 
-func (g noGuard) InsertPending(ctx context.Context, p ledger.Payment) (ledger.Payment, bool, error) {
+func (g noGuard) InsertPending(ctx context.Context, p ledger.Payment, receiptEmail string) (ledger.Payment, bool, error) {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	p.ID = "pay_x" + hex.EncodeToString(b)
 	p.ClientKey += "#" + hex.EncodeToString(b)
-	return g.Ledger.InsertPending(ctx, p)
+	return g.Ledger.InsertPending(ctx, p, receiptEmail)
 }
 
 // The checker is honest: without the durable guard the same schedules

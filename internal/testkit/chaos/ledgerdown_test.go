@@ -18,8 +18,8 @@ import (
 // payment the ledger holds: the lie a client re-keys and pays twice on.
 type committedButNothingRan struct{ api.Ledger }
 
-func (l committedButNothingRan) InsertPending(ctx context.Context, p ledger.Payment) (ledger.Payment, bool, error) {
-	if _, _, err := l.Ledger.InsertPending(ctx, p); err != nil {
+func (l committedButNothingRan) InsertPending(ctx context.Context, p ledger.Payment, receiptEmail string) (ledger.Payment, bool, error) {
+	if _, _, err := l.Ledger.InsertPending(ctx, p, receiptEmail); err != nil {
 		return ledger.Payment{}, false, err
 	}
 	return ledger.Payment{}, false, errors.New("injected: committed, reported as not written")

@@ -38,11 +38,11 @@ type faultyLedger struct {
 	insertDown, settleDown, settleCommits, markUnknownDown atomic.Bool
 }
 
-func (l *faultyLedger) InsertPending(ctx context.Context, p ledger.Payment) (ledger.Payment, bool, error) {
+func (l *faultyLedger) InsertPending(ctx context.Context, p ledger.Payment, receiptEmail string) (ledger.Payment, bool, error) {
 	if l.insertDown.Load() {
 		return ledger.Payment{}, false, errInjected
 	}
-	return l.Ledger.InsertPending(ctx, p)
+	return l.Ledger.InsertPending(ctx, p, receiptEmail)
 }
 
 func (l *faultyLedger) Settle(ctx context.Context, id string, o ledger.Outcome, now time.Time, hooks ...ledger.Hook) (ledger.Payment, *event.Event, bool, error) {

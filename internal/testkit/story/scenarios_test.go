@@ -219,12 +219,12 @@ func TestBeat3d_KeyReuseIs422AndMovesNoMoney(t *testing.T) {
 // stranger to the ledger and to the PSP.
 type noGuard struct{ api.Ledger }
 
-func (g noGuard) InsertPending(ctx context.Context, p ledger.Payment) (ledger.Payment, bool, error) {
+func (g noGuard) InsertPending(ctx context.Context, p ledger.Payment, receiptEmail string) (ledger.Payment, bool, error) {
 	b := make([]byte, 8)
 	_, _ = rand.Read(b)
 	p.ID = "pay_x" + hex.EncodeToString(b)
 	p.ClientKey += "#" + hex.EncodeToString(b)
-	return g.Ledger.InsertPending(ctx, p)
+	return g.Ledger.InsertPending(ctx, p, receiptEmail)
 }
 
 // Branch X: the buyer comes back after two hours, when the key record has

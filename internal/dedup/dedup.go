@@ -1,0 +1,172 @@
+// Package dedup drops logical duplicates: the same message raised by
+// different requests for the same reason (docs/mechanism.md#seed-part-7,
+// "Logical duplicates and windows"), such as "your card was declined,
+// update your payment method" raised by each decline of the same card.
+// They are not repeats of one request, so no inbox catches them: the
+// producer names what makes two of them the same (a fingerprint of the
+// recipient, the template and a business key) and a shared cache keeps
+// that name for a window:
+//
+//	SET dedup:<fingerprint> 1 NX EX <window>   -- set: the first, it goes out
+//	                                           -- not set: a duplicate, dropped
+//
+// Then, and only for a message that was not a duplicate, the recipient's
+// cap for the template is counted (INCR, expiring with its period): a
+// dropped duplicate never uses up the allowance. Past the cap the message
+// is dropped too.
+//
+// The cache is Valkey (ElastiCache; locally a Redis-protocol server), run
+// with eviction off: an evicted key turns into a silent duplicate, so a full
+// cache refuses writes instead, and an alarm watches its memory. When the
+// cache cannot be reached, the gate fails open: the message goes out (a
+// duplicate reminder is better than a lost one), counted in DedupFailOpen.
+package dedup
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/oncepay/oncepay/internal/metrics"
+)
+
+// Cache is the part of a Redis-protocol client the gate uses.
+type Cache interface {
+	SetNX(ctx context.Context, key string, value any, expiration time.Duration) *redis.BoolCmd
+	Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd
+}
+
+// Config configures a Gate. Zero fields take the defaults.
+type Config struct {
+	// Window is how long a message's fingerprint is kept (default 24 h).
+	Window time.Duration
+	// Cap is how many messages of one template a recipient may get per
+	// CapPeriod (default 3 a day); 0 after the defaults means none.
+	Cap       int
+	CapPeriod time.Duration
+	// Timeout bounds each cache call (default 200 ms): past it the gate
+	// fails open rather than hold the worker.
+	Timeout time.Duration
+	Logger  *slog.Logger
+	Metrics *metrics.Emitter
+}
+
+// Gate decides whether a logical message goes out. It is safe for
+// concurrent use.
+type Gate struct {
+	cache Cache
+	cfg   Config
+}
+
+// New returns a Gate over cache.
+func New(cache Cache, cfg Config) (*Gate, error) {
+	if cache == nil {
+		return nil, errors.New("dedup: New needs a cache")
+	}
+	if cfg.Window == 0 {
+		cfg.Window = 24 * time.Hour
+	}
+	if cfg.Cap == 0 {
+		cfg.Cap = 3
+	}
+	if cfg.CapPeriod == 0 {
+		cfg.CapPeriod = 24 * time.Hour
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 200 * time.Millisecond
+	}
+	if cfg.Window < time.Second || cfg.CapPeriod < time.Second || cfg.Cap < 0 || cfg.Timeout < 0 {
+		return nil, fmt.Errorf("dedup: window %s, cap %d per %s, timeout %s", cfg.Window, cfg.Cap, cfg.CapPeriod, cfg.Timeout)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	return &Gate{cache: cache, cfg: cfg}, nil
+}
+
+// Message is what names a logical message: who gets it, what it says, and
+// the business fact that makes two of them the same (the card, say). None
+// of it is stored as given: the cache holds its fingerprint.
+type Message struct {
+	Recipient string // an opaque id (the caller), never an address
+	Template  string
+	Key       string
+}
+
+// Fingerprint is the cache's name for m: a hash, so neither the recipient
+// nor the business key is readable in the cache.
+func (m Message) Fingerprint() string {
+	h := sha256.New()
+	for _, part := range []string{"oncepay/dedup/v1", m.Recipient, m.Template, m.Key} {
+		fmt.Fprintf(h, "%d:%s", len(part), part)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// The gate's verdicts.
+const (
+	Send      = "send"      // the first in its window, within the cap
+	Duplicate = "duplicate" // another with its fingerprint went out in the window
+	Capped    = "capped"    // the recipient's allowance for the template is spent
+	FailOpen  = "fail-open" // the cache could not be reached: sent anyway
+)
+
+// incrCap counts one message against a cap and starts its period on the
+// first: INCR, and EXPIRE only when the key is new, in one step.
+const incrCap = `local n = redis.call('INCR', KEYS[1]) if n == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end return n`
+
+// Accept decides m: Send (and FailOpen) mean it goes out. It blocks for at
+// most two cache calls.
+func (g *Gate) Accept(ctx context.Context, m Message, now time.Time) string {
+	log := g.cfg.Logger.With("scope", "dedup", "template", m.Template)
+	fp := m.Fingerprint()
+	cctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
+	defer cancel()
+	first, err := g.cache.SetNX(cctx, "dedup:"+fp, 1, g.cfg.Window).Result()
+	if err != nil {
+		g.cfg.Metrics.Count("DedupFailOpen", 1)
+		log.Warn("the dedup cache cannot be reached: the message goes out (fail open)", "err", err)
+		return FailOpen
+	}
+	if !first {
+		g.cfg.Metrics.Count("DedupDropped", 1)
+		log.Info("a logical duplicate within the window: dropped", "fingerprint", fp[:12])
+		return Duplicate
+	}
+	if g.cfg.Cap == 0 {
+		return Send
+	}
+	period := now.UTC().Truncate(g.cfg.CapPeriod).Unix()
+	capKey := "cap:" + Message{Recipient: m.Recipient, Template: m.Template}.Fingerprint() + ":" + fmt.Sprint(period)
+	n, err := g.cache.Eval(cctx, incrCap, []string{capKey}, int(g.cfg.CapPeriod.Seconds())).Int()
+	if err != nil {
+		g.cfg.Metrics.Count("DedupFailOpen", 1)
+		log.Warn("the cap cannot be counted: the message goes out (fail open)", "err", err)
+		return FailOpen
+	}
+	if n > g.cfg.Cap {
+		g.cfg.Metrics.Count("DedupCapped", 1)
+		log.Info("the recipient's cap for the template is spent: dropped", "count", n, "cap", g.cfg.Cap)
+		return Capped
+	}
+	return Send
+}
+
+// Goes reports whether a verdict sends the message.
+func Goes(verdict string) bool { return verdict == Send || verdict == FailOpen }
+
+// Addr reads a cache URL (redis:// or rediss://, host:port) into client
+// options: TLS for rediss, the password from the URL when it has one.
+func Addr(url string) (*redis.Options, error) {
+	if !strings.HasPrefix(url, "redis://") && !strings.HasPrefix(url, "rediss://") {
+		return nil, fmt.Errorf("dedup: cache URL %q is not redis:// or rediss://", url)
+	}
+	return redis.ParseURL(url)
+}

@@ -1,0 +1,86 @@
+package payment_test
+
+import (
+	"encoding/json"
+	"errors"
+	"net/mail"
+	"strings"
+	"testing"
+
+	"github.com/oncepay/oncepay/internal/payment"
+)
+
+const base = `"merchant_id":"m1","order_id":"42","amount":3000,"currency":"USD","payment_method":"pm_1"`
+
+// receipt_email is where the payment's emails go, not its meaning: a
+// request with it has the same fingerprint as one without, and a bad
+// address is a 400 naming the field that never echoes it.
+func TestTheReceiptEmailIsReadApartFromTheMeaning(t *testing.T) {
+	withEmail := []byte(`{` + base + `,"receipt_email":"buyer@example.com"}`)
+	r, err := payment.Parse(withEmail)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if email, err := payment.ReceiptEmail(withEmail); err != nil || email != "buyer@example.com" {
+		t.Fatalf("%q, %v", email, err)
+	}
+	plain, err := payment.Parse([]byte(`{` + base + `}`))
+	if err != nil || r.Fingerprint() != plain.Fingerprint() {
+		t.Fatalf("the fingerprint moved with the receipt address: %v", err)
+	}
+	if email, err := payment.ReceiptEmail([]byte(`{` + base + `}`)); err != nil || email != "" {
+		t.Fatalf("absent: %q, %v", email, err)
+	}
+	for name, email := range map[string]string{
+		"display name":      `"Buyer <buyer@example.com>"`,
+		"no domain dot":     `"buyer@localhost"`,
+		"no at":             `"buyer.example.com"`,
+		"two ats":           `"a@b@example.com"`,
+		"not a string":      `42`,
+		"empty":             `""`,
+		"non-ascii":         `"büyer@example.com"`,
+		"a comment":         `"buyer@example.com (me)"`,
+		"a leading dot":     `".buyer@example.com"`,
+		"two dots":          `"a..b@example.com"`,
+		"a dot before @":    `"buyer.@example.com"`,
+		"a dot after @":     `"buyer@.example.com"`,
+		"a trailing dot":    `"buyer@example.com."`,
+		"quoted local":      `"\"q\"@example.com"`,
+		"ip literal":        `"buyer@[127.0.0.1]"`,
+		"too long":          `"` + strings.Repeat("a", 60) + "@" + strings.Repeat("b", 200) + `.com"`,
+		"underscore domain": `"buyer@ex_ample.com"`,
+	} {
+		_, err := payment.ReceiptEmail([]byte(`{` + base + `,"receipt_email":` + email + `}`))
+		var fe *payment.FieldError
+		if !errors.As(err, &fe) || fe.Field != payment.FieldReceiptEmail || strings.Contains(fe.Reason, "buyer") {
+			t.Errorf("%s: %v, want a receipt_email error that does not echo the address", name, err)
+		}
+	}
+	if email, err := payment.ReceiptEmail([]byte(`{` + base + `,"receipt_email":"a.b+c_d@x-y.example.co"}`)); err != nil || email != "a.b+c_d@x-y.example.co" {
+		t.Errorf("a dot-atom address: %q, %v", email, err)
+	}
+}
+
+// FuzzReceiptEmail: every address taken is a bare one net/mail reads back
+// unchanged, at most MaxEmailLen long.
+func FuzzReceiptEmail(f *testing.F) {
+	for _, e := range []string{"buyer@example.com", "a.b+c@x.example", `"q"@example.com`, "a@b.c", ".a@b.c", "a@b..c"} {
+		f.Add(e)
+	}
+	f.Fuzz(func(t *testing.T, address string) {
+		body, _ := jsonString(address)
+		email, err := payment.ReceiptEmail([]byte(`{"receipt_email":` + body + `}`))
+		if err != nil || email == "" {
+			return
+		}
+		a, err := mail.ParseAddress(email)
+		if err != nil || a.Name != "" || a.Address != email || len(email) > payment.MaxEmailLen {
+			t.Fatalf("accepted address %q: %+v, %v", email, a, err)
+		}
+	})
+}
+
+func jsonString(s string) (string, error) {
+	b, err := json.Marshal(s)
+	return string(b), err
+}

@@ -1,0 +1,49 @@
+package testenv
+
+import (
+	"context"
+	"slices"
+	"testing"
+
+	"github.com/aws/aws-sdk-go-v2/aws"
+	"github.com/aws/aws-sdk-go-v2/service/sesv2"
+
+	"github.com/oncepay/oncepay/internal/awsclient/sesclient"
+	"github.com/oncepay/oncepay/internal/localcloud/phone"
+)
+
+// SES returns a client for the local cloud's SES (moto).
+func SES(t testing.TB) *sesv2.Client {
+	t.Helper()
+	return sesclient.New(awsConfig(t))
+}
+
+// NewEmailIdentity makes a verified sender address of the test's own (moto
+// verifies at once), deleted when the test ends.
+func NewEmailIdentity(t testing.TB, client *sesv2.Client) string {
+	t.Helper()
+	from := "t-" + RandomID(4) + "@oncepay.test"
+	if _, err := client.CreateEmailIdentity(context.Background(), &sesv2.CreateEmailIdentityInput{EmailIdentity: aws.String(from)}); err != nil {
+		t.Fatalf("create email identity: %v", err)
+	}
+	t.Cleanup(func() {
+		_, _ = client.DeleteEmailIdentity(context.Background(), &sesv2.DeleteEmailIdentityInput{EmailIdentity: aws.String(from)})
+	})
+	return from
+}
+
+// SentEmails lists the messages moto's SES took for to, oldest first.
+func SentEmails(t testing.TB, to string) []phone.Email {
+	t.Helper()
+	all, err := phone.Emails(context.Background(), AWS(t).Get("AWS_ENDPOINT_URL"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []phone.Email
+	for _, e := range all {
+		if slices.Contains(e.To, to) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
