@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# The local cloud (docs/mechanism.md#design-6): DynamoDB Local (:8000), moto_server (:4566) and
-# a PostgreSQL cluster of the project's own (own data dir, own port). Every
+# The local cloud (docs/mechanism.md#design-6): DynamoDB Local (:8000), moto_server (:4566),
+# a PostgreSQL cluster of the project's own (own data dir, own port) and the
+# dedup cache, a redis-server of its own (:56379). Every
 # port is on 127.0.0.1; logs and pids live under .local/ (git-ignored).
 #   localcloud.sh up     start what is not running, wait until ready (idempotent)
 #   localcloud.sh down   stop what runs (idempotent)
@@ -25,6 +26,7 @@ source "$ROOT/scripts/ports.sh"
 DDB_PORT=${ONCEPAY_DDB_PORT:-8000}
 MOTO_PORT=${ONCEPAY_MOTO_PORT:-4566}
 PG_PORT=${ONCEPAY_PG_PORT:-54329}
+CACHE_PORT=${ONCEPAY_CACHE_PORT:-56379}
 READY_TIMEOUT=${ONCEPAY_READY_TIMEOUT:-60}
 
 PGBIN=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1 || true)
@@ -86,6 +88,18 @@ start_moto() {
   setsid nohup moto_server -H 127.0.0.1 -p "$MOTO_PORT" >"$LOGS/moto.log" 2>&1 &
   wait_for moto curl -fsS "http://127.0.0.1:$MOTO_PORT/moto-api/"
   pgrep -n -f "moto_server -H 127.0.0.1 -p $MOTO_PORT" >"$PIDS/moto.pid"
+}
+
+# The dedup cache (ElastiCache for Valkey in AWS): a redis-server of the
+# project's own, in memory only, with eviction off as the stack's (an
+# evicted key turns into a silent duplicate: a full cache refuses writes).
+start_cache() {
+  if port_open "$CACHE_PORT"; then say "cache already on :$CACHE_PORT"; return; fi
+  command -v redis-server >/dev/null || die "redis-server is not installed: run 'make setup'"
+  setsid nohup redis-server --bind 127.0.0.1 --port "$CACHE_PORT" --save "" --appendonly no \
+    --maxmemory 64mb --maxmemory-policy noeviction --protected-mode yes >"$LOGS/cache.log" 2>&1 &
+  wait_for cache port_open "$CACHE_PORT"
+  pgrep -n -f "redis-server 127.0.0.1:$CACHE_PORT" >"$PIDS/cache.pid" || pgrep -n -f "redis-server.*$CACHE_PORT" >"$PIDS/cache.pid"
 }
 
 start_pg() {
@@ -234,6 +248,7 @@ case "${1:-}" in
     start_ddb
     start_moto
     start_pg
+    start_cache
     ;;
   apps)
     start_apps
@@ -246,6 +261,7 @@ case "${1:-}" in
     rm -f "$PIDS/stack.sum"
     stop_pid dynamodb-local
     stop_pid moto
+    stop_pid cache
     if [ -f "$LOCAL/pgdata.path" ] && [ -n "$PGBIN" ]; then
       data=$(cat "$LOCAL/pgdata.path")
       if [ -f "$data/postmaster.pid" ]; then
@@ -268,6 +284,7 @@ case "${1:-}" in
     port_open "$DDB_PORT" && say "dynamodb-local :$DDB_PORT up" || say "dynamodb-local :$DDB_PORT down"
     port_open "$MOTO_PORT" && say "moto :$MOTO_PORT up" || say "moto :$MOTO_PORT down"
     port_open "$PG_PORT" && say "postgres :$PG_PORT up" || say "postgres :$PG_PORT down"
+    port_open "$CACHE_PORT" && say "cache :$CACHE_PORT up" || say "cache :$CACHE_PORT down"
     port_open "${PSPSIM_ADDR##*:}" && say "pspsim $PSPSIM_ADDR up" || say "pspsim $PSPSIM_ADDR down"
     port_open "${FRONTDOOR_ADDR##*:}" && say "frontdoor $FRONTDOOR_ADDR up" || say "frontdoor $FRONTDOOR_ADDR down"
     if port_open "${ADMIN_ADDR##*:}"; then

@@ -39,6 +39,12 @@ if ! command -v openssl >/dev/null 2>&1; then
   apt_install openssl
 fi
 
+# A Redis-protocol server for the dedup cache (Valkey in AWS; Debian has no
+# valkey package, and redis-server speaks the same protocol and commands).
+if ! command -v redis-server >/dev/null 2>&1; then
+  apt_install redis-server
+fi
+
 # Java 17 for DynamoDB Local.
 if ! command -v java >/dev/null 2>&1; then
   apt_install openjdk-17-jre-headless

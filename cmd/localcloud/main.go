@@ -60,6 +60,7 @@ func run(ctx context.Context, args []string) error {
 	fs.IntVar(&c.PGPort, "pg-port", pgPort, "PostgreSQL port (default $ONCEPAY_PG_PORT, as scripts/localcloud.sh starts it)")
 	fs.StringVar(&c.Database, "db", "oncepay", "ledger database")
 	fs.StringVar(&c.PSPURL, "psp", envOr("ONCEPAY_PSP_URL", "http://127.0.0.1:8090"), "PSP simulator URL")
+	fs.StringVar(&c.CacheURL, "cache", "redis://127.0.0.1:"+envOr("ONCEPAY_CACHE_PORT", "56379"), "the dedup cache (as scripts/localcloud.sh starts it)")
 	fs.StringVar(&c.FrontDoor, "frontdoor", envOr("ONCEPAY_FRONTDOOR_URL", "http://127.0.0.1:8080"), "local front door URL")
 	fs.DurationVar(&c.Timeout, "timeout", 60*time.Second, "readiness wait per service")
 	fs.StringVar(&c.StateDir, "state", c.StateDir, "state directory (env, resources, checkpoints)")

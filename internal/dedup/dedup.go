@@ -29,18 +29,20 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"strings"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 
 	"github.com/oncepay/oncepay/internal/metrics"
 )
 
-// Cache is the part of a Redis-protocol client the gate uses.
+// Cache is what the gate asks of the cache (Redis, over any
+// Redis-protocol server).
 type Cache interface {
-	SetNX(ctx context.Context, key string, value any, expiration time.Duration) *redis.BoolCmd
-	Eval(ctx context.Context, script string, keys []string, args ...any) *redis.Cmd
+	// SetNX sets key to 1 for ttl only if it is absent, and reports
+	// whether it did.
+	SetNX(ctx context.Context, key string, ttl time.Duration) (bool, error)
+	// Incr adds one to key, starting its ttl when the key is new, and
+	// returns the count.
+	Incr(ctx context.Context, key string, ttl time.Duration) (int, error)
 }
 
 // Config configures a Gate. Zero fields take the defaults.
@@ -118,10 +120,6 @@ const (
 	FailOpen  = "fail-open" // the cache could not be reached: sent anyway
 )
 
-// incrCap counts one message against a cap and starts its period on the
-// first: INCR, and EXPIRE only when the key is new, in one step.
-const incrCap = `local n = redis.call('INCR', KEYS[1]) if n == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end return n`
-
 // Accept decides m: Send (and FailOpen) mean it goes out. It blocks for at
 // most two cache calls.
 func (g *Gate) Accept(ctx context.Context, m Message, now time.Time) string {
@@ -129,7 +127,7 @@ func (g *Gate) Accept(ctx context.Context, m Message, now time.Time) string {
 	fp := m.Fingerprint()
 	cctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
 	defer cancel()
-	first, err := g.cache.SetNX(cctx, "dedup:"+fp, 1, g.cfg.Window).Result()
+	first, err := g.cache.SetNX(cctx, "dedup:"+fp, g.cfg.Window)
 	if err != nil {
 		g.cfg.Metrics.Count("DedupFailOpen", 1)
 		log.Warn("the dedup cache cannot be reached: the message goes out (fail open)", "err", err)
@@ -145,7 +143,7 @@ func (g *Gate) Accept(ctx context.Context, m Message, now time.Time) string {
 	}
 	period := now.UTC().Truncate(g.cfg.CapPeriod).Unix()
 	capKey := "cap:" + Message{Recipient: m.Recipient, Template: m.Template}.Fingerprint() + ":" + fmt.Sprint(period)
-	n, err := g.cache.Eval(cctx, incrCap, []string{capKey}, int(g.cfg.CapPeriod.Seconds())).Int()
+	n, err := g.cache.Incr(cctx, capKey, g.cfg.CapPeriod)
 	if err != nil {
 		g.cfg.Metrics.Count("DedupFailOpen", 1)
 		log.Warn("the cap cannot be counted: the message goes out (fail open)", "err", err)
@@ -161,12 +159,3 @@ func (g *Gate) Accept(ctx context.Context, m Message, now time.Time) string {
 
 // Goes reports whether a verdict sends the message.
 func Goes(verdict string) bool { return verdict == Send || verdict == FailOpen }
-
-// Addr reads a cache URL (redis:// or rediss://, host:port) into client
-// options: TLS for rediss, the password from the URL when it has one.
-func Addr(url string) (*redis.Options, error) {
-	if !strings.HasPrefix(url, "redis://") && !strings.HasPrefix(url, "rediss://") {
-		return nil, fmt.Errorf("dedup: cache URL %q is not redis:// or rediss://", url)
-	}
-	return redis.ParseURL(url)
-}

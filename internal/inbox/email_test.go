@@ -1,8 +1,10 @@
 package inbox_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -10,10 +12,12 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/service/sesv2"
 
+	"github.com/oncepay/oncepay/internal/dedup"
 	"github.com/oncepay/oncepay/internal/event"
 	"github.com/oncepay/oncepay/internal/inbox"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/localcloud/phone"
+	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
@@ -24,6 +28,7 @@ import (
 type loseReplies struct {
 	notify.SESAPI
 	mu   sync.Mutex
+	skip int // sends let through before the first lost answer
 	left int
 }
 
@@ -31,6 +36,10 @@ func (l *loseReplies) SendEmail(ctx context.Context, in *sesv2.SendEmailInput, o
 	out, err := l.SESAPI.SendEmail(ctx, in, opts...)
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if err == nil && l.skip > 0 {
+		l.skip--
+		return out, err
+	}
 	if err == nil && l.left > 0 {
 		l.left--
 		return nil, errors.New("operation error SESv2: SendEmail, https response error: context deadline exceeded")
@@ -46,17 +55,25 @@ type emailWorld struct {
 	world
 	ses      *loseReplies
 	from, to string
+	caller   string // a caller of the test's own: the dedup cache is shared
 	sweeper  *inbox.NotifSweeper
-	crash    *string // AfterSend fails once for this channel when set
+	// reminders is the reminder channel's sweep.
+	reminders *inbox.NotifSweeper
+	crash     *string // AfterSend fails once for this channel when set
 }
 
-func newEmailWorld(t *testing.T) *emailWorld {
+func newEmailWorld(t *testing.T, reminders ...*dedup.Gate) *emailWorld {
 	t.Helper()
 	ses := testenv.SES(t)
-	ew := &emailWorld{ses: &loseReplies{SESAPI: ses}, from: testenv.NewEmailIdentity(t, ses), to: "buyer-" + testenv.RandomID(4) + "@example.com", crash: new(string)}
-	var sender notify.EmailSender
+	ew := &emailWorld{ses: &loseReplies{SESAPI: ses}, from: testenv.NewEmailIdentity(t, ses), to: "buyer-" + testenv.RandomID(4) + "@example.com",
+		crash: new(string), caller: "u-" + testenv.RandomID(6)}
+	var sender, reminder notify.EmailSender
 	ew.world = newWorld(t, func(c *inbox.Config) {
 		c.Extra = []inbox.Channel{{Name: notify.ChannelEmail, Sender: &sender, OnlyWithReceipt: true}}
+		for _, g := range reminders {
+			c.Extra = append(c.Extra, inbox.Channel{Name: notify.ChannelReminder, Sender: &reminder, Message: notify.CardDeclinedReminder,
+				Raise: &inbox.Raise{Gate: g, Template: string(notify.CardDeclinedReminder), States: []string{event.Failed}}})
+		}
 		c.Hooks.AfterSend = func(_ context.Context, _ event.Event, channel string) error {
 			if *ew.crash == channel {
 				*ew.crash = ""
@@ -66,6 +83,14 @@ func newEmailWorld(t *testing.T) *emailWorld {
 		}
 	})
 	sender = notify.EmailSender{SES: ew.ses, DB: ew.pool, From: ew.from}
+	reminder = sender
+	reminder.Type = notify.CardDeclinedReminder
+	rs, err := inbox.NewNotifSweeper(ew.pool, reminder, inbox.SweepConfig{Channel: notify.ChannelReminder, Message: notify.CardDeclinedReminder,
+		Grace: time.Nanosecond, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ew.reminders = rs
 	sw, err := inbox.NewNotifSweeper(ew.pool, sender, inbox.SweepConfig{Channel: notify.ChannelEmail, Grace: time.Nanosecond, Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
@@ -78,13 +103,36 @@ func newEmailWorld(t *testing.T) *emailWorld {
 // as the api does, and returns its SUCCEEDED event.
 func (w *emailWorld) paid(t *testing.T, pid, to string) event.Event {
 	t.Helper()
-	_, _, err := ledger.New(w.pool).InsertPending(context.Background(), ledger.Payment{ID: pid, CallerID: "u1", ClientKey: "K-" + pid,
-		Fingerprint: "H", Amount: 3000, Currency: "USD", MerchantID: "m1", OrderID: pid, PaymentMethod: "pm_1",
+	return w.settled(t, pid, to, "pm_1", event.Succeeded)
+}
+
+// settled writes the payment's row (card method) and returns its event in
+// state.
+func (w *emailWorld) settled(t *testing.T, pid, to, method, state string) event.Event {
+	t.Helper()
+	_, _, err := ledger.New(w.pool).InsertPending(context.Background(), ledger.Payment{ID: pid, CallerID: w.caller, ClientKey: "K-" + pid,
+		Fingerprint: "H", Amount: 3000, Currency: "USD", MerchantID: "m1", OrderID: pid, PaymentMethod: method,
 		DeadlineAt: time.Now().Add(5 * time.Second)}, to)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return payment(pid, "m1", event.Succeeded, 3000)
+	e := payment(pid, "m1", state, 3000)
+	e.CallerID = w.caller
+	return e
+}
+
+// subjects counts the emails to the buyer by subject's first words.
+func (w *emailWorld) reminded(t *testing.T) (reminders, declines int) {
+	t.Helper()
+	for _, e := range w.emails(t) {
+		switch {
+		case strings.HasPrefix(e.Subject, "Your card was declined"):
+			reminders++
+		case strings.Contains(e.Subject, "was declined"):
+			declines++
+		}
+	}
+	return reminders, declines
 }
 
 func (w *emailWorld) emails(t *testing.T) []phone.Email {
@@ -183,5 +231,106 @@ func TestEveryMessageTypeChoosesWhatAnUnknownSendCosts(t *testing.T) {
 	}
 	if notify.Policies[notify.CardDeclinedReminder].RetryUnknown || !notify.Policies[notify.PaymentReceipt].RetryUnknown {
 		t.Error("the reminder accepts a loss, the receipt a duplicate")
+	}
+}
+
+func reminderGate(t *testing.T, c dedup.Cache, cap int) (*dedup.Gate, *bytes.Buffer) {
+	t.Helper()
+	emf := &bytes.Buffer{}
+	g, err := dedup.New(c, dedup.Config{Cap: cap, Logger: quiet, Metrics: metrics.New(emf, "worker")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, emf
+}
+
+// Two declines of the same card within the window: two decline emails (one
+// per payment) and one reminder to update the card (a logical duplicate
+// dropped); a redelivery raises nothing again.
+func TestTwoDeclinesOfTheSameCardRaiseOneReminder(t *testing.T) {
+	g, _ := reminderGate(t, testenv.Cache(t), 0)
+	w := newEmailWorld(t, g)
+	for _, pid := range []string{"pay_d1", "pay_d2"} {
+		e := w.settled(t, pid, w.to, "pm_card_chargeDeclined", event.Failed)
+		for range 2 {
+			if _, err := w.w.Process(context.Background(), e); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if r, d := w.reminded(t); r != 1 || d != 2 {
+		t.Fatalf("%d reminders and %d decline emails, want 1 and 2", r, d)
+	}
+}
+
+// The cache down: the reminder goes out anyway (fail open), counted.
+func TestWithTheCacheDownBothRemindersGoOut(t *testing.T) {
+	up := testenv.Cache(t)
+	down, err := dedup.NewRedis("redis://127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	flaky := &switchable{Cache: up}
+	g, emf := reminderGate(t, flaky, 0)
+	w := newEmailWorld(t, g)
+	e1 := w.settled(t, "pay_d1", w.to, "pm_card_chargeDeclined", event.Failed)
+	if _, err := w.w.Process(context.Background(), e1); err != nil {
+		t.Fatal(err)
+	}
+	flaky.Cache = down
+	e2 := w.settled(t, "pay_d2", w.to, "pm_card_chargeDeclined", event.Failed)
+	if _, err := w.w.Process(context.Background(), e2); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := w.reminded(t); r != 2 || strings.Count(emf.String(), `"DedupFailOpen":1`) != 1 {
+		t.Fatalf("%d reminders (want both), fail-open counted: %s", r, emf.String())
+	}
+}
+
+// switchable is a cache that can be swapped for a down one mid-test.
+type switchable struct{ dedup.Cache }
+
+// A user at their cap gets no more reminders, and a dropped duplicate did
+// not use up the allowance: with a cap of 2, card A, card A again (dropped)
+// and card B are two reminders, and card C none.
+func TestADroppedDuplicateDoesNotCountAgainstTheCap(t *testing.T) {
+	g, _ := reminderGate(t, testenv.Cache(t), 2)
+	w := newEmailWorld(t, g)
+	for i, card := range []string{"pm_a", "pm_a", "pm_b", "pm_c"} {
+		e := w.settled(t, fmt.Sprintf("pay_c%d", i), w.to, card, event.Failed)
+		if _, err := w.w.Process(context.Background(), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, _ := w.reminded(t); r != 2 {
+		t.Fatalf("%d reminders, want 2 (A and B; A's duplicate dropped, C over the cap)", r)
+	}
+}
+
+// A reminder whose send timed out is not sent again: the rare loss its
+// message type accepts over a duplicate nag (notify.Policies). The row is
+// UNKNOWN, counted, and the sweep leaves it.
+func TestAReminderWhoseSendTimedOutIsNotRepeated(t *testing.T) {
+	g, _ := reminderGate(t, testenv.Cache(t), 0)
+	w := newEmailWorld(t, g)
+	e := w.settled(t, "pay_r1", w.to, "pm_card_chargeDeclined", event.Failed)
+	// The decline email goes first, then the reminder: lose the second.
+	w.ses.skip, w.ses.left = 1, 1
+	res, err := w.w.Process(context.Background(), e)
+	if err != nil || res.Extra != "email=sent reminder=unknown" {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if _, err := w.pool.Exec(context.Background(), `UPDATE notif SET next_attempt_at = now() WHERE event_id = $1`, e.EventID); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := w.reminders.FinishPending(context.Background(), 10); err != nil || n != 0 {
+		t.Fatalf("the sweep took %d: %v", n, err)
+	}
+	var state string
+	if err := w.pool.QueryRow(context.Background(), `SELECT state FROM notif WHERE event_id = $1 AND channel = 'reminder'`, e.EventID).Scan(&state); err != nil || state != inbox.NotifUnknown {
+		t.Fatalf("the reminder's row: %s %v", state, err)
+	}
+	if r, _ := w.reminded(t); r != 1 || !strings.Contains(w.emf.String(), `"NotifUnknownDropped":1`) {
+		t.Fatalf("%d reminders taken by SES (want the one whose answer was lost); metrics %s", r, w.emf.String())
 	}
 }

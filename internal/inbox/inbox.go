@@ -45,6 +45,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -53,6 +54,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/oncepay/oncepay/internal/dedup"
 	"github.com/oncepay/oncepay/internal/event"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/notify"
@@ -89,6 +91,28 @@ type Channel struct {
 	// OnlyWithReceipt writes the channel's row only for a payment with a
 	// receipt address (payments.receipt_email): the email's.
 	OnlyWithReceipt bool
+	// Message is the message type the channel sends, for its policy on an
+	// unknown send (notify.Policies); "" is the event's own (notify.TypeOf).
+	Message notify.MessageType
+	// Raise, when set, makes the channel's message a logical one: not one
+	// per event, but raised by events for a reason a later event may raise
+	// again (package dedup).
+	Raise *Raise
+}
+
+// Raise says when a logical message is raised: on the first delivery of
+// an event in States whose payment has a receipt address, after the
+// commit, if Gate lets it through (its fingerprint is the caller, the
+// Template and the payment's card). Its row is written then, and sent as
+// any other. A worker that dies between the gate and the row loses the
+// message: the gate already counted it, and a redelivery does not raise
+// it again, the loss a logical message's policy accepts
+// (notify.CardDeclinedReminder).
+type Raise struct {
+	Gate     *dedup.Gate
+	Template string
+	States   []string
+	Now      func() time.Time // default time.Now
 }
 
 // ErrPoison marks a message no retry can process: its body is not an event,
@@ -245,11 +269,51 @@ func (w *Worker) Process(ctx context.Context, e event.Event) (Result, error) {
 		return res, nil
 	}
 	for _, ch := range w.cfg.Extra {
+		if ch.Raise != nil && inserted {
+			if err := w.raise(ctx, e, ch, &res); err != nil {
+				return res, err
+			}
+		}
 		if err := w.deliverExtra(ctx, e, ch, &res); err != nil {
 			return res, err
 		}
 	}
 	return res, nil
+}
+
+// raise asks ch's gate whether e raises its logical message, and writes
+// the message's row if so.
+func (w *Worker) raise(ctx context.Context, e event.Event, ch Channel, res *Result) error {
+	if !slices.Contains(ch.Raise.States, e.State) {
+		return nil
+	}
+	var card string
+	err := w.db.QueryRow(ctx, `SELECT payment_method FROM payments WHERE payment_id = $1 AND receipt_email IS NOT NULL`, e.PaymentID).Scan(&card)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // no one to write to
+	}
+	if err != nil {
+		return fmt.Errorf("inbox: read the card of %s: %w", e.PaymentID, err)
+	}
+	now := time.Now
+	if ch.Raise.Now != nil {
+		now = ch.Raise.Now
+	}
+	verdict := ch.Raise.Gate.Accept(ctx, dedup.Message{Recipient: e.CallerID, Template: ch.Raise.Template, Key: card}, now())
+	if !dedup.Goes(verdict) {
+		res.extra(ch.Name, verdict)
+		return nil
+	}
+	payload, err := e.Marshal()
+	if err != nil {
+		return err
+	}
+	if _, err := w.db.Exec(ctx, `
+		INSERT INTO notif (event_id, channel, state, replace_id, caller_id, payload) VALUES ($1, $2, 'PENDING', $3, $4, $5)
+		ON CONFLICT (event_id, channel) DO NOTHING`, e.EventID, ch.Name, notify.FromEvent(e).ReplaceID, e.CallerID, payload); err != nil {
+		return fmt.Errorf("inbox: raise %s's %s: %w", e.EventID, ch.Name, err)
+	}
+	return nil
 }
 
 // deliver sends the push if its row is PENDING (a row this delivery
@@ -305,7 +369,7 @@ func (w *Worker) deliverExtra(ctx context.Context, e event.Event, ch Channel, re
 		return err
 	}
 	if err := ch.Sender.Send(ctx, notify.FromEvent(e)); err != nil {
-		res.extra(ch.Name, w.notSent(ctx, e, ch.Name, err))
+		res.extra(ch.Name, w.notSent(ctx, e, ch, err))
 		return nil
 	}
 	res.extra(ch.Name, "sent")
@@ -331,19 +395,26 @@ func (w *Worker) markSent(ctx context.Context, e event.Event, channel string) {
 }
 
 // dropsUnknown reports whether a send that failed with err is recorded
-// UNKNOWN instead of retried: the provider never answered, and e's
-// message type chose a rare loss over a duplicate (notify.Policies).
-func dropsUnknown(e event.Event, err error) bool {
+// UNKNOWN instead of retried: the provider never answered, and the
+// message's type (typ, else e's own) chose a rare loss over a duplicate
+// (notify.Policies).
+func dropsUnknown(e event.Event, typ notify.MessageType, err error) bool {
 	if !errors.Is(err, notify.ErrOutcomeUnknown) {
 		return false
 	}
-	typ, ok := notify.TypeOf(e.State)
-	return ok && !notify.Policies[typ].RetryUnknown
+	if typ == "" {
+		var ok bool
+		if typ, ok = notify.TypeOf(e.State); !ok {
+			return false
+		}
+	}
+	return !notify.Policies[typ].RetryUnknown
 }
 
 // notSent records an extra channel's send that did not go out, or whose
 // outcome is unknown, and returns the outcome's name (Result.Extra).
-func (w *Worker) notSent(ctx context.Context, e event.Event, channel string, sendErr error) string {
+func (w *Worker) notSent(ctx context.Context, e event.Event, ch Channel, sendErr error) string {
+	channel := ch.Name
 	attrs := []slog.Attr{slog.String("event_id", e.EventID), slog.String("payment_id", e.PaymentID),
 		slog.String("channel", channel), slog.String("error", sendErr.Error())}
 	var outcome, state string
@@ -352,7 +423,7 @@ func (w *Worker) notSent(ctx context.Context, e event.Event, channel string, sen
 		outcome, state = "undeliverable", NotifUndeliverable
 		w.cfg.Metrics.Count("NotifUndeliverable", 1)
 		w.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "no target for the notification; recorded UNDELIVERABLE", attrs...)
-	case dropsUnknown(e, sendErr):
+	case dropsUnknown(e, ch.Message, sendErr):
 		outcome, state = "unknown", NotifUnknown
 		w.cfg.Metrics.Count("NotifUnknownDropped", 1)
 		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "the provider's answer is unknown and this message is not repeated (a rare loss accepted); recorded UNKNOWN", attrs...)
@@ -468,6 +539,9 @@ func (w *Worker) apply(ctx context.Context, e event.Event) (inserted bool, err e
 			ON CONFLICT (event_id, channel) DO NOTHING`,
 			e.EventID, w.cfg.Channel, notify.FromEvent(e).ReplaceID, e.CallerID, payload)
 		for _, ch := range w.cfg.Extra {
+			if ch.Raise != nil {
+				continue // raised after the commit, through its gate
+			}
 			b.Queue(`
 				INSERT INTO notif (event_id, channel, state, replace_id, caller_id, payload)
 				SELECT $1, $2, 'PENDING', $3, $4, $5

@@ -26,6 +26,9 @@ type SweepDB interface {
 type SweepConfig struct {
 	// Channel is the notif rows' channel (default "push").
 	Channel string
+	// Message is the channel's message type, for its policy on an unknown
+	// send; "" is each event's own (Channel.Message).
+	Message notify.MessageType
 	// Grace: a PENDING row younger than this is left to the worker that
 	// wrote it, which is about to push it (default 1 min, twice the
 	// worker's timeout). Measured on the database's clock.
@@ -222,7 +225,7 @@ func (s *NotifSweeper) finish(ctx context.Context, n dueNotif) (ok bool, err err
 		s.cfg.Metrics.Count("PushUndeliverable", 1)
 		log.Warn("no channel can take the pending notification; recorded UNDELIVERABLE")
 		return true, nil
-	case dropsUnknown(e, sendErr):
+	case dropsUnknown(e, s.cfg.Message, sendErr):
 		if _, err := s.db.Exec(ctx, `
 			UPDATE notif SET state = 'UNKNOWN', lease_until = NULL, last_error = $3
 			WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, n.eventID, s.cfg.Channel, sendErr.Error()); err != nil {

@@ -15,9 +15,13 @@ import (
 	"github.com/oncepay/oncepay/internal/event"
 )
 
-// ChannelEmail is the email channel's name in the notif table (the push
-// is "push").
-const ChannelEmail = "email"
+// The email channels' names in the notif table (the push is "push"): the
+// payment's own emails, and the card-declined reminder (a logical message,
+// package dedup).
+const (
+	ChannelEmail    = "email"
+	ChannelReminder = "reminder"
+)
 
 // ErrOutcomeUnknown wraps a send the provider may or may not have made: a
 // timeout, a 5xx, a connection that died before the answer. Retrying it is
@@ -92,6 +96,9 @@ type EmailSender struct {
 	DB               RecipientDB
 	From             string
 	ConfigurationSet string // "" none
+	// Type, when set, is what every email of this sender says (the
+	// reminder's); "" is each event's own (TypeOf).
+	Type MessageType
 }
 
 // Send implements the worker's sender for the email channel: ErrNoTarget
@@ -99,7 +106,10 @@ type EmailSender struct {
 // error wrapping ErrOutcomeUnknown when SES's answer is unknown; any other
 // error is a send SES refused (nothing went out).
 func (s EmailSender) Send(ctx context.Context, p Push) error {
-	typ, ok := TypeOf(p.State)
+	typ, ok := s.Type, s.Type != ""
+	if !ok {
+		typ, ok = TypeOf(p.State)
+	}
 	if !ok {
 		return fmt.Errorf("%w: no email for a %s event", ErrNoTarget, p.State)
 	}

@@ -32,6 +32,10 @@ const (
 	// configuration set they are sent under ("" none).
 	EmailFrom             = "ONCEPAY_EMAIL_FROM"
 	EmailConfigurationSet = "ONCEPAY_EMAIL_CONFIGURATION_SET"
+	// DedupCacheURL is the dedup cache (redis:// or rediss://): logical
+	// duplicates of a message (package dedup); unset, the worker raises no
+	// reminders.
+	DedupCacheURL = "ONCEPAY_DEDUP_CACHE_URL"
 	// PushPlatformApps lists the SNS platform application ARNs
 	// (comma-separated, one per platform) devices are registered under.
 	PushPlatformApps = "ONCEPAY_PUSH_PLATFORM_APPLICATIONS"

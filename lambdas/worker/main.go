@@ -13,6 +13,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/boot"
 	"github.com/oncepay/oncepay/internal/boot/pushboot"
+	"github.com/oncepay/oncepay/internal/event"
 	"github.com/oncepay/oncepay/internal/eventsource"
 	"github.com/oncepay/oncepay/internal/inbox"
 	"github.com/oncepay/oncepay/internal/metrics"
@@ -46,6 +47,22 @@ func main() {
 			fail(err)
 		}
 		sweepers = append(sweepers, sw)
+		// The card-declined reminder, by email, once per card and window.
+		gate, ok, err := pushboot.Reminders(log, m)
+		if err != nil {
+			fail(err)
+		}
+		if ok {
+			reminder := email
+			reminder.Type = notify.CardDeclinedReminder
+			extra = append(extra, inbox.Channel{Name: notify.ChannelReminder, Sender: reminder, Message: notify.CardDeclinedReminder,
+				Raise: &inbox.Raise{Gate: gate, Template: string(notify.CardDeclinedReminder), States: []string{event.Failed}}})
+			sw, err := inbox.NewNotifSweeper(pool, reminder, inbox.SweepConfig{Channel: notify.ChannelReminder, Message: notify.CardDeclinedReminder, Logger: log, Metrics: m})
+			if err != nil {
+				fail(err)
+			}
+			sweepers = append(sweepers, sw)
+		}
 	}
 	w, err := inbox.New(pool, n, inbox.Config{
 		MaxReceiveCount:  eventsource.Default().Worker.MaxReceiveCount,

@@ -23,6 +23,7 @@ import (
 	"github.com/oncepay/oncepay/internal/awsclient/sesclient"
 	"github.com/oncepay/oncepay/internal/awsclient/snsclient"
 	"github.com/oncepay/oncepay/internal/boot"
+	"github.com/oncepay/oncepay/internal/dedup"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/stackenv"
@@ -52,6 +53,26 @@ func Email(cfg aws.Config, pool *pgxpool.Pool, log *slog.Logger) (notify.EmailSe
 	}
 	log.Info("email channel", "configuration_set", os.Getenv(stackenv.EmailConfigurationSet))
 	return notify.EmailSender{SES: sesclient.New(cfg), DB: pool, From: from, ConfigurationSet: os.Getenv(stackenv.EmailConfigurationSet)}, true
+}
+
+// Reminders returns the dedup gate of the logical messages when
+// ONCEPAY_DEDUP_CACHE_URL names the cache (ok false when it is unset: no
+// reminders are raised).
+func Reminders(log *slog.Logger, m *metrics.Emitter) (*dedup.Gate, bool, error) {
+	url := os.Getenv(stackenv.DedupCacheURL)
+	if url == "" {
+		log.Info("no reminders", "reason", stackenv.DedupCacheURL+" unset")
+		return nil, false, nil
+	}
+	cache, err := dedup.NewRedis(url)
+	if err != nil {
+		return nil, false, err
+	}
+	g, err := dedup.New(cache, dedup.Config{Logger: log, Metrics: m})
+	if err != nil {
+		return nil, false, err
+	}
+	return g, true, nil
 }
 
 // Notifier returns the Notifier over the caller's devices in pool's devices

@@ -45,6 +45,7 @@ type Config struct {
 	PGPort    int           //
 	Database  string        // the ledger database
 	PSPURL    string        // the PSP simulator
+	CacheURL  string        // the dedup cache (redis://)
 	FrontDoor string        // the local front door
 	Timeout   time.Duration // readiness wait per service
 	Log       io.Writer
@@ -70,6 +71,7 @@ func (c Config) BaseEnv() localenv.Env {
 		"AWS_ENDPOINT_URL_DYNAMODB_STREAMS": c.DynamoURL,
 		stackenv.PSPURL:                     c.PSPURL,
 		stackenv.FrontDoorURL:               c.FrontDoor,
+		stackenv.DedupCacheURL:              c.CacheURL,
 	}
 }
 
@@ -181,6 +183,10 @@ func Up(ctx context.Context, c Config) (localenv.Env, error) {
 	// the front door is one the phone reads.
 	ec.Defaults[stackenv.PushPlatformApps] = ph.PlatformApplicationArn
 	ec.Defaults[stackenv.EmailFrom] = LocalEmailFrom
+	// LOCAL-ONLY: the dedup cache is ElastiCache in a deployed stack (its
+	// endpoint in the worker's environment); locally the redis-server
+	// scripts/localcloud.sh runs.
+	ec.Defaults[stackenv.DedupCacheURL] = c.CacheURL
 	// A second Up keeps each function's session token: a running stack's
 	// Secrets Manager gate knows the functions by them.
 	if old, err := ReadFunctionEnvs(c.StateDir); err == nil {

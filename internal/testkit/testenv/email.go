@@ -3,13 +3,16 @@ package testenv
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sesv2"
 
 	"github.com/oncepay/oncepay/internal/awsclient/sesclient"
+	"github.com/oncepay/oncepay/internal/dedup"
 	"github.com/oncepay/oncepay/internal/localcloud/phone"
+	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 // SES returns a client for the local cloud's SES (moto).
@@ -46,4 +49,23 @@ func SentEmails(t testing.TB, to string) []phone.Email {
 		}
 	}
 	return out
+}
+
+// Cache returns the local cloud's dedup cache (a Redis-protocol server).
+// The cache is shared: a test keeps to keys of its own (a random
+// recipient, say).
+func Cache(t testing.TB) *dedup.Redis {
+	t.Helper()
+	env := Load(t)
+	url := env.Get(stackenv.DedupCacheURL)
+	if url == "" {
+		unavailable(t, "%s not set", stackenv.DedupCacheURL)
+	}
+	Reachable(t, "the dedup cache", strings.Replace(url, "redis://", "http://", 1))
+	c, err := dedup.NewRedis(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	return c
 }

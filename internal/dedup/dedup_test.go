@@ -1,0 +1,114 @@
+package dedup_test
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/dedup"
+	"github.com/oncepay/oncepay/internal/metrics"
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
+)
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+func gate(t *testing.T, c dedup.Cache, cfg dedup.Config) (*dedup.Gate, *bytes.Buffer) {
+	t.Helper()
+	emf := &bytes.Buffer{}
+	cfg.Logger, cfg.Metrics = quiet, metrics.New(emf, "worker")
+	g, err := dedup.New(c, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g, emf
+}
+
+var now = time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC)
+
+// Two declines of the same card within the window raise one reminder; a
+// decline of another card is another reminder; once the window has passed
+// the same card raises one again.
+func TestTheSameReasonWithinTheWindowGoesOutOnce(t *testing.T) {
+	g, emf := gate(t, testenv.Cache(t), dedup.Config{Window: time.Second})
+	who := "u-" + testenv.RandomID(6)
+	card := dedup.Message{Recipient: who, Template: "card-declined-reminder", Key: "pm_card_visa"}
+	if v := g.Accept(context.Background(), card, now); v != dedup.Send {
+		t.Fatalf("first: %s", v)
+	}
+	if v := g.Accept(context.Background(), card, now); v != dedup.Duplicate {
+		t.Fatalf("second within the window: %s", v)
+	}
+	other := card
+	other.Key = "pm_card_mastercard"
+	if v := g.Accept(context.Background(), other, now); v != dedup.Send {
+		t.Fatalf("another card: %s", v)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if v := g.Accept(context.Background(), card, now); v != dedup.Send {
+		t.Fatalf("after the window: %s", v)
+	}
+	if !strings.Contains(emf.String(), `"DedupDropped":1`) {
+		t.Errorf("the dropped duplicate was not counted: %s", emf.String())
+	}
+}
+
+// The cap is counted once, at accept, after dedup: a user at their cap
+// gets no more, and a dropped duplicate did not use up the allowance.
+func TestACapCountsOnlyWhatWentOut(t *testing.T) {
+	g, _ := gate(t, testenv.Cache(t), dedup.Config{Cap: 2})
+	who := "u-" + testenv.RandomID(6)
+	msg := func(card string) dedup.Message {
+		return dedup.Message{Recipient: who, Template: "card-declined-reminder", Key: card}
+	}
+	for i, c := range []struct {
+		card, want string
+	}{{"pm_a", dedup.Send}, {"pm_a", dedup.Duplicate}, {"pm_b", dedup.Send}, {"pm_c", dedup.Capped}} {
+		if v := g.Accept(context.Background(), msg(c.card), now); v != c.want {
+			t.Fatalf("message %d (%s): %s, want %s", i, c.card, v, c.want)
+		}
+	}
+	// The next period starts a new allowance.
+	if v := g.Accept(context.Background(), msg("pm_d"), now.Add(24*time.Hour)); v != dedup.Send {
+		t.Fatalf("the next day: %s", v)
+	}
+}
+
+// The cache down: the message goes out (a duplicate reminder is better
+// than a lost one), counted.
+func TestACacheThatCannotBeReachedFailsOpen(t *testing.T) {
+	down, err := dedup.NewRedis("redis://127.0.0.1:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = down.Close() })
+	g, emf := gate(t, down, dedup.Config{})
+	if v := g.Accept(context.Background(), dedup.Message{Recipient: "u1", Template: "t", Key: "k"}, now); v != dedup.FailOpen || !dedup.Goes(v) {
+		t.Fatalf("%s, want fail-open", v)
+	}
+	if !strings.Contains(emf.String(), `"DedupFailOpen":1`) {
+		t.Errorf("not counted: %s", emf.String())
+	}
+}
+
+// What the cache holds names no one: the keys are hashes of the recipient,
+// the template and the business key.
+func TestTheCacheHoldsNoReadableRecipientOrCard(t *testing.T) {
+	c := testenv.Cache(t)
+	g, _ := gate(t, c, dedup.Config{})
+	who := "u-" + testenv.RandomID(6)
+	g.Accept(context.Background(), dedup.Message{Recipient: who, Template: "card-declined-reminder", Key: "pm_secret_card"}, now)
+	raw, err := c.Do(context.Background(), "KEYS", "*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range raw.([]any) {
+		k := string(r.([]byte))
+		if strings.Contains(k, who) || strings.Contains(k, "pm_secret_card") {
+			t.Errorf("key %q names the recipient or the card", k)
+		}
+	}
+}
