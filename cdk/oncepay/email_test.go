@@ -1,6 +1,7 @@
 package oncepay_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/oncepay/oncepay/cdk/oncepay"
@@ -46,5 +47,54 @@ func TestTheEmailChannel(t *testing.T) {
 	}
 	if _, on := envOf(t, plain, plain.stack.Worker.Function)[stackenv.EmailFrom]; on {
 		t.Error("the email channel is on with no oncepay:emailFrom")
+	}
+}
+
+// TestTheDedupCache (the ALB variant has the email channel, so the
+// reminders and their cache): Valkey with eviction off, encrypted at rest
+// with the customer key and in transit, on its own port in the private
+// subnets, open to the worker's security group alone; the worker gets its
+// rediss:// URL; its memory and the gate's fail-opens alarm.
+func TestTheDedupCache(t *testing.T) {
+	s := synthALB(t)
+	c := s.stack.Cache
+	if c == nil {
+		t.Fatal("no dedup cache with the email channel")
+	}
+	rg := s.resource(t, s.logicalID(t, c.ReplicationGroup))["Properties"].(map[string]any)
+	for k, want := range map[string]any{"Engine": "valkey", "AtRestEncryptionEnabled": true, "TransitEncryptionEnabled": true,
+		"TransitEncryptionMode": "required", "Port": float64(oncepay.CachePort), "NumCacheClusters": float64(1)} {
+		if !jsonEqual(rg[k], want) {
+			t.Errorf("%s = %v, want %v", k, rg[k], want)
+		}
+	}
+	if rg["KmsKeyId"] == nil {
+		t.Error("no customer key")
+	}
+	pg := s.resource(t, s.logicalID(t, c.ParameterGroup))["Properties"].(map[string]any)
+	if !jsonEqual(pg["Properties"], map[string]any{"maxmemory-policy": "noeviction"}) {
+		t.Errorf("parameters %s", show(pg["Properties"]))
+	}
+	from := map[string]bool{}
+	for _, r := range s.resourcesOfType("AWS::EC2::SecurityGroupIngress") {
+		p := r["Properties"].(map[string]any)
+		if jsonEqual(p["GroupId"], getAtt(s.logicalID(t, c.SecurityGroup), "GroupId")) {
+			from[render(p["SourceSecurityGroupId"])] = true
+		}
+	}
+	worker := "${" + s.logicalID(t, s.stack.Worker.Function.SecurityGroup) + ".GroupId}"
+	if len(from) != 1 || !from[worker] {
+		t.Errorf("cache ingress from %v, want the worker's alone", from)
+	}
+	if u := envOf(t, s, s.stack.Worker.Function)[stackenv.DedupCacheURL]; !strings.HasPrefix(u, "rediss://") {
+		t.Errorf("the worker's cache URL %q", u)
+	}
+	for _, a := range []string{oncepay.AlarmCacheMemory, oncepay.AlarmCacheFailOpen} {
+		if _, ok := s.stack.Monitoring.Alarms[a]; !ok {
+			t.Errorf("no alarm %s", a)
+		}
+	}
+	if synth(t, oncepay.ProfileSandbox).stack.Cache != nil {
+		t.Error("a dedup cache without the email channel")
 	}
 }

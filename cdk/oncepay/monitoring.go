@@ -43,6 +43,7 @@ const (
 	MetricTotalsStaleStates = "TotalsStaleStates"
 	MetricTotalsUnreadable  = "TotalsUnreadable"
 	MetricTotalsStateBytes  = "TotalsStateBytes"
+	MetricDedupFailOpen     = "DedupFailOpen"
 	// MetricPSPKeyUnreadable: the api or the resolver needed the PSP API key
 	// and could not read its secret (and held no value to fall back on), so
 	// it made no PSP call: payments wait as UNKNOWN, refunds as pending.
@@ -71,6 +72,8 @@ const (
 	AlarmTotalsErrors       = "TotalsErrors"
 	AlarmTotalsIteratorAge  = "TotalsIteratorAge"
 	AlarmTotalsStateSize    = "TotalsStateSize"
+	AlarmCacheMemory        = "DedupCacheMemory"
+	AlarmCacheFailOpen      = "DedupFailOpen"
 	AlarmTotalsLateCopies   = "TotalsLateCopies"
 	AlarmTotalsStaleState   = "TotalsStaleState"
 	AlarmTotalsUnreadable   = "TotalsUnreadable"
@@ -220,6 +223,18 @@ func newMonitoring(s *Stack) *Monitoring {
 		t.Function.Function.Metric(jsii.String("IteratorAge"), &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")}),
 		TotalsIteratorAgeMaxMin*60_000)
 
+	if s.Cache != nil {
+		// The primary node's memory: with eviction off, a full cache refuses
+		// new fingerprints and the gate fails open (duplicates, counted).
+		c.alarm(AlarmCacheMemory, "The dedup cache is 80% full: with eviction off, a full cache refuses new fingerprints and every reminder goes out (DedupFailOpen); size the node up or shorten the window.",
+			awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
+				Namespace: jsii.String("AWS/ElastiCache"), MetricName: jsii.String("DatabaseMemoryUsagePercentage"),
+				DimensionsMap: &map[string]*string{"CacheClusterId": awscdk.Fn_Join(jsii.String(""), jsii.Strings(*s.Cache.ReplicationGroup.Ref(), "-001"))},
+				Statistic:     jsii.String("Maximum"), Period: period,
+			}), 80)
+		atLeastOne(AlarmCacheFailOpen, "The dedup cache could not be reached and reminders went out without it (fail open): duplicates are possible until it answers again.",
+			custom(MetricDedupFailOpen, FnWorker, "Sum"))
+	}
 	c.frontDoorAlarms(s, period, errs)
 	c.storeAlarms(s, period)
 

@@ -135,6 +135,12 @@ func TestNagSuppressions(t *testing.T) {
 					policy(st.Worker.Function)+" AwsSolutions-IAM5", // the platform endpoints
 					policy(st.Devices.Function)+" AwsSolutions-IAM5")
 			}
+			if st.Cache != nil {
+				want = append(want, id(st.Cache.ReplicationGroup)+" AwsSolutions-AEC6")
+				if !st.Profile.IsProd() {
+					want = append(want, id(st.Cache.ReplicationGroup)+" AwsSolutions-AEC4")
+				}
+			}
 			sort.Strings(want)
 			var got []string
 			for id, r := range s.json["Resources"].(map[string]any) {

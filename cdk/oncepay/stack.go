@@ -67,6 +67,9 @@ type Stack struct {
 	Totals *StreamTotals
 	// Devices is the devices function (PUT/DELETE /devices/{device_id}).
 	Devices *DeviceRegistry
+	// Cache is the dedup cache of the logical messages; nil without the
+	// email channel (StackProps.EmailFrom).
+	Cache *DedupCache
 	// ResolverSchedule runs the resolver every ResolverRate.
 	ResolverSchedule awsevents.Rule
 	// AsyncFailures receives failed asynchronous invocations of the resolver
@@ -207,6 +210,14 @@ func (s *Stack) addFunctions(props *StackProps) {
 		Ledger:                  d.Ledger,
 		LogRetention:            retention,
 	})
+	if props.EmailFrom != "" {
+		// The card-declined reminder goes by email, once per card and
+		// window: the dedup cache comes with the email channel.
+		s.Cache = NewDedupCache(s.Stack, "DedupCache", &DedupCacheProps{
+			Protection: protection, Vpc: d.Vpc, HighlyAvailable: s.Profile.IsProd(),
+		})
+		s.Cache.Connect(s.Worker.Function)
+	}
 
 	s.Devices = NewDeviceRegistry(s.Stack, "Devices", &DeviceRegistryProps{
 		Protection:              protection,
