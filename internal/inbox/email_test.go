@@ -91,7 +91,8 @@ func newEmailWorld(t *testing.T, reminders ...*dedup.Gate) *emailWorld {
 		t.Fatal(err)
 	}
 	ew.reminders = rs
-	sw, err := inbox.NewNotifSweeper(ew.pool, sender, inbox.SweepConfig{Channel: notify.ChannelEmail, Grace: time.Nanosecond, Logger: quiet})
+	sw, err := inbox.NewNotifSweeper(ew.pool, sender, inbox.SweepConfig{Channel: notify.ChannelEmail, Repeats: true, Grace: time.Nanosecond, Logger: quiet,
+		Metrics: metrics.New(ew.emf, "worker")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,6 +174,57 @@ func TestAPaymentIsPushedAndEmailedOnceEach(t *testing.T) {
 	}
 }
 
+// The worker dies between the email's send and SENT and the sweep, not a
+// redelivery, finds the row: it sends the repeat, counted, and a later
+// delivery of the event sends nothing.
+func TestTheSweepCountsTheRepeatOfAnEmailWhoseWorkerDied(t *testing.T) {
+	w := newEmailWorld(t)
+	e := w.paid(t, "pay_e5", w.to)
+	*w.crash = notify.ChannelEmail
+	if _, err := w.w.Process(context.Background(), e); err == nil {
+		t.Fatal("the crash after the send did not stop the delivery")
+	}
+	if n, err := w.sweeper.FinishPending(context.Background(), 10); err != nil || n != 1 {
+		t.Fatalf("the sweep finished %d: %v", n, err)
+	}
+	if _, err := w.w.Process(context.Background(), e); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(w.emails(t)); n != 2 || w.emailState(t, e.EventID) != inbox.NotifSent {
+		t.Fatalf("%d emails (row %s), want 2", n, w.emailState(t, e.EventID))
+	}
+	if strings.Count(w.emf.String(), `"NotifResent":1`) != 1 {
+		t.Errorf("the sweep's repeat was not counted once: %s", w.emf.String())
+	}
+}
+
+// A send that failed, then a retry that died after its send: the third
+// attempt knows the second may have gone out.
+func TestARepeatAfterAFailedAttemptIsStillCounted(t *testing.T) {
+	w := newEmailWorld(t)
+	e := w.paid(t, "pay_e6", w.to)
+	w.ses.arm(1)
+	if res, err := w.w.Process(context.Background(), e); err != nil || res.Extra != "email=failed" {
+		t.Fatalf("%+v %v", res, err)
+	}
+	*w.crash = notify.ChannelEmail
+	if _, err := w.pool.Exec(context.Background(), `UPDATE notif SET next_attempt_at = now() WHERE event_id = $1`, e.EventID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.w.Process(context.Background(), e); err == nil {
+		t.Fatal("the crash after the send did not stop the delivery")
+	}
+	if _, err := w.w.Process(context.Background(), e); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(w.emails(t)); n != 3 || w.emailState(t, e.EventID) != inbox.NotifSent {
+		t.Fatalf("%d emails (row %s), want 3: the lost answer's, the crashed retry's, the repeat", n, w.emailState(t, e.EventID))
+	}
+	if strings.Count(w.emf.String(), `"NotifResent":1`) != 1 {
+		t.Errorf("want one counted repeat (the first retry followed a recorded failure): %s", w.emf.String())
+	}
+}
+
 // The worker dies between the email's send and SENT: the redelivery sends
 // it again (the accepted duplicate: the email has no replace id), and then
 // never a third.
@@ -190,6 +242,9 @@ func TestAWorkerCrashAfterTheEmailSendsASecondCopyAndNotAThird(t *testing.T) {
 	}
 	if n := len(w.emails(t)); n != 2 || w.emailState(t, e.EventID) != inbox.NotifSent {
 		t.Fatalf("%d emails (row %s), want 2: the one before the crash and its one repeat", n, w.emailState(t, e.EventID))
+	}
+	if !strings.Contains(w.emf.String(), `"NotifResent":1`) || strings.Count(w.emf.String(), `"NotifResent":`) != 1 {
+		t.Errorf("the repeat was not counted once: %s", w.emf.String())
 	}
 	if w.pusher.count() != 1 {
 		t.Errorf("%d pushes", w.pusher.count())

@@ -368,6 +368,30 @@ func (w *Worker) deliverExtra(ctx context.Context, e event.Event, ch Channel, re
 		}
 		return err
 	}
+	// The attempt is recorded before the send: a row that already had one
+	// with no failure recorded was sent by a delivery that died before SENT,
+	// and this send repeats it (an email has no replace id to land on top
+	// of the first: the accepted duplicate, counted).
+	// last_error is cleared until this attempt's outcome is known, so the
+	// next attempt reads "no failure recorded" after a crash here too.
+	var resend bool
+	err = w.db.QueryRow(ctx, `
+		UPDATE notif n SET attempts = n.attempts + 1, last_error = NULL
+		FROM (SELECT attempts > 0 AND last_error IS NULL AS resend FROM notif
+		      WHERE event_id = $1 AND channel = $2 AND state = 'PENDING' FOR UPDATE) prior
+		WHERE n.event_id = $1 AND n.channel = $2 AND n.state = 'PENDING'
+		RETURNING prior.resend`, e.EventID, ch.Name).Scan(&resend)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil // the sweep finished it since the check above
+	}
+	if err != nil {
+		return fmt.Errorf("inbox: record the %s attempt of %s: %w", ch.Name, e.EventID, err)
+	}
+	if resend {
+		w.cfg.Metrics.Count("NotifResent", 1)
+		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "sending again a notification an earlier delivery may have sent (it died before SENT): a possible duplicate",
+			slog.String("event_id", e.EventID), slog.String("payment_id", e.PaymentID), slog.String("channel", ch.Name))
+	}
 	if err := ch.Sender.Send(ctx, notify.FromEvent(e)); err != nil {
 		res.extra(ch.Name, w.notSent(ctx, e, ch, err))
 		return nil
@@ -436,13 +460,14 @@ func (w *Worker) notSent(ctx context.Context, e event.Event, ch Channel, sendErr
 		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "notification not sent; the event is done and the sweep retries it", attrs...)
 	}
 	var err error
+	// The attempt was counted before the send (deliverExtra).
 	if state != "" {
 		_, err = w.db.Exec(ctx, `
-			UPDATE notif SET state = $3, attempts = attempts + 1, last_error = $4
+			UPDATE notif SET state = $3, last_error = $4
 			WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, e.EventID, channel, state, sendErr.Error())
 	} else {
 		_, err = w.db.Exec(ctx, `
-			UPDATE notif SET attempts = attempts + 1, last_error = $3, next_attempt_at = now() + make_interval(secs => $4)
+			UPDATE notif SET last_error = $3, next_attempt_at = now() + make_interval(secs => $4)
 			WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, e.EventID, channel, sendErr.Error(), w.cfg.RetryAfter.Seconds())
 	}
 	if err != nil {

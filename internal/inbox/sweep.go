@@ -29,6 +29,11 @@ type SweepConfig struct {
 	// Message is the channel's message type, for its policy on an unknown
 	// send; "" is each event's own (Channel.Message).
 	Message notify.MessageType
+	// Repeats: a second send of this channel's message reaches the person
+	// twice (an email; a push lands on top of the first by its replace id).
+	// A send after an attempt that recorded no failure (a run that died
+	// between the send and SENT) is then counted NotifResent.
+	Repeats bool
 	// Grace: a PENDING row younger than this is left to the worker that
 	// wrote it, which is about to push it (default 1 min, twice the
 	// worker's timeout). Measured on the database's clock.
@@ -114,6 +119,8 @@ type dueNotif struct {
 	payload                      []byte
 	attempts                     int
 	overHorizon                  bool
+	// resend: an earlier attempt recorded no failure, so it may have sent.
+	resend bool
 }
 
 // FinishPending takes up to limit PENDING rows that are older than the
@@ -154,9 +161,9 @@ func (s *NotifSweeper) FinishPending(ctx context.Context, limit int) (int, error
 
 func (s *NotifSweeper) claim(ctx context.Context, limit int) ([]dueNotif, error) {
 	rows, err := s.db.Query(ctx, `
-		UPDATE notif n SET lease_until = now() + make_interval(secs => $3), attempts = n.attempts + 1
+		UPDATE notif n SET lease_until = now() + make_interval(secs => $3), attempts = n.attempts + 1, last_error = NULL
 		FROM (
-		  SELECT event_id, channel FROM notif
+		  SELECT event_id, channel, attempts > 0 AND last_error IS NULL AS resend FROM notif
 		  WHERE state = 'PENDING' AND channel = $1
 		    AND created_at < now() - make_interval(secs => $2)
 		    AND (next_attempt_at IS NULL OR next_attempt_at <= now())
@@ -167,7 +174,7 @@ func (s *NotifSweeper) claim(ctx context.Context, limit int) ([]dueNotif, error)
 		) pick
 		WHERE n.event_id = pick.event_id AND n.channel = pick.channel
 		RETURNING n.event_id, n.replace_id, n.caller_id, COALESCE(n.payload::text, ''), n.attempts,
-		          n.armed_at < now() - make_interval(secs => $5)`,
+		          n.armed_at < now() - make_interval(secs => $5), pick.resend`,
 		s.cfg.Channel, s.cfg.Grace.Seconds(), s.cfg.Lease.Seconds(), limit, s.cfg.Horizon.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("inbox: take pending notifications: %w", err)
@@ -175,7 +182,7 @@ func (s *NotifSweeper) claim(ctx context.Context, limit int) ([]dueNotif, error)
 	due, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dueNotif, error) {
 		var n dueNotif
 		var payload string
-		err := r.Scan(&n.eventID, &n.replaceID, &n.callerID, &payload, &n.attempts, &n.overHorizon)
+		err := r.Scan(&n.eventID, &n.replaceID, &n.callerID, &payload, &n.attempts, &n.overHorizon, &n.resend)
 		n.payload = []byte(payload)
 		return n, err
 	})
@@ -203,6 +210,10 @@ func (s *NotifSweeper) finish(ctx context.Context, n dueNotif) (ok bool, err err
 			log.Info("pending notification superseded by a later one about the payment; not sent")
 		}
 		return gone, err
+	}
+	if n.resend && s.cfg.Repeats {
+		s.cfg.Metrics.Count("NotifResent", 1)
+		log.Warn("sending again a notification an earlier attempt may have sent (it died before SENT): a possible duplicate")
 	}
 	sendErr := s.pusher.Send(ctx, p)
 	switch {

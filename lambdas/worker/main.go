@@ -42,7 +42,7 @@ func main() {
 	var sweepers []*inbox.NotifSweeper
 	if email, ok := pushboot.Email(cfg, pool, log); ok {
 		extra = append(extra, inbox.Channel{Name: notify.ChannelEmail, Sender: email, OnlyWithReceipt: true})
-		sw, err := inbox.NewNotifSweeper(pool, email, inbox.SweepConfig{Channel: notify.ChannelEmail, Logger: log, Metrics: m})
+		sw, err := inbox.NewNotifSweeper(pool, email, inbox.SweepConfig{Channel: notify.ChannelEmail, Repeats: true, Logger: log, Metrics: m})
 		if err != nil {
 			fail(err)
 		}
@@ -57,7 +57,7 @@ func main() {
 			reminder.Type = notify.CardDeclinedReminder
 			extra = append(extra, inbox.Channel{Name: notify.ChannelReminder, Sender: reminder, Message: notify.CardDeclinedReminder,
 				Raise: &inbox.Raise{Gate: gate, Template: string(notify.CardDeclinedReminder), States: []string{event.Failed}}})
-			sw, err := inbox.NewNotifSweeper(pool, reminder, inbox.SweepConfig{Channel: notify.ChannelReminder, Message: notify.CardDeclinedReminder, Logger: log, Metrics: m})
+			sw, err := inbox.NewNotifSweeper(pool, reminder, inbox.SweepConfig{Channel: notify.ChannelReminder, Message: notify.CardDeclinedReminder, Repeats: true, Logger: log, Metrics: m})
 			if err != nil {
 				fail(err)
 			}
