@@ -63,7 +63,9 @@ func TestTheDedupCache(t *testing.T) {
 	}
 	rg := s.resource(t, s.logicalID(t, c.ReplicationGroup))["Properties"].(map[string]any)
 	for k, want := range map[string]any{"Engine": "valkey", "AtRestEncryptionEnabled": true, "TransitEncryptionEnabled": true,
-		"TransitEncryptionMode": "required", "Port": float64(oncepay.CachePort), "NumCacheClusters": float64(1)} {
+		"TransitEncryptionMode": "required", "Port": float64(oncepay.CachePort), "NumCacheClusters": float64(1),
+		// ElastiCache's Valkey versions are 7.2, 8.0, 8.1, ...; 8.x takes the family valkey8.
+		"EngineVersion": "8.0"} {
 		if !jsonEqual(rg[k], want) {
 			t.Errorf("%s = %v, want %v", k, rg[k], want)
 		}
@@ -72,6 +74,9 @@ func TestTheDedupCache(t *testing.T) {
 		t.Error("no customer key")
 	}
 	pg := s.resource(t, s.logicalID(t, c.ParameterGroup))["Properties"].(map[string]any)
+	if pg["CacheParameterGroupFamily"] != "valkey8" {
+		t.Errorf("parameter group family %v, want valkey8 (the engine version's)", pg["CacheParameterGroupFamily"])
+	}
 	if !jsonEqual(pg["Properties"], map[string]any{"maxmemory-policy": "noeviction"}) {
 		t.Errorf("parameters %s", show(pg["Properties"]))
 	}

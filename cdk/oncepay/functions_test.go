@@ -422,6 +422,7 @@ func TestAlarms(t *testing.T) {
 
 		oncepay.AlarmApiErrors:        {"AWS/Lambda", "Errors", "Sum", map[string]any{"FunctionName": fnName(st.Api.Function)}, 1},
 		oncepay.AlarmWebhookErrors:    {"AWS/Lambda", "Errors", "Sum", map[string]any{"FunctionName": fnName(st.Webhook)}, 1},
+		oncepay.AlarmDevicesErrors:    {"AWS/Lambda", "Errors", "Sum", map[string]any{"FunctionName": fnName(st.Devices.Function)}, 1},
 		oncepay.AlarmApiThrottles:     {"AWS/Lambda", "Throttles", "Sum", map[string]any{"FunctionName": fnName(st.Api.Function)}, 1},
 		oncepay.AlarmWebhookThrottles: {"AWS/Lambda", "Throttles", "Sum", map[string]any{"FunctionName": fnName(st.Webhook)}, 1},
 		oncepay.AlarmWorkerThrottles:  {"AWS/Lambda", "Throttles", "Sum", map[string]any{"FunctionName": fnName(st.Worker.Function)}, 1},

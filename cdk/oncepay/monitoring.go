@@ -87,6 +87,7 @@ const (
 
 	AlarmApiErrors                = "ApiErrors"
 	AlarmWebhookErrors            = "WebhookErrors"
+	AlarmDevicesErrors            = "DevicesErrors"
 	AlarmApiThrottles             = "ApiThrottles"
 	AlarmWebhookThrottles         = "WebhookThrottles"
 	AlarmWorkerThrottles          = "WorkerThrottles"
@@ -310,6 +311,9 @@ func (c *Monitoring) frontDoorAlarms(s *Stack, period awscdk.Duration, errs func
 	}
 	c.alarm(AlarmApiErrors, "The api function failed invocations (a crash or timeout: the caller got a 5xx from the front door; a retry with the same key is safe).", errs(s.Api.Function), 1)
 	c.alarm(AlarmWebhookErrors, "The webhook function failed invocations: the PSP retries its events for days, but a settled outcome waits on them.", errs(s.Webhook), 1)
+	if s.Devices != nil {
+		c.alarm(AlarmDevicesErrors, "The devices function failed invocations: a registration or removal got a 5xx; the app retries with the same counter, and a device without an endpoint gets no push (PushUndeliverable).", errs(s.Devices.Function), 1)
+	}
 	c.alarm(AlarmApiThrottles, "The api function was throttled (the account's or its reserved concurrency): callers got 429/503 and will retry.", throttles(s.Api.Function), 1)
 	c.alarm(AlarmWebhookThrottles, "The webhook function was throttled: the PSP's deliveries are retried later.", throttles(s.Webhook), 1)
 	c.alarm(AlarmWorkerThrottles, "The worker function was throttled: credits and pushes wait in the events queue.", throttles(s.Worker.Function), 1)

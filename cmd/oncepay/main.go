@@ -31,7 +31,7 @@ import (
 
 const usage = `oncepay: a buyer's client for the oncepay payment API.
 
-  oncepay pay --order 42 --amount 3000 [--currency USD] [--method pm_card_visa] [--merchant m1] [--again] [--wait]
+  oncepay pay --order 42 --amount 3000 [--currency USD] [--method pm_card_visa] [--merchant m1] [--receipt-email a@b.example] [--again] [--wait]
   oncepay status [--order 42]     what the journal holds (every caller and API; nothing is sent)
   oncepay resolve                 resume every open intent of this caller and API, same keys
   oncepay device register --platform GCM --push-token T
@@ -112,7 +112,7 @@ var commands = map[string]struct {
 	flags   []string
 }{
 	"pay": {"pay for an order (the key is made and journaled first); --wait: and wait for its push on the phone",
-		[]string{"order", "amount", "currency", "method", "merchant", "again", "wait", "wait-timeout", "phone", "url", "token", "caller", "timeout", "journal", "journal-wait", "retention", "json"}},
+		[]string{"order", "amount", "currency", "method", "merchant", "receipt-email", "again", "wait", "wait-timeout", "phone", "url", "token", "caller", "timeout", "journal", "journal-wait", "retention", "json"}},
 	"status":  {"what the journal holds for an order, or every open intent (sends nothing)", []string{"order", "journal", "journal-wait", "json"}},
 	"resolve": {"resume every open intent of this caller and API, with the same keys", []string{"url", "token", "caller", "timeout", "journal", "journal-wait", "retention", "json"}},
 	"phone":   {"what the local cloud's phone shows: the latest push per replace id, with its number of alerts", []string{"phone", "json"}},
@@ -169,6 +169,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	amount := fs.Int64("amount", 0, "amount in minor units")
 	currency := fs.String("currency", "USD", "ISO 4217 currency")
 	method := fs.String("method", "pm_card_visa", "payment method")
+	receiptEmail := fs.String("receipt-email", "", "where the payment's emails go (optional; not part of the payment: a resumed tap keeps the first one)")
 	merchant := fs.String("merchant", "m1", "merchant id")
 	again := fs.Bool("again", false, "pay: after a decline, pay anew (new key) even with the same card")
 	caller := fs.String("caller", "", "token: the caller to mint a token for; others: the journal's caller, for a token that is not a JWT")
@@ -237,7 +238,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 		if *order == "" || *amount <= 0 {
 			return exitUsage, errors.New("pay needs --order and --amount")
 		}
-		p := client.Payment{MerchantID: *merchant, OrderID: *order, Amount: *amount, Currency: *currency, PaymentMethod: *method}
+		p := client.Payment{MerchantID: *merchant, OrderID: *order, Amount: *amount, Currency: *currency, PaymentMethod: *method, ReceiptEmail: *receiptEmail}
 		pay := c.Pay
 		if *again {
 			pay = c.PayAgain

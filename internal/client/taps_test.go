@@ -6,6 +6,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -212,5 +213,52 @@ func TestADeclinedOrderCanBePaidWithANewCardUnderANewKey(t *testing.T) {
 	}
 	if n := w.Scalar(t, `SELECT count(*) FROM payments WHERE state = 'FAILED'`); n != 3 {
 		t.Fatalf("declined payments = %d, want 3", n)
+	}
+}
+
+// The receipt address is not the payment's meaning: a tap that resumes an
+// open intent with another address resumes it (the same key, no
+// ErrChanged) and resends the journaled address, and the server keeps the
+// first request's.
+func TestAnotherReceiptAddressResumesTheOpenIntent(t *testing.T) {
+	w := apitest.New(t, config.Timing{})
+	tok := w.Token(t, "u1")
+	j := openJournal(t)
+	first := order42
+	first.ReceiptEmail = "first@example.com"
+	var losing atomic.Bool
+	losing.Store(true)
+	drop := dropper("/", 1<<30)
+	door := w.Door(t, func(next http.Handler) http.Handler {
+		lost := drop(next)
+		return http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+			if losing.Load() {
+				lost.ServeHTTP(rw, r)
+				return
+			}
+			next.ServeHTTP(rw, r)
+		})
+	})
+	r1, err := fastClient(door.URL, tok, j).Pay(context.Background(), first)
+	if r1.State != client.Unknown {
+		t.Fatalf("every reply lost: %+v %v, want UNKNOWN", r1, err)
+	}
+	losing.Store(false)
+	second := order42
+	second.ReceiptEmail = "second@example.com"
+	r2, err := fastClient(door.URL, tok, j).Pay(context.Background(), second)
+	if err != nil || r2.Key != r1.Key || r2.State != client.Succeeded {
+		t.Fatalf("the second tap: %+v %v, want the first key (%s) SUCCEEDED", r2, err, r1.Key)
+	}
+	if got := len(w.Charges()); got != 1 {
+		t.Fatalf("charges = %d, want 1", got)
+	}
+	var to string
+	if err := w.Pool.QueryRow(context.Background(), `SELECT receipt_email FROM payments`).Scan(&to); err != nil || to != first.ReceiptEmail {
+		t.Fatalf("receipt_email %q %v, want the first request's", to, err)
+	}
+	in, err := intentFor(j, door.URL, "u1", "42")
+	if err != nil || in.Payment.ReceiptEmail != first.ReceiptEmail {
+		t.Fatalf("journaled %+v %v", in.Payment, err)
 	}
 }
