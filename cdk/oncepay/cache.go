@@ -1,7 +1,11 @@
 package oncepay
 
 import (
+	"fmt"
+	"strings"
+
 	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awselasticache"
 	"github.com/aws/constructs-go/constructs/v10"
@@ -36,6 +40,35 @@ type DedupCache struct {
 	ReplicationGroup awselasticache.CfnReplicationGroup
 	SecurityGroup    awsec2.SecurityGroup
 	ParameterGroup   awselasticache.CfnParameterGroup
+	// Nodes is the number of cache nodes (<group>-001, -002, ...).
+	Nodes int
+}
+
+// MemoryMetric is the fullest node's DatabaseMemoryUsagePercentage over
+// period: ElastiCache reports it per node, and which node is the primary
+// changes with a failover.
+func (c *DedupCache) MemoryMetric(period awscdk.Duration) awscloudwatch.IMetric {
+	node := func(i int) awscloudwatch.IMetric {
+		return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
+			Namespace: jsii.String("AWS/ElastiCache"), MetricName: jsii.String("DatabaseMemoryUsagePercentage"),
+			DimensionsMap: &map[string]*string{"CacheClusterId": awscdk.Fn_Join(jsii.String(""), jsii.Strings(*c.ReplicationGroup.Ref(), fmt.Sprintf("-%03d", i)))},
+			Statistic:     jsii.String("Maximum"), Period: period,
+		})
+	}
+	if c.Nodes == 1 {
+		return node(1)
+	}
+	using := map[string]awscloudwatch.IMetric{}
+	var ids []string
+	for i := 1; i <= c.Nodes; i++ {
+		id := fmt.Sprintf("node%d", i)
+		using[id] = node(i)
+		ids = append(ids, id)
+	}
+	return awscloudwatch.NewMathExpression(&awscloudwatch.MathExpressionProps{
+		Expression: jsii.String("MAX([" + strings.Join(ids, ",") + "])"), UsingMetrics: &using, Period: period,
+		Label: jsii.String("the fullest node's memory (%)"),
+	})
 }
 
 // NewDedupCache creates the cache.
@@ -62,9 +95,10 @@ func NewDedupCache(scope constructs.Construct, id string, props *DedupCacheProps
 		Description:               jsii.String("oncepay dedup cache: eviction off (an evicted key is a silent duplicate)"),
 		Properties:                &map[string]*string{"maxmemory-policy": jsii.String("noeviction")},
 	})
-	nodes, failover := 1.0, false
+	c.Nodes = 1
+	failover := false
 	if props.HighlyAvailable {
-		nodes, failover = 2, true
+		c.Nodes, failover = 2, true
 	}
 	nodeType := props.NodeType
 	if nodeType == "" {
@@ -75,7 +109,7 @@ func NewDedupCache(scope constructs.Construct, id string, props *DedupCacheProps
 		Engine:                      jsii.String("valkey"),
 		EngineVersion:               jsii.String("8.0"),
 		CacheNodeType:               jsii.String(nodeType),
-		NumCacheClusters:            jsii.Number(nodes),
+		NumCacheClusters:            jsii.Number(c.Nodes),
 		AutomaticFailoverEnabled:    jsii.Bool(failover),
 		MultiAzEnabled:              jsii.Bool(failover),
 		Port:                        jsii.Number(CachePort),

@@ -4,6 +4,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
+	"github.com/aws/jsii-runtime-go"
+
 	"github.com/oncepay/oncepay/cdk/oncepay"
 	"github.com/oncepay/oncepay/internal/stackenv"
 )
@@ -28,8 +33,14 @@ func TestTheEmailChannel(t *testing.T) {
 		t.Errorf("suppression %s", show(set["SuppressionOptions"]))
 	}
 	g := grantsOf(s.json, s.logicalID(t, w.Function.Role))
-	if rs := g["ses:SendEmail"]; len(rs) != 2 {
-		t.Errorf("ses:SendEmail on %v, want the identity and the configuration set", rs)
+	rs := g["ses:SendEmail"]
+	identity, configSet := false, false
+	for _, r := range rs {
+		identity = identity || strings.HasSuffix(r, ":identity/${"+s.logicalID(t, w.EmailIdentity)+"}") // its Ref: the address
+		configSet = configSet || strings.Contains(r, ":configuration-set/${"+s.logicalID(t, w.EmailConfigurationSet)+"}")
+	}
+	if len(rs) != 2 || !identity || !configSet {
+		t.Errorf("ses:SendEmail on %v, want the sender's identity and the configuration set", rs)
 	}
 	for a := range g {
 		if len(a) > 4 && a[:4] == "ses:" && a != "ses:SendEmail" {
@@ -101,5 +112,33 @@ func TestTheDedupCache(t *testing.T) {
 	}
 	if synth(t, oncepay.ProfileSandbox).stack.Cache != nil {
 		t.Error("a dedup cache without the email channel")
+	}
+}
+
+// A highly available cache (the prod profile's): two nodes in two zones
+// with automatic failover, and a memory alarm on the fuller of the two,
+// since the primary is -002 after a failover.
+func TestAHighlyAvailableCacheAlarmsOnEitherNode(t *testing.T) {
+	var c *oncepay.DedupCache
+	_, _, js := synthAlone(t, func(stack awscdk.Stack) {
+		vpc := awsec2.NewVpc(stack, jsii.String("Vpc"), &awsec2.VpcProps{MaxAzs: jsii.Number(2), NatGateways: jsii.Number(1)})
+		c = oncepay.NewDedupCache(stack, "Cache", &oncepay.DedupCacheProps{Vpc: vpc, HighlyAvailable: true})
+		awscloudwatch.NewAlarm(stack, jsii.String("Memory"), &awscloudwatch.AlarmProps{
+			Metric: c.MemoryMetric(awscdk.Duration_Minutes(jsii.Number(5))), Threshold: jsii.Number(80), EvaluationPeriods: jsii.Number(1),
+		})
+	})
+	for _, rg := range ofType(js, "AWS::ElastiCache::ReplicationGroup") {
+		p := rg["Properties"].(map[string]any)
+		if p["NumCacheClusters"] != float64(2) || p["AutomaticFailoverEnabled"] != true || p["MultiAZEnabled"] != true {
+			t.Errorf("replication group %s", show(p))
+		}
+	}
+	for _, a := range ofType(js, "AWS::CloudWatch::Alarm") {
+		got := show(a["Properties"].(map[string]any)["Metrics"])
+		for _, want := range []string{"MAX([node1,node2])", "-001", "-002", "DatabaseMemoryUsagePercentage"} {
+			if !strings.Contains(got, want) {
+				t.Errorf("the memory alarm's metrics lack %q: %s", want, got)
+			}
+		}
 	}
 }

@@ -225,14 +225,11 @@ func newMonitoring(s *Stack) *Monitoring {
 		TotalsIteratorAgeMaxMin*60_000)
 
 	if s.Cache != nil {
-		// The primary node's memory: with eviction off, a full cache refuses
-		// new fingerprints and the gate fails open (duplicates, counted).
+		// Every node's memory, the fullest counting: with eviction off, a
+		// full cache refuses new fingerprints and the gate fails open
+		// (duplicates, counted). After a failover the primary is -002.
 		c.alarm(AlarmCacheMemory, "The dedup cache is 80% full: with eviction off, a full cache refuses new fingerprints and every reminder goes out (DedupFailOpen); size the node up or shorten the window.",
-			awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
-				Namespace: jsii.String("AWS/ElastiCache"), MetricName: jsii.String("DatabaseMemoryUsagePercentage"),
-				DimensionsMap: &map[string]*string{"CacheClusterId": awscdk.Fn_Join(jsii.String(""), jsii.Strings(*s.Cache.ReplicationGroup.Ref(), "-001"))},
-				Statistic:     jsii.String("Maximum"), Period: period,
-			}), 80)
+			s.Cache.MemoryMetric(period), 80)
 		atLeastOne(AlarmCacheFailOpen, "The dedup cache could not be reached and reminders went out without it (fail open): duplicates are possible until it answers again.",
 			custom(MetricDedupFailOpen, FnWorker, "Sum"))
 	}

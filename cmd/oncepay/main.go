@@ -169,7 +169,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 	amount := fs.Int64("amount", 0, "amount in minor units")
 	currency := fs.String("currency", "USD", "ISO 4217 currency")
 	method := fs.String("method", "pm_card_visa", "payment method")
-	receiptEmail := fs.String("receipt-email", "", "where the payment's emails go (optional; not part of the payment: a resumed tap keeps the first one)")
+	receiptEmail := fs.String("receipt-email", "", "where the payment's emails go (optional; part of the payment: another address is another payment)")
 	merchant := fs.String("merchant", "m1", "merchant id")
 	again := fs.Bool("again", false, "pay: after a decline, pay anew (new key) even with the same card")
 	caller := fs.String("caller", "", "token: the caller to mint a token for; others: the journal's caller, for a token that is not a JWT")

@@ -19,7 +19,6 @@ import (
 type attempt struct {
 	h        *Handler
 	req      payment.Request
-	email    string // receipt_email: where the payment's emails go ("" none)
 	caller   string
 	key      string
 	fp       string
@@ -61,13 +60,12 @@ func (h *Handler) pay(ctx context.Context, r Request) Response {
 	if err != nil {
 		return badRequest(err)
 	}
-	email, err := payment.ReceiptEmail(r.Body)
-	if err != nil {
+	if req.ReceiptEmail, err = payment.ReceiptEmail(r.Body); err != nil {
 		return badRequest(err)
 	}
 	scope := ids.Scope(r.Caller, key)
 	a := &attempt{
-		h: h, req: req, email: email, caller: r.Caller, key: key, fp: req.Fingerprint(), scope: scope,
+		h: h, req: req, caller: r.Caller, key: key, fp: req.Fingerprint(), scope: scope,
 		pid: ids.PaymentID(scope), owner: h.d.NewOwner(), deadline: deadline,
 	}
 	a.log = h.d.Log.With("scope", scope, "payment_id", a.pid, "owner", a.owner)
@@ -107,7 +105,7 @@ func (a *attempt) run(ctx context.Context, now time.Time) Response {
 		Amount: a.req.Amount, Currency: a.req.Currency, MerchantID: a.req.MerchantID,
 		OrderID: a.req.OrderID, PaymentMethod: a.req.PaymentMethod, DeadlineAt: a.deadline,
 	}
-	row, inserted, err := h.d.Ledger.InsertPending(ctx, intent, a.email)
+	row, inserted, err := h.d.Ledger.InsertPending(ctx, intent, a.req.ReceiptEmail)
 	if errors.Is(err, ledger.ErrOutcomeUnknown) {
 		return a.afterUnknownInsert(ctx, intent, err)
 	}
@@ -144,7 +142,7 @@ func (a *attempt) afterUnknownInsert(ctx context.Context, intent ledger.Payment,
 	h.d.Metrics.Count("LedgerInsertUnknown", 1)
 	rctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), h.d.Timing.Margin)
 	defer cancel()
-	row, inserted, err := h.d.Ledger.InsertPending(rctx, intent, a.email)
+	row, inserted, err := h.d.Ledger.InsertPending(rctx, intent, a.req.ReceiptEmail)
 	if err != nil {
 		a.log.Error("PENDING insert unconfirmed; keeping the claim, answering 503 without saying nothing ran",
 			"err", err, "first_err", first)

@@ -556,3 +556,35 @@ func TestTheWebhookSettlingFirstWithThisRequestsChargeLeavesTheAnswerItsOwn(t *t
 		})
 	}
 }
+
+// receipt_email is part of the meaning when present: the same key with the
+// same address replays, with another address or none it is 422 and the
+// address stays the first request's (an address corrected on a retry is
+// refused, never silently dropped).
+func TestAnotherReceiptAddressUnderTheSameKeyIs422(t *testing.T) {
+	w := newWorld(t)
+	with := func(email string) string {
+		if email == "" {
+			return body3000
+		}
+		return strings.TrimSuffix(strings.TrimSpace(body3000), "}") + `,"receipt_email":"` + email + `"}`
+	}
+	first := w.pay("u1", "K1", with("buyer@example.com"))
+	expectStatus(t, first, http.StatusCreated)
+	if again := w.pay("u1", "K1", with("buyer@example.com")); again.Status != http.StatusCreated || !replayedHeader(again) {
+		t.Fatalf("the same address: %d %s", again.Status, again.Body)
+	}
+	for _, other := range []string{"buyer2@example.com", ""} {
+		reuse := w.pay("u1", "K1", with(other))
+		if a := expectStatus(t, reuse, http.StatusUnprocessableEntity); !strings.HasSuffix(a.Type, "/key-reused") {
+			t.Fatalf("address %q: 422 type %q", other, a.Type)
+		}
+	}
+	var to string
+	if err := w.pool.QueryRow(context.Background(), `SELECT receipt_email FROM payments`).Scan(&to); err != nil || to != "buyer@example.com" {
+		t.Fatalf("receipt_email %q %v", to, err)
+	}
+	if got := len(w.charges()); got != 1 {
+		t.Fatalf("charges = %d", got)
+	}
+}

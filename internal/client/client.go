@@ -255,14 +255,14 @@ func decide(prev *Intent, p Payment, again bool) (resume, answer bool, err error
 	switch {
 	case prev == nil:
 		return false, false, nil
-	case prev.State == Open && !sameMeaning(prev.Payment, p):
+	case prev.State == Open && prev.Payment != p:
 		return false, false, ErrChanged
 	case prev.State == Open:
 		return true, false, nil
 	case prev.State == Final && prev.Outcome == Succeeded:
 		return false, true, nil
 	case prev.State == Final && prev.Outcome == FailedPay:
-		return false, !again && sameMeaning(prev.Payment, p), nil
+		return false, !again && prev.Payment == p, nil
 	case prev.State == Voided, prev.State == Rejected:
 		return false, false, nil
 	}

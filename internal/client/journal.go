@@ -40,17 +40,10 @@ type Payment struct {
 	Amount        int64  `json:"amount"`
 	Currency      string `json:"currency"`
 	PaymentMethod string `json:"payment_method"`
-	// ReceiptEmail is where the payment's emails go ("" none). Not part
-	// of the meaning (sameMeaning): the server's first request of a key
-	// decides it, and a resumed intent resends the journaled one.
+	// ReceiptEmail is where the payment's emails go ("" none). Part of
+	// the meaning, as at the server: a tap with another address while the
+	// intent is open is another payment (ErrChanged).
 	ReceiptEmail string `json:"receipt_email,omitempty"`
-}
-
-// sameMeaning reports whether a and b ask for the same payment: every
-// field the server fingerprints, not the receipt address.
-func sameMeaning(a, b Payment) bool {
-	a.ReceiptEmail, b.ReceiptEmail = "", ""
-	return a == b
 }
 
 // Scope is whose intents an intent is among: one API and one caller. The same

@@ -5,15 +5,22 @@
 // They are not repeats of one request, so no inbox catches them: the
 // producer names what makes two of them the same (a fingerprint of the
 // recipient, the template and a business key) and a shared cache keeps
-// that name for a window:
+// that name for a window, holding the id of the event that raised it:
 //
-//	SET dedup:<fingerprint> 1 NX EX <window>   -- set: the first, it goes out
-//	                                           -- not set: a duplicate, dropped
+//	dedup:<fingerprint> = <event id>, EX <window>, set only if absent
+//	  absent, or holding this event's id: the first, it goes out
+//	  holding another event's id: a duplicate, dropped
 //
 // Then, and only for a message that was not a duplicate, the recipient's
-// cap for the template is counted (INCR, expiring with its period): a
-// dropped duplicate never uses up the allowance. Past the cap the message
-// is dropped too.
+// cap for the template is counted (each event once, expiring with its
+// period): a dropped duplicate never uses up the allowance. Past the cap
+// the message is dropped too, and its fingerprint released, so the next
+// decline after the cap's period is not taken for its duplicate.
+//
+// Asking again for the same event gets the same answer: a worker that died
+// between the gate and the send, or the sweep finishing its row, asks
+// again and is let through, not dropped as its own duplicate. The steps
+// run as one script on the server: atomic, one round trip.
 //
 // The cache is Valkey (ElastiCache; locally a Redis-protocol server), run
 // with eviction off: an evicted key turns into a silent duplicate, so a full
@@ -37,12 +44,17 @@ import (
 // Cache is what the gate asks of the cache (Redis, over any
 // Redis-protocol server).
 type Cache interface {
-	// SetNX sets key to 1 for ttl only if it is absent, and reports
-	// whether it did.
-	SetNX(ctx context.Context, key string, ttl time.Duration) (bool, error)
-	// Incr adds one to key, starting its ttl when the key is new, and
-	// returns the count.
-	Incr(ctx context.Context, key string, ttl time.Duration) (int, error)
+	// Admit decides one Admission atomically and returns Send, Duplicate
+	// or Capped.
+	Admit(ctx context.Context, a Admission) (string, error)
+}
+
+// Admission is one question to the cache: may Owner's message, named by
+// Key, go out? Cap 0 counts nothing.
+type Admission struct {
+	Key, CapKey, Owner string
+	Window, Period     time.Duration
+	Cap                int
 }
 
 // Config configures a Gate. Zero fields take the defaults.
@@ -53,8 +65,9 @@ type Config struct {
 	// CapPeriod (default 3 a day); 0 after the defaults means none.
 	Cap       int
 	CapPeriod time.Duration
-	// Timeout bounds each cache call (default 200 ms): past it the gate
-	// fails open rather than hold the worker.
+	// Timeout bounds the cache call (default 500 ms, room for a cold
+	// environment's TLS dial): past it the gate fails open rather than
+	// hold the worker.
 	Timeout time.Duration
 	Logger  *slog.Logger
 	Metrics *metrics.Emitter
@@ -82,7 +95,7 @@ func New(cache Cache, cfg Config) (*Gate, error) {
 		cfg.CapPeriod = 24 * time.Hour
 	}
 	if cfg.Timeout == 0 {
-		cfg.Timeout = 200 * time.Millisecond
+		cfg.Timeout = 500 * time.Millisecond
 	}
 	if cfg.Window < time.Second || cfg.CapPeriod < time.Second || cfg.Cap < 0 || cfg.Timeout < 0 {
 		return nil, fmt.Errorf("dedup: window %s, cap %d per %s, timeout %s", cfg.Window, cfg.Cap, cfg.CapPeriod, cfg.Timeout)
@@ -120,41 +133,37 @@ const (
 	FailOpen  = "fail-open" // the cache could not be reached: sent anyway
 )
 
-// Accept decides m: Send (and FailOpen) mean it goes out. It blocks for at
-// most two cache calls.
-func (g *Gate) Accept(ctx context.Context, m Message, now time.Time) string {
-	log := g.cfg.Logger.With("scope", "dedup", "template", m.Template)
+// Accept decides m, raised by the event owner (its id): Send (and
+// FailOpen) mean it goes out. The same owner asking again gets the same
+// answer. It blocks for at most one cache call.
+func (g *Gate) Accept(ctx context.Context, m Message, owner string, now time.Time) string {
+	log := g.cfg.Logger.With("scope", "dedup", "template", m.Template, "event_id", owner)
 	fp := m.Fingerprint()
+	period := now.UTC().Truncate(g.cfg.CapPeriod).Unix()
 	cctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
 	defer cancel()
-	first, err := g.cache.SetNX(cctx, "dedup:"+fp, g.cfg.Window)
-	if err != nil {
+	verdict, err := g.cache.Admit(cctx, Admission{
+		Key:    "dedup:" + fp,
+		CapKey: "cap:" + Message{Recipient: m.Recipient, Template: m.Template}.Fingerprint() + ":" + fmt.Sprint(period),
+		Owner:  owner, Window: g.cfg.Window, Period: g.cfg.CapPeriod, Cap: g.cfg.Cap,
+	})
+	switch {
+	case err != nil:
 		g.cfg.Metrics.Count("DedupFailOpen", 1)
 		log.Warn("the dedup cache cannot be reached: the message goes out (fail open)", "err", err)
 		return FailOpen
-	}
-	if !first {
+	case verdict == Duplicate:
 		g.cfg.Metrics.Count("DedupDropped", 1)
 		log.Info("a logical duplicate within the window: dropped", "fingerprint", fp[:12])
-		return Duplicate
-	}
-	if g.cfg.Cap == 0 {
-		return Send
-	}
-	period := now.UTC().Truncate(g.cfg.CapPeriod).Unix()
-	capKey := "cap:" + Message{Recipient: m.Recipient, Template: m.Template}.Fingerprint() + ":" + fmt.Sprint(period)
-	n, err := g.cache.Incr(cctx, capKey, g.cfg.CapPeriod)
-	if err != nil {
+	case verdict == Capped:
+		g.cfg.Metrics.Count("DedupCapped", 1)
+		log.Info("the recipient's cap for the template is spent: dropped", "cap", g.cfg.Cap)
+	case verdict != Send:
 		g.cfg.Metrics.Count("DedupFailOpen", 1)
-		log.Warn("the cap cannot be counted: the message goes out (fail open)", "err", err)
+		log.Warn("the dedup cache answered what the gate does not know: the message goes out (fail open)", "verdict", verdict)
 		return FailOpen
 	}
-	if n > g.cfg.Cap {
-		g.cfg.Metrics.Count("DedupCapped", 1)
-		log.Info("the recipient's cap for the template is spent: dropped", "count", n, "cap", g.cfg.Cap)
-		return Capped
-	}
-	return Send
+	return verdict
 }
 
 // Goes reports whether a verdict sends the message.

@@ -3,6 +3,7 @@ package dedup_test
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
@@ -36,19 +37,19 @@ func TestTheSameReasonWithinTheWindowGoesOutOnce(t *testing.T) {
 	g, emf := gate(t, testenv.Cache(t), dedup.Config{Window: time.Second})
 	who := "u-" + testenv.RandomID(6)
 	card := dedup.Message{Recipient: who, Template: "card-declined-reminder", Key: "pm_card_visa"}
-	if v := g.Accept(context.Background(), card, now); v != dedup.Send {
+	if v := g.Accept(context.Background(), card, "ev1", now); v != dedup.Send {
 		t.Fatalf("first: %s", v)
 	}
-	if v := g.Accept(context.Background(), card, now); v != dedup.Duplicate {
+	if v := g.Accept(context.Background(), card, "ev2", now); v != dedup.Duplicate {
 		t.Fatalf("second within the window: %s", v)
 	}
 	other := card
 	other.Key = "pm_card_mastercard"
-	if v := g.Accept(context.Background(), other, now); v != dedup.Send {
+	if v := g.Accept(context.Background(), other, "ev3", now); v != dedup.Send {
 		t.Fatalf("another card: %s", v)
 	}
 	time.Sleep(1100 * time.Millisecond)
-	if v := g.Accept(context.Background(), card, now); v != dedup.Send {
+	if v := g.Accept(context.Background(), card, "ev4", now); v != dedup.Send {
 		t.Fatalf("after the window: %s", v)
 	}
 	if !strings.Contains(emf.String(), `"DedupDropped":1`) {
@@ -67,13 +68,40 @@ func TestACapCountsOnlyWhatWentOut(t *testing.T) {
 	for i, c := range []struct {
 		card, want string
 	}{{"pm_a", dedup.Send}, {"pm_a", dedup.Duplicate}, {"pm_b", dedup.Send}, {"pm_c", dedup.Capped}} {
-		if v := g.Accept(context.Background(), msg(c.card), now); v != c.want {
+		if v := g.Accept(context.Background(), msg(c.card), fmt.Sprint("ev", i), now); v != c.want {
 			t.Fatalf("message %d (%s): %s, want %s", i, c.card, v, c.want)
 		}
 	}
-	// The next period starts a new allowance.
-	if v := g.Accept(context.Background(), msg("pm_d"), now.Add(24*time.Hour)); v != dedup.Send {
-		t.Fatalf("the next day: %s", v)
+	// The next period starts a new allowance, and C, capped yesterday and
+	// never sent, is not taken for a duplicate of itself.
+	if v := g.Accept(context.Background(), msg("pm_c"), "ev4", now.Add(24*time.Hour)); v != dedup.Send {
+		t.Fatalf("the capped card the next day: %s", v)
+	}
+}
+
+// Asking again for the same event gets the same answer and counts once:
+// the worker that died between the gate and the send, or the sweep
+// finishing its row, is let through, not dropped as its own duplicate.
+func TestTheSameEventAskingAgainGetsTheSameAnswer(t *testing.T) {
+	g, emf := gate(t, testenv.Cache(t), dedup.Config{Cap: 1})
+	who := "u-" + testenv.RandomID(6)
+	a := dedup.Message{Recipient: who, Template: "card-declined-reminder", Key: "pm_a"}
+	b := dedup.Message{Recipient: who, Template: "card-declined-reminder", Key: "pm_b"}
+	for i := range 3 {
+		if v := g.Accept(context.Background(), a, "evA", now); v != dedup.Send {
+			t.Fatalf("evA, ask %d: %s", i, v)
+		}
+	}
+	for i := range 2 {
+		if v := g.Accept(context.Background(), b, "evB", now); v != dedup.Capped {
+			t.Fatalf("evB, ask %d: %s, want capped (evA holds the one place, once)", i, v)
+		}
+	}
+	if v := g.Accept(context.Background(), a, "evA2", now); v != dedup.Duplicate {
+		t.Fatalf("another event for card A: %s", v)
+	}
+	if strings.Contains(emf.String(), "DedupFailOpen") {
+		t.Errorf("failed open: %s", emf.String())
 	}
 }
 
@@ -86,7 +114,7 @@ func TestACacheThatCannotBeReachedFailsOpen(t *testing.T) {
 	}
 	t.Cleanup(func() { _ = down.Close() })
 	g, emf := gate(t, down, dedup.Config{})
-	if v := g.Accept(context.Background(), dedup.Message{Recipient: "u1", Template: "t", Key: "k"}, now); v != dedup.FailOpen || !dedup.Goes(v) {
+	if v := g.Accept(context.Background(), dedup.Message{Recipient: "u1", Template: "t", Key: "k"}, "ev1", now); v != dedup.FailOpen || !dedup.Goes(v) {
 		t.Fatalf("%s, want fail-open", v)
 	}
 	if !strings.Contains(emf.String(), `"DedupFailOpen":1`) {
@@ -100,12 +128,18 @@ func TestTheCacheHoldsNoReadableRecipientOrCard(t *testing.T) {
 	c := testenv.Cache(t)
 	g, _ := gate(t, c, dedup.Config{})
 	who := "u-" + testenv.RandomID(6)
-	g.Accept(context.Background(), dedup.Message{Recipient: who, Template: "card-declined-reminder", Key: "pm_secret_card"}, now)
+	if v := g.Accept(context.Background(), dedup.Message{Recipient: who, Template: "card-declined-reminder", Key: "pm_secret_card"}, "ev1", now); v != dedup.Send {
+		t.Fatalf("%s: the gate wrote nothing to look at", v)
+	}
 	raw, err := c.Do(context.Background(), "KEYS", "*")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, r := range raw.([]any) {
+	keys := raw.([]any)
+	if len(keys) < 2 {
+		t.Fatalf("%d keys, want at least the fingerprint and the cap", len(keys))
+	}
+	for _, r := range keys {
 		k := string(r.([]byte))
 		if strings.Contains(k, who) || strings.Contains(k, "pm_secret_card") {
 			t.Errorf("key %q names the recipient or the card", k)

@@ -26,10 +26,29 @@ func NewRedis(url string) (*Redis, error) {
 		return nil, fmt.Errorf("dedup: cache URL %q is not redis:// or rediss://", url)
 	}
 	return &Redis{pool: &redis.Pool{
-		MaxIdle:     2,
-		IdleTimeout: 4 * time.Minute,
+		MaxIdle:         2,
+		IdleTimeout:     4 * time.Minute,
+		MaxConnLifetime: 5 * time.Minute,
 		DialContext: func(ctx context.Context) (redis.Conn, error) {
 			return redis.DialURLContext(ctx, url, redis.DialConnectTimeout(time.Second))
+		},
+		// After a failover the primary endpoint names the new primary, but
+		// a pooled connection still reaches the old one, now a replica that
+		// answers every write READONLY (a reply, so the pool keeps the
+		// connection). A reused connection must be to a primary: ROLE
+		// costs a round trip, on a path as rare as a decline.
+		TestOnBorrow: func(c redis.Conn, _ time.Time) error {
+			role, err := redis.Values(c.Do("ROLE"))
+			if err != nil {
+				return err
+			}
+			if len(role) == 0 {
+				return errors.New("dedup: ROLE answered nothing")
+			}
+			if r, err := redis.String(role[0], nil); err != nil || r != "master" {
+				return fmt.Errorf("dedup: the connection reaches a %q, not the primary", r)
+			}
+			return nil
 		},
 	}}, nil
 }
@@ -37,38 +56,39 @@ func NewRedis(url string) (*Redis, error) {
 // Close closes the pool's connections.
 func (r *Redis) Close() error { return r.pool.Close() }
 
-// SetNX implements Cache: SET key 1 NX EX ttl.
-func (r *Redis) SetNX(ctx context.Context, key string, ttl time.Duration) (bool, error) {
+// admit is the gate's decision on the server, atomic:
+// KEYS: the fingerprint's key, the cap's; ARGV: owner, window s, cap, period s.
+// The cap is a hash of owner -> its place in the period, so an owner asking
+// again keeps its place and counts once.
+var admit = redis.NewScript(2, `
+local prev = redis.call('GET', KEYS[1])
+if prev and prev ~= ARGV[1] then return 'duplicate' end
+if not prev then redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2]) end
+if ARGV[3] == '0' then return 'send' end
+local n = redis.call('HGET', KEYS[2], ARGV[1])
+if not n then
+  n = redis.call('HLEN', KEYS[2]) + 1
+  redis.call('HSET', KEYS[2], ARGV[1], n)
+  redis.call('EXPIRE', KEYS[2], ARGV[4])
+end
+if tonumber(n) > tonumber(ARGV[3]) then
+  redis.call('DEL', KEYS[1])
+  return 'capped'
+end
+return 'send'`)
+
+// Admit implements Cache.
+func (r *Redis) Admit(ctx context.Context, a Admission) (string, error) {
 	c, err := r.pool.GetContext(ctx)
 	if err != nil {
-		return false, fmt.Errorf("dedup: cache: %w", err)
+		return "", fmt.Errorf("dedup: cache: %w", err)
 	}
 	defer c.Close()
-	_, err = redis.String(redis.DoContext(c, ctx, "SET", key, 1, "NX", "EX", seconds(ttl)))
-	if errors.Is(err, redis.ErrNil) {
-		return false, nil
-	}
+	v, err := redis.String(admit.DoContext(ctx, c, a.Key, a.CapKey, a.Owner, seconds(a.Window), a.Cap, seconds(a.Period)))
 	if err != nil {
-		return false, fmt.Errorf("dedup: SET NX: %w", err)
+		return "", fmt.Errorf("dedup: admit: %w", err)
 	}
-	return true, nil
-}
-
-// incr counts one and starts the key's ttl when it is new, in one step.
-var incr = redis.NewScript(1, `local n = redis.call('INCR', KEYS[1]) if n == 1 then redis.call('EXPIRE', KEYS[1], ARGV[1]) end return n`)
-
-// Incr implements Cache.
-func (r *Redis) Incr(ctx context.Context, key string, ttl time.Duration) (int, error) {
-	c, err := r.pool.GetContext(ctx)
-	if err != nil {
-		return 0, fmt.Errorf("dedup: cache: %w", err)
-	}
-	defer c.Close()
-	n, err := redis.Int(incr.DoContext(ctx, c, key, seconds(ttl)))
-	if err != nil {
-		return 0, fmt.Errorf("dedup: count: %w", err)
-	}
-	return n, nil
+	return v, nil
 }
 
 // Do runs one command (tests and tools look at the cache with it).

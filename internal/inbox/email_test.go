@@ -60,19 +60,29 @@ type emailWorld struct {
 	// reminders is the reminder channel's sweep.
 	reminders *inbox.NotifSweeper
 	crash     *string // AfterSend fails once for this channel when set
+	// crashCommit makes AfterCommit fail once: the worker dies after the
+	// inbox transaction, before any send.
+	crashCommit *bool
 }
 
 func newEmailWorld(t *testing.T, reminders ...*dedup.Gate) *emailWorld {
 	t.Helper()
 	ses := testenv.SES(t)
 	ew := &emailWorld{ses: &loseReplies{SESAPI: ses}, from: testenv.NewEmailIdentity(t, ses), to: "buyer-" + testenv.RandomID(4) + "@example.com",
-		crash: new(string), caller: "u-" + testenv.RandomID(6)}
+		crash: new(string), crashCommit: new(bool), caller: "u-" + testenv.RandomID(6)}
 	var sender, reminder notify.EmailSender
 	ew.world = newWorld(t, func(c *inbox.Config) {
 		c.Extra = []inbox.Channel{{Name: notify.ChannelEmail, Sender: &sender, OnlyWithReceipt: true}}
 		for _, g := range reminders {
 			c.Extra = append(c.Extra, inbox.Channel{Name: notify.ChannelReminder, Sender: &reminder, Message: notify.CardDeclinedReminder,
 				Raise: &inbox.Raise{Gate: g, Template: string(notify.CardDeclinedReminder), States: []string{event.Failed}}})
+		}
+		c.Hooks.AfterCommit = func(context.Context, event.Event) error {
+			if *ew.crashCommit {
+				*ew.crashCommit = false
+				return errors.New("the worker died after the commit")
+			}
+			return nil
 		}
 		c.Hooks.AfterSend = func(_ context.Context, _ event.Event, channel string) error {
 			if *ew.crash == channel {
@@ -98,6 +108,15 @@ func newEmailWorld(t *testing.T, reminders ...*dedup.Gate) *emailWorld {
 	}
 	ew.sweeper = sw
 	return ew
+}
+
+// lapse ends the leases on eventID's rows: time passes (a redelivery comes
+// 180 s after the worker took the message, past its 1 min lease).
+func (w *emailWorld) lapse(t *testing.T, eventID string) {
+	t.Helper()
+	if _, err := w.pool.Exec(context.Background(), `UPDATE notif SET lease_until = now() - interval '1 second' WHERE event_id = $1 AND lease_until IS NOT NULL`, eventID); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // paid writes the payment's ledger row with a receipt address (or none),
@@ -184,6 +203,7 @@ func TestTheSweepCountsTheRepeatOfAnEmailWhoseWorkerDied(t *testing.T) {
 	if _, err := w.w.Process(context.Background(), e); err == nil {
 		t.Fatal("the crash after the send did not stop the delivery")
 	}
+	w.lapse(t, e.EventID) // the redelivery comes after the dead worker's lease
 	if n, err := w.sweeper.FinishPending(context.Background(), 10); err != nil || n != 1 {
 		t.Fatalf("the sweep finished %d: %v", n, err)
 	}
@@ -214,6 +234,7 @@ func TestARepeatAfterAFailedAttemptIsStillCounted(t *testing.T) {
 	if _, err := w.w.Process(context.Background(), e); err == nil {
 		t.Fatal("the crash after the send did not stop the delivery")
 	}
+	w.lapse(t, e.EventID) // the redelivery comes after the dead worker's lease
 	if _, err := w.w.Process(context.Background(), e); err != nil {
 		t.Fatal(err)
 	}
@@ -235,6 +256,7 @@ func TestAWorkerCrashAfterTheEmailSendsASecondCopyAndNotAThird(t *testing.T) {
 	if _, err := w.w.Process(context.Background(), e); err == nil {
 		t.Fatal("the crash after the send did not stop the delivery")
 	}
+	w.lapse(t, e.EventID) // the redelivery comes after the dead worker's lease
 	for range 2 {
 		if _, err := w.w.Process(context.Background(), e); err != nil {
 			t.Fatal(err)
@@ -387,5 +409,145 @@ func TestAReminderWhoseSendTimedOutIsNotRepeated(t *testing.T) {
 	}
 	if r, _ := w.reminded(t); r != 1 || !strings.Contains(w.emf.String(), `"NotifUnknownDropped":1`) {
 		t.Fatalf("%d reminders taken by SES (want the one whose answer was lost); metrics %s", r, w.emf.String())
+	}
+}
+
+// The worker dies after the inbox transaction, before the gate and any
+// send: the reminder's row committed with the credit, so the redelivery
+// sends it (the gate, asked for the first time, lets it through), once.
+func TestAWorkerThatDiesBeforeTheReminderLeavesItToTheRedelivery(t *testing.T) {
+	g, _ := reminderGate(t, testenv.Cache(t), 0)
+	w := newEmailWorld(t, g)
+	e := w.settled(t, "pay_rc1", w.to, "pm_card_chargeDeclined", event.Failed)
+	*w.crashCommit = true
+	if _, err := w.w.Process(context.Background(), e); err == nil {
+		t.Fatal("the crash after the commit did not stop the delivery")
+	}
+	for range 2 {
+		if _, err := w.w.Process(context.Background(), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, d := w.reminded(t); r != 1 || d != 1 {
+		t.Fatalf("%d reminders and %d decline emails, want 1 and 1", r, d)
+	}
+}
+
+// The sweep finds a reminder no worker sent (the worker died, and no
+// redelivery came): it asks the gate, which answers the same event the
+// same, and sends it once.
+func TestTheSweepSendsAReminderTheWorkerNeverSent(t *testing.T) {
+	g, _ := reminderGate(t, testenv.Cache(t), 0)
+	w := newEmailWorld(t, g)
+	e := w.settled(t, "pay_rc2", w.to, "pm_card_chargeDeclined", event.Failed)
+	*w.crashCommit = true
+	if _, err := w.w.Process(context.Background(), e); err == nil {
+		t.Fatal("the crash after the commit did not stop the delivery")
+	}
+	for range 2 {
+		if _, err := w.reminders.FinishPending(context.Background(), 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, _ := w.reminded(t); r != 1 {
+		t.Fatalf("%d reminders, want 1", r)
+	}
+}
+
+// A reminder whose worker died between its send and SENT is not sent again:
+// it may have gone, and the reminder chose a rare loss over a duplicate
+// nag. The redelivery records it UNKNOWN, counted.
+func TestARemindersRepeatAfterACrashIsNotSent(t *testing.T) {
+	g, _ := reminderGate(t, testenv.Cache(t), 0)
+	w := newEmailWorld(t, g)
+	e := w.settled(t, "pay_rc3", w.to, "pm_card_chargeDeclined", event.Failed)
+	*w.crash = notify.ChannelReminder
+	if _, err := w.w.Process(context.Background(), e); err == nil {
+		t.Fatal("the crash after the send did not stop the delivery")
+	}
+	w.lapse(t, e.EventID)
+	if _, err := w.w.Process(context.Background(), e); err != nil {
+		t.Fatal(err)
+	}
+	var state string
+	if err := w.pool.QueryRow(context.Background(), `SELECT state FROM notif WHERE event_id = $1 AND channel = 'reminder'`, e.EventID).Scan(&state); err != nil || state != inbox.NotifUnknown {
+		t.Fatalf("the reminder's row: %s %v", state, err)
+	}
+	if r, _ := w.reminded(t); r != 1 || !strings.Contains(w.emf.String(), `"NotifUnknownDropped":1`) || strings.Contains(w.emf.String(), "NotifResent") {
+		t.Fatalf("%d reminders (want the one before the crash); metrics %s", r, w.emf.String())
+	}
+}
+
+// A redelivery finds the email's row held by the sweep (mid-send, its
+// lease running): it keeps off, so a crash's repeat is a second copy and
+// never a third.
+func TestTheWorkerKeepsOffARowTheSweepHolds(t *testing.T) {
+	w := newEmailWorld(t)
+	e := w.paid(t, "pay_e7", w.to)
+	*w.crash = notify.ChannelEmail
+	if _, err := w.w.Process(context.Background(), e); err == nil {
+		t.Fatal("the crash after the send did not stop the delivery")
+	}
+	w.lapse(t, e.EventID)
+	// The sweep has claimed the row and is sending it.
+	if _, err := w.pool.Exec(context.Background(), `UPDATE notif SET lease_until = now() + interval '1 minute' WHERE event_id = $1 AND channel = 'email'`, e.EventID); err != nil {
+		t.Fatal(err)
+	}
+	res, err := w.w.Process(context.Background(), e)
+	if err != nil || strings.Contains(res.Extra, "email=sent") {
+		t.Fatalf("the redelivery sent under the sweep's lease: %+v %v", res, err)
+	}
+	if n := len(w.emails(t)); n != 1 {
+		t.Fatalf("%d emails, want the one before the crash", n)
+	}
+}
+
+// Every email type whose send timed out is sent again by the sweep (each
+// chose a duplicate over a loss), and counted.
+func TestEveryPaymentEmailWhoseSendTimedOutIsSentAgain(t *testing.T) {
+	for _, state := range []string{event.Succeeded, event.Failed, event.Refunded, event.RefundFailed} {
+		t.Run(state, func(t *testing.T) {
+			w := newEmailWorld(t)
+			e := w.settled(t, "pay_t"+strings.ToLower(state[:4]), w.to, "pm_1", state)
+			w.ses.arm(1)
+			if res, err := w.w.Process(context.Background(), e); err != nil || res.Extra != "email=failed" {
+				t.Fatalf("%+v %v", res, err)
+			}
+			if _, err := w.pool.Exec(context.Background(), `UPDATE notif SET next_attempt_at = now() WHERE event_id = $1`, e.EventID); err != nil {
+				t.Fatal(err)
+			}
+			if n, err := w.sweeper.FinishPending(context.Background(), 10); err != nil || n != 1 {
+				t.Fatalf("the sweep finished %d: %v", n, err)
+			}
+			if n := len(w.emails(t)); n != 2 || w.emailState(t, e.EventID) != inbox.NotifSent {
+				t.Fatalf("%d emails (row %s), want the timed-out one and its repeat", n, w.emailState(t, e.EventID))
+			}
+			if !strings.Contains(w.emf.String(), `"NotifUnknownRetried":1`) {
+				t.Errorf("not counted: %s", w.emf.String())
+			}
+		})
+	}
+}
+
+// A receipt still owed when the refund's email goes out is sent all the
+// same: an email has no replace id, so the later one does not hide it, and
+// both say something that happened.
+func TestAReceiptIsNotSupersededByTheRefundsEmail(t *testing.T) {
+	w := newEmailWorld(t)
+	paid := w.paid(t, "pay_s1", w.to)
+	w.ses.arm(1)
+	if res, err := w.w.Process(context.Background(), paid); err != nil || res.Extra != "email=failed" {
+		t.Fatalf("%+v %v", res, err)
+	}
+	refunded := payment("pay_s1", "m1", event.Refunded, 3000)
+	refunded.CallerID = w.caller
+	if res, err := w.w.Process(context.Background(), refunded); err != nil || res.Extra != "email=sent" {
+		t.Fatalf("the refund: %+v %v", res, err)
+	}
+	if _, err := w.pool.Exec(context.Background(), `UPDATE notif SET next_attempt_at = now() WHERE event_id = $1`, paid.EventID); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := w.sweeper.FinishPending(context.Background(), 10); err != nil || n != 1 || w.emailState(t, paid.EventID) != inbox.NotifSent {
+		t.Fatalf("the sweep finished %d (%v), the receipt's row %s", n, err, w.emailState(t, paid.EventID))
 	}
 }

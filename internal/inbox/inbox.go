@@ -80,6 +80,9 @@ const (
 	// message type chose a rare loss over a duplicate (notify.Policies):
 	// final, counted, never retried.
 	NotifUnknown = "UNKNOWN"
+	// NotifDropped: a logical message the dedup gate did not let through
+	// (a duplicate within its window, or over the cap): final, never sent.
+	NotifDropped = "DROPPED"
 )
 
 // Channel is a notification channel beside the worker's own (the push):
@@ -100,14 +103,13 @@ type Channel struct {
 	Raise *Raise
 }
 
-// Raise says when a logical message is raised: on the first delivery of
-// an event in States whose payment has a receipt address, after the
-// commit, if Gate lets it through (its fingerprint is the caller, the
-// Template and the payment's card). Its row is written then, and sent as
-// any other. A worker that dies between the gate and the row loses the
-// message: the gate already counted it, and a redelivery does not raise
-// it again, the loss a logical message's policy accepts
-// (notify.CardDeclinedReminder).
+// Raise says when a logical message is raised: by an event in States whose
+// payment has a receipt address. Its row is written in the inbox
+// transaction, as any channel's, so a worker that dies after the commit
+// leaves it PENDING for the redelivery or the sweep. Whichever sends it
+// asks the Gate first (its fingerprint is the caller, the Template and the
+// payment's card; the owner is the event's id, so asking again is answered
+// the same): a message the gate drops is recorded DROPPED, final.
 type Raise struct {
 	Gate     *dedup.Gate
 	Template string
@@ -269,11 +271,6 @@ func (w *Worker) Process(ctx context.Context, e event.Event) (Result, error) {
 		return res, nil
 	}
 	for _, ch := range w.cfg.Extra {
-		if ch.Raise != nil && inserted {
-			if err := w.raise(ctx, e, ch, &res); err != nil {
-				return res, err
-			}
-		}
 		if err := w.deliverExtra(ctx, e, ch, &res); err != nil {
 			return res, err
 		}
@@ -281,37 +278,32 @@ func (w *Worker) Process(ctx context.Context, e event.Event) (Result, error) {
 	return res, nil
 }
 
-// raise asks ch's gate whether e raises its logical message, and writes
-// the message's row if so.
-func (w *Worker) raise(ctx context.Context, e event.Event, ch Channel, res *Result) error {
-	if !slices.Contains(ch.Raise.States, e.State) {
-		return nil
-	}
+// admit asks r's gate whether e's logical message goes out. The card is
+// the payment's method, read from the ledger (no event carries it).
+func (r *Raise) admit(ctx context.Context, db interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}, e event.Event) (string, error) {
 	var card string
-	err := w.db.QueryRow(ctx, `SELECT payment_method FROM payments WHERE payment_id = $1 AND receipt_email IS NOT NULL`, e.PaymentID).Scan(&card)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil // no one to write to
-	}
-	if err != nil {
-		return fmt.Errorf("inbox: read the card of %s: %w", e.PaymentID, err)
+	if err := db.QueryRow(ctx, `SELECT COALESCE(payment_method, '') FROM payments WHERE payment_id = $1`, e.PaymentID).Scan(&card); err != nil {
+		return "", fmt.Errorf("inbox: read the card of %s: %w", e.PaymentID, err)
 	}
 	now := time.Now
-	if ch.Raise.Now != nil {
-		now = ch.Raise.Now
+	if r.Now != nil {
+		now = r.Now
 	}
-	verdict := ch.Raise.Gate.Accept(ctx, dedup.Message{Recipient: e.CallerID, Template: ch.Raise.Template, Key: card}, now())
-	if !dedup.Goes(verdict) {
-		res.extra(ch.Name, verdict)
-		return nil
-	}
-	payload, err := e.Marshal()
-	if err != nil {
-		return err
-	}
-	if _, err := w.db.Exec(ctx, `
-		INSERT INTO notif (event_id, channel, state, replace_id, caller_id, payload) VALUES ($1, $2, 'PENDING', $3, $4, $5)
-		ON CONFLICT (event_id, channel) DO NOTHING`, e.EventID, ch.Name, notify.FromEvent(e).ReplaceID, e.CallerID, payload); err != nil {
-		return fmt.Errorf("inbox: raise %s's %s: %w", e.EventID, ch.Name, err)
+	return r.Gate.Accept(ctx, dedup.Message{Recipient: e.CallerID, Template: r.Template, Key: card}, e.EventID, now()), nil
+}
+
+// drop records a logical message the gate did not let through: DROPPED,
+// final. Recording it can fail harmlessly: the gate answers the next
+// asker the same.
+func drop(ctx context.Context, db interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}, eventID, channel, verdict string) error {
+	if _, err := db.Exec(ctx, `
+		UPDATE notif SET state = 'DROPPED', last_error = $3, lease_until = NULL, sending_at = NULL
+		WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, eventID, channel, "dedup: "+verdict); err != nil {
+		return fmt.Errorf("inbox: record %s's %s dropped: %w", eventID, channel, err)
 	}
 	return nil
 }
@@ -355,39 +347,48 @@ func (w *Worker) deliver(ctx context.Context, e event.Event, inserted bool, res 
 	return nil
 }
 
-// deliverExtra sends ch's message if its row is PENDING.
+// deliverExtra sends ch's message if its row is PENDING and no sweep holds
+// it. An email is never retired as superseded: it has no replace id, so a
+// later one does not hide it, and each says something that happened.
 func (w *Worker) deliverExtra(ctx context.Context, e event.Event, ch Channel, res *Result) error {
 	pending, err := w.notifPending(ctx, e, ch.Name)
 	if err != nil || !pending {
 		return err
 	}
-	if gone, err := retireSuperseded(ctx, w.db, e.EventID, ch.Name); err != nil || gone {
-		if gone {
-			res.extra(ch.Name, "superseded")
-			w.cfg.Metrics.Count("NotifSuperseded", 1)
+	if ch.Raise != nil {
+		verdict, err := ch.Raise.admit(ctx, w.db, e)
+		if err != nil {
+			return err
 		}
-		return err
+		if !dedup.Goes(verdict) {
+			res.extra(ch.Name, verdict)
+			return drop(ctx, w.db, e.EventID, ch.Name, verdict)
+		}
 	}
-	// The attempt is recorded before the send: a row that already had one
-	// with no failure recorded was sent by a delivery that died before SENT,
-	// and this send repeats it (an email has no replace id to land on top
-	// of the first: the accepted duplicate, counted).
-	// last_error is cleared until this attempt's outcome is known, so the
-	// next attempt reads "no failure recorded" after a crash here too.
+	// The send is recorded as under way before it is made (sending_at), and
+	// the row leased so the sweep keeps off it meanwhile. Finding it set,
+	// this attempt follows one that died between its send and recording it.
 	var resend bool
 	err = w.db.QueryRow(ctx, `
-		UPDATE notif n SET attempts = n.attempts + 1, last_error = NULL
-		FROM (SELECT attempts > 0 AND last_error IS NULL AS resend FROM notif
+		UPDATE notif n SET attempts = n.attempts + 1, sending_at = now(), lease_until = now() + interval '1 minute'
+		FROM (SELECT sending_at IS NOT NULL AS resend FROM notif
 		      WHERE event_id = $1 AND channel = $2 AND state = 'PENDING' FOR UPDATE) prior
 		WHERE n.event_id = $1 AND n.channel = $2 AND n.state = 'PENDING'
+		  AND (n.lease_until IS NULL OR n.lease_until < now())
 		RETURNING prior.resend`, e.EventID, ch.Name).Scan(&resend)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return nil // the sweep finished it since the check above
+		return nil // finished, or held by the sweep, since the check above
 	}
 	if err != nil {
 		return fmt.Errorf("inbox: record the %s attempt of %s: %w", ch.Name, e.EventID, err)
 	}
 	if resend {
+		if dropsUnknown(e, ch.Message, notify.ErrOutcomeUnknown) {
+			// It may have gone: for a type that chose loss over a
+			// duplicate, that is an unknown send, not one to repeat.
+			res.extra(ch.Name, w.notSent(ctx, e, ch, fmt.Errorf("%w: an earlier attempt died before recording its send", notify.ErrOutcomeUnknown)))
+			return nil
+		}
 		w.cfg.Metrics.Count("NotifResent", 1)
 		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "sending again a notification an earlier delivery may have sent (it died before SENT): a possible duplicate",
 			slog.String("event_id", e.EventID), slog.String("payment_id", e.PaymentID), slog.String("channel", ch.Name))
@@ -411,7 +412,7 @@ func (w *Worker) deliverExtra(ctx context.Context, e event.Event, ch Channel, re
 // one, the replace id; an email is the accepted duplicate).
 func (w *Worker) markSent(ctx context.Context, e event.Event, channel string) {
 	if _, err := w.db.Exec(ctx, `
-		UPDATE notif SET state = 'SENT', sent_at = now(), last_error = NULL
+		UPDATE notif SET state = 'SENT', sent_at = now(), last_error = NULL, sending_at = NULL, lease_until = NULL
 		WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, e.EventID, channel); err != nil {
 		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "notification sent but not marked SENT; the sweep will send it again",
 			slog.String("event_id", e.EventID), slog.String("payment_id", e.PaymentID), slog.String("channel", channel), slog.String("error", err.Error()))
@@ -460,14 +461,15 @@ func (w *Worker) notSent(ctx context.Context, e event.Event, ch Channel, sendErr
 		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "notification not sent; the event is done and the sweep retries it", attrs...)
 	}
 	var err error
-	// The attempt was counted before the send (deliverExtra).
+	// The attempt was counted before the send (deliverExtra); this is its
+	// outcome, so the send is no longer under way.
 	if state != "" {
 		_, err = w.db.Exec(ctx, `
-			UPDATE notif SET state = $3, last_error = $4
+			UPDATE notif SET state = $3, last_error = $4, sending_at = NULL, lease_until = NULL
 			WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, e.EventID, channel, state, sendErr.Error())
 	} else {
 		_, err = w.db.Exec(ctx, `
-			UPDATE notif SET last_error = $3, next_attempt_at = now() + make_interval(secs => $4)
+			UPDATE notif SET last_error = $3, next_attempt_at = now() + make_interval(secs => $4), sending_at = NULL, lease_until = NULL
 			WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, e.EventID, channel, sendErr.Error(), w.cfg.RetryAfter.Seconds())
 	}
 	if err != nil {
@@ -564,15 +566,15 @@ func (w *Worker) apply(ctx context.Context, e event.Event) (inserted bool, err e
 			ON CONFLICT (event_id, channel) DO NOTHING`,
 			e.EventID, w.cfg.Channel, notify.FromEvent(e).ReplaceID, e.CallerID, payload)
 		for _, ch := range w.cfg.Extra {
-			if ch.Raise != nil {
-				continue // raised after the commit, through its gate
+			if ch.Raise != nil && !slices.Contains(ch.Raise.States, e.State) {
+				continue
 			}
 			b.Queue(`
 				INSERT INTO notif (event_id, channel, state, replace_id, caller_id, payload)
 				SELECT $1, $2, 'PENDING', $3, $4, $5
 				WHERE NOT $6 OR EXISTS (SELECT 1 FROM payments WHERE payment_id = $7 AND receipt_email IS NOT NULL)
 				ON CONFLICT (event_id, channel) DO NOTHING`,
-				e.EventID, ch.Name, notify.FromEvent(e).ReplaceID, e.CallerID, payload, ch.OnlyWithReceipt, e.PaymentID)
+				e.EventID, ch.Name, notify.FromEvent(e).ReplaceID, e.CallerID, payload, ch.OnlyWithReceipt || ch.Raise != nil, e.PaymentID)
 		}
 	}
 	if b.Len() > 0 {

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/oncepay/oncepay/internal/dedup"
 	"github.com/oncepay/oncepay/internal/event"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/notify"
@@ -31,9 +32,15 @@ type SweepConfig struct {
 	Message notify.MessageType
 	// Repeats: a second send of this channel's message reaches the person
 	// twice (an email; a push lands on top of the first by its replace id).
-	// A send after an attempt that recorded no failure (a run that died
-	// between the send and SENT) is then counted NotifResent.
+	// Such a send is recorded as under way before it is made; finding it
+	// so, a run knows an earlier one died between its send and recording
+	// it, and repeats it (NotifResent) or, for a type that chose loss over
+	// a duplicate, records it UNKNOWN. Nor is such a row retired as
+	// superseded: a later message does not hide it.
 	Repeats bool
+	// Raise, for a logical message's channel, is the gate each row asks
+	// before its send (Channel.Raise).
+	Raise *Raise
 	// Grace: a PENDING row younger than this is left to the worker that
 	// wrote it, which is about to push it (default 1 min, twice the
 	// worker's timeout). Measured on the database's clock.
@@ -119,7 +126,7 @@ type dueNotif struct {
 	payload                      []byte
 	attempts                     int
 	overHorizon                  bool
-	// resend: an earlier attempt recorded no failure, so it may have sent.
+	// resend: an earlier attempt died with its send under way.
 	resend bool
 }
 
@@ -161,9 +168,9 @@ func (s *NotifSweeper) FinishPending(ctx context.Context, limit int) (int, error
 
 func (s *NotifSweeper) claim(ctx context.Context, limit int) ([]dueNotif, error) {
 	rows, err := s.db.Query(ctx, `
-		UPDATE notif n SET lease_until = now() + make_interval(secs => $3), attempts = n.attempts + 1, last_error = NULL
+		UPDATE notif n SET lease_until = now() + make_interval(secs => $3), attempts = n.attempts + 1
 		FROM (
-		  SELECT event_id, channel, attempts > 0 AND last_error IS NULL AS resend FROM notif
+		  SELECT event_id, channel FROM notif
 		  WHERE state = 'PENDING' AND channel = $1
 		    AND created_at < now() - make_interval(secs => $2)
 		    AND (next_attempt_at IS NULL OR next_attempt_at <= now())
@@ -174,7 +181,7 @@ func (s *NotifSweeper) claim(ctx context.Context, limit int) ([]dueNotif, error)
 		) pick
 		WHERE n.event_id = pick.event_id AND n.channel = pick.channel
 		RETURNING n.event_id, n.replace_id, n.caller_id, COALESCE(n.payload::text, ''), n.attempts,
-		          n.armed_at < now() - make_interval(secs => $5), pick.resend`,
+		          n.armed_at < now() - make_interval(secs => $5), n.sending_at IS NOT NULL`,
 		s.cfg.Channel, s.cfg.Grace.Seconds(), s.cfg.Lease.Seconds(), limit, s.cfg.Horizon.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("inbox: take pending notifications: %w", err)
@@ -204,22 +211,50 @@ func (s *NotifSweeper) finish(ctx context.Context, n dueNotif) (ok bool, err err
 	p := notify.FromEvent(e)
 	p.ReplaceID, p.CallerID = n.replaceID, n.callerID // as recorded with the intent
 	log = log.With("payment_id", e.PaymentID)
-	if gone, err := retireSuperseded(ctx, s.db, n.eventID, s.cfg.Channel); err != nil || gone {
-		if gone {
-			s.cfg.Metrics.Count("NotifSuperseded", 1)
-			log.Info("pending notification superseded by a later one about the payment; not sent")
+	if !s.cfg.Repeats {
+		if gone, err := retireSuperseded(ctx, s.db, n.eventID, s.cfg.Channel); err != nil || gone {
+			if gone {
+				s.cfg.Metrics.Count("NotifSuperseded", 1)
+				log.Info("pending notification superseded by a later one about the payment; not sent")
+			}
+			return gone, err
 		}
-		return gone, err
 	}
-	if n.resend && s.cfg.Repeats {
-		s.cfg.Metrics.Count("NotifResent", 1)
-		log.Warn("sending again a notification an earlier attempt may have sent (it died before SENT): a possible duplicate")
+	if s.cfg.Raise != nil {
+		verdict, err := s.cfg.Raise.admit(ctx, s.db, e)
+		if err != nil {
+			return false, err
+		}
+		if !dedup.Goes(verdict) {
+			return true, drop(ctx, s.db, n.eventID, s.cfg.Channel, verdict)
+		}
+	}
+	if s.cfg.Repeats {
+		if n.resend {
+			if dropsUnknown(e, s.cfg.Message, notify.ErrOutcomeUnknown) {
+				if _, err := s.db.Exec(ctx, `
+					UPDATE notif SET state = 'UNKNOWN', lease_until = NULL, sending_at = NULL, last_error = $3
+					WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, n.eventID, s.cfg.Channel,
+					"an earlier attempt died before recording its send"); err != nil {
+					return false, fmt.Errorf("inbox: mark %s UNKNOWN: %w", n.eventID, err)
+				}
+				s.cfg.Metrics.Count("NotifUnknownDropped", 1)
+				log.Warn("an earlier attempt may have sent this message and it is not repeated (a rare loss accepted); recorded UNKNOWN")
+				return true, nil
+			}
+			s.cfg.Metrics.Count("NotifResent", 1)
+			log.Warn("sending again a notification an earlier attempt may have sent (it died before SENT): a possible duplicate")
+		}
+		if _, err := s.db.Exec(ctx, `
+			UPDATE notif SET sending_at = now() WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, n.eventID, s.cfg.Channel); err != nil {
+			return false, fmt.Errorf("inbox: record the send of %s under way: %w", n.eventID, err)
+		}
 	}
 	sendErr := s.pusher.Send(ctx, p)
 	switch {
 	case sendErr == nil:
 		if _, err := s.db.Exec(ctx, `
-			UPDATE notif SET state = 'SENT', sent_at = now(), lease_until = NULL, last_error = NULL
+			UPDATE notif SET state = 'SENT', sent_at = now(), lease_until = NULL, last_error = NULL, sending_at = NULL
 			WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, n.eventID, s.cfg.Channel); err != nil {
 			// Sent; the lease lapses and a later run sends it once more (same replace id).
 			return false, fmt.Errorf("inbox: mark %s SENT: %w", n.eventID, err)
@@ -229,7 +264,7 @@ func (s *NotifSweeper) finish(ctx context.Context, n dueNotif) (ok bool, err err
 		return true, nil
 	case errors.Is(sendErr, notify.ErrNoTarget):
 		if _, err := s.db.Exec(ctx, `
-			UPDATE notif SET state = 'UNDELIVERABLE', lease_until = NULL, last_error = $3
+			UPDATE notif SET state = 'UNDELIVERABLE', lease_until = NULL, sending_at = NULL, last_error = $3
 			WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, n.eventID, s.cfg.Channel, sendErr.Error()); err != nil {
 			return false, fmt.Errorf("inbox: mark %s UNDELIVERABLE: %w", n.eventID, err)
 		}
@@ -238,7 +273,7 @@ func (s *NotifSweeper) finish(ctx context.Context, n dueNotif) (ok bool, err err
 		return true, nil
 	case dropsUnknown(e, s.cfg.Message, sendErr):
 		if _, err := s.db.Exec(ctx, `
-			UPDATE notif SET state = 'UNKNOWN', lease_until = NULL, last_error = $3
+			UPDATE notif SET state = 'UNKNOWN', lease_until = NULL, sending_at = NULL, last_error = $3
 			WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, n.eventID, s.cfg.Channel, sendErr.Error()); err != nil {
 			return false, fmt.Errorf("inbox: mark %s UNKNOWN: %w", n.eventID, err)
 		}
@@ -255,7 +290,7 @@ func (s *NotifSweeper) finish(ctx context.Context, n dueNotif) (ok bool, err err
 	s.cfg.Metrics.Count("NotifSweepFailed", 1)
 	log.Warn("pending notification not sent; retried after the backoff", "error", sendErr.Error(), "retry_in", next.String())
 	if _, err := s.db.Exec(ctx, `
-		UPDATE notif SET lease_until = NULL, last_error = $3, next_attempt_at = now() + make_interval(secs => $4)
+		UPDATE notif SET lease_until = NULL, sending_at = NULL, last_error = $3, next_attempt_at = now() + make_interval(secs => $4)
 		WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, n.eventID, s.cfg.Channel, sendErr.Error(), next.Seconds()); err != nil {
 		return false, fmt.Errorf("inbox: record the attempt on %s: %w", n.eventID, err)
 	}
@@ -269,7 +304,7 @@ func (s *NotifSweeper) stuck(ctx context.Context, n dueNotif, cause error, log *
 	log.Error("notification still not sent after the give-up horizon; flagged STUCK for a human (re-arm: inbox.NotifSweeper.Rearm)",
 		"alert", "NotifStuck", "error", cause.Error(), "horizon", s.cfg.Horizon.String())
 	if _, err := s.db.Exec(ctx, `
-		UPDATE notif SET state = 'STUCK', stuck_at = now(), lease_until = NULL, last_error = $3
+		UPDATE notif SET state = 'STUCK', stuck_at = now(), lease_until = NULL, sending_at = NULL, last_error = $3
 		WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, n.eventID, s.cfg.Channel, cause.Error()); err != nil {
 		return fmt.Errorf("inbox: flag %s STUCK: %w", n.eventID, err)
 	}

@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
+	awshttp "github.com/aws/aws-sdk-go-v2/aws/transport/http"
 	"github.com/aws/aws-sdk-go-v2/service/sesv2"
 	sestypes "github.com/aws/aws-sdk-go-v2/service/sesv2/types"
 	"github.com/aws/smithy-go"
@@ -99,6 +101,8 @@ type EmailSender struct {
 	// Type, when set, is what every email of this sender says (the
 	// reminder's); "" is each event's own (TypeOf).
 	Type MessageType
+	// Timeout bounds each send (default DefaultEmailTimeout).
+	Timeout time.Duration
 }
 
 // Send implements the worker's sender for the email channel: ErrNoTarget
@@ -134,15 +138,38 @@ func (s EmailSender) Send(ctx context.Context, p Push) error {
 	if s.ConfigurationSet != "" {
 		in.ConfigurationSetName = aws.String(s.ConfigurationSet)
 	}
-	if _, err := s.SES.SendEmail(ctx, in); err != nil {
+	timeout := s.Timeout
+	if timeout == 0 {
+		timeout = DefaultEmailTimeout
+	}
+	sctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if _, err := s.SES.SendEmail(sctx, in); err != nil {
+		// SES's messages can name the recipient ("... failed the check in
+		// region X: buyer@example.com", an identity ARN), and this error is
+		// logged and stored: only the code is kept.
+		// A 4xx is a refusal by its status, modeled or not (SES answers an
+		// unmodeled AccessDeniedException, whose fault the SDK cannot tell).
+		var resp *awshttp.ResponseError
 		var api smithy.APIError
-		if errors.As(err, &api) && api.ErrorFault() == smithy.FaultClient {
-			return fmt.Errorf("notify: SES refused the %s email of %s: %w", typ, p.PaymentID, err)
+		if errors.As(err, &api) {
+			if errors.As(err, &resp) && resp.HTTPStatusCode() >= 400 && resp.HTTPStatusCode() < 500 {
+				return fmt.Errorf("notify: SES refused the %s email of %s: %d %s", typ, p.PaymentID, resp.HTTPStatusCode(), api.ErrorCode())
+			}
+			return fmt.Errorf("%w: the %s email of %s: SES answered %s", ErrOutcomeUnknown, typ, p.PaymentID, api.ErrorCode())
 		}
+		// No answer (a timeout, a connection that died): what remains of
+		// the error is the transport's, which names the endpoint, not the
+		// recipient.
 		return fmt.Errorf("%w: the %s email of %s: %w", ErrOutcomeUnknown, typ, p.PaymentID, err)
 	}
 	return nil
 }
+
+// DefaultEmailTimeout bounds one SES call: well inside the worker's 30 s,
+// so a stalled call is an unknown send recorded by this run, not a worker
+// killed mid-send.
+const DefaultEmailTimeout = 10 * time.Second
 
 // Compose is an email's subject and text: the payment's facts, its id,
 // and nothing about the buyer.

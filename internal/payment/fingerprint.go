@@ -49,19 +49,28 @@ var (
 // tagged is the v1 encoding under a domain tag: the tag, then the five
 // meaning fields in a fixed order (merchant_id, order_id, amount, currency,
 // payment_method), each length-prefixed so that no shift of bytes between
-// neighbouring fields ("ab"+"c" vs "a"+"bc") gives the same input.
+// neighbouring fields ("ab"+"c" vs "a"+"bc") gives the same input, and a
+// sixth, receipt_email, only when the request has one: a request without
+// it hashes as before the field existed, and earlier builds ignored the
+// member (no client sent it), so no stored v1 fingerprint changes meaning.
 func tagged(tag string) canonical {
 	return func(r Request) []byte {
-		buf := make([]byte, 0, 64+len(r.MerchantID)+len(r.OrderID)+len(r.PaymentMethod))
+		buf := make([]byte, 0, 64+len(r.MerchantID)+len(r.OrderID)+len(r.PaymentMethod)+len(r.ReceiptEmail))
 		buf = append(buf, tag...)
 		var amount [20]byte
-		for _, f := range [...][]byte{
+		fields := [...][]byte{
 			[]byte(r.MerchantID),
 			[]byte(r.OrderID),
 			strconv.AppendInt(amount[:0], r.Amount, 10),
 			[]byte(r.Currency),
 			[]byte(r.PaymentMethod),
-		} {
+			[]byte(r.ReceiptEmail),
+		}
+		n := len(fields)
+		if r.ReceiptEmail == "" {
+			n--
+		}
+		for _, f := range fields[:n] {
 			// netstring-style: decimal length, ':', the bytes. The reader of
 			// such a stream always knows where a field ends.
 			buf = strconv.AppendInt(buf, int64(len(f)), 10)

@@ -12,21 +12,34 @@ import (
 
 const base = `"merchant_id":"m1","order_id":"42","amount":3000,"currency":"USD","payment_method":"pm_1"`
 
-// receipt_email is where the payment's emails go, not its meaning: a
-// request with it has the same fingerprint as one without, and a bad
-// address is a 400 naming the field that never echoes it.
-func TestTheReceiptEmailIsReadApartFromTheMeaning(t *testing.T) {
+// receipt_email is read apart from Parse and is part of the meaning when
+// present: another address is another fingerprint, none is the
+// fingerprint of the five fields alone (v1 as it was), and a bad address
+// is a 400 naming the field that never echoes it.
+func TestTheReceiptEmailIsPartOfTheMeaningWhenPresent(t *testing.T) {
 	withEmail := []byte(`{` + base + `,"receipt_email":"buyer@example.com"}`)
 	r, err := payment.Parse(withEmail)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if email, err := payment.ReceiptEmail(withEmail); err != nil || email != "buyer@example.com" {
-		t.Fatalf("%q, %v", email, err)
+	if r.ReceiptEmail, err = payment.ReceiptEmail(withEmail); err != nil || r.ReceiptEmail != "buyer@example.com" {
+		t.Fatalf("%q, %v", r.ReceiptEmail, err)
 	}
 	plain, err := payment.Parse([]byte(`{` + base + `}`))
-	if err != nil || r.Fingerprint() != plain.Fingerprint() {
-		t.Fatalf("the fingerprint moved with the receipt address: %v", err)
+	if err != nil || r.Fingerprint() == plain.Fingerprint() {
+		t.Fatalf("the receipt address did not move the fingerprint: %v", err)
+	}
+	other := r
+	other.ReceiptEmail = "buyer2@example.com"
+	if other.Fingerprint() == r.Fingerprint() || !r.Matches(r.Fingerprint()) || other.Matches(r.Fingerprint()) {
+		t.Fatal("another address must be another request")
+	}
+	// v1 without the address is what it was before the field existed: the
+	// pinned fingerprint of payment_test.go holds it. With it, the sixth
+	// field, computed outside Go:
+	//   printf 'oncepay/payment/v1\n2:m1,2:42,4:3000,3:USD,4:pm_1,17:buyer@example.com,' | sha256sum
+	if got, pinned := r.Fingerprint(), "v1:dcb2004494c68f3841010b8021a70f262d7fac2da9e79d4df7e83cc93b0c185a"; got != pinned {
+		t.Fatalf("canonical form with an address: %s, pinned %s", got, pinned)
 	}
 	if email, err := payment.ReceiptEmail([]byte(`{` + base + `}`)); err != nil || email != "" {
 		t.Fatalf("absent: %q, %v", email, err)
@@ -49,6 +62,10 @@ func TestTheReceiptEmailIsReadApartFromTheMeaning(t *testing.T) {
 		"ip literal":        `"buyer@[127.0.0.1]"`,
 		"too long":          `"` + strings.Repeat("a", 60) + "@" + strings.Repeat("b", 200) + `.com"`,
 		"underscore domain": `"buyer@ex_ample.com"`,
+		"a label's hyphen":  `"buyer@-ex.com"`,
+		"a label's end":     `"buyer@ex-.com"`,
+		"a label over 63":   `"buyer@` + strings.Repeat("b", 64) + `.com"`,
+		"a local over 64":   `"buyer` + strings.Repeat("a", 60) + `@example.com"`,
 	} {
 		_, err := payment.ReceiptEmail([]byte(`{` + base + `,"receipt_email":` + email + `}`))
 		var fe *payment.FieldError

@@ -55,9 +55,10 @@ func main() {
 		if ok {
 			reminder := email
 			reminder.Type = notify.CardDeclinedReminder
-			extra = append(extra, inbox.Channel{Name: notify.ChannelReminder, Sender: reminder, Message: notify.CardDeclinedReminder,
-				Raise: &inbox.Raise{Gate: gate, Template: string(notify.CardDeclinedReminder), States: []string{event.Failed}}})
-			sw, err := inbox.NewNotifSweeper(pool, reminder, inbox.SweepConfig{Channel: notify.ChannelReminder, Message: notify.CardDeclinedReminder, Repeats: true, Logger: log, Metrics: m})
+			raise := &inbox.Raise{Gate: gate, Template: string(notify.CardDeclinedReminder), States: []string{event.Failed}}
+			extra = append(extra, inbox.Channel{Name: notify.ChannelReminder, Sender: reminder, Message: notify.CardDeclinedReminder, Raise: raise})
+			sw, err := inbox.NewNotifSweeper(pool, reminder, inbox.SweepConfig{Channel: notify.ChannelReminder, Message: notify.CardDeclinedReminder,
+				Repeats: true, Raise: raise, Logger: log, Metrics: m})
 			if err != nil {
 				fail(err)
 			}

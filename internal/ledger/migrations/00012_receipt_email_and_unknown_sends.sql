@@ -1,8 +1,8 @@
 -- The email channel (docs/mechanism.md#design-10; package notify).
 --
 -- payments.receipt_email is where a payment's emails go, written with the
--- PENDING row from the request's receipt_email (not part of its meaning:
--- the first request of a key decides it). Personal data: the email channel
+-- PENDING row from the request's receipt_email (part of its meaning when
+-- present: in the fingerprint). Personal data: the email channel
 -- reads it at send time, so no event, queue message or log carries it.
 --
 -- notif.state UNKNOWN: a send whose outcome the provider never told (a

@@ -2,9 +2,13 @@ package testenv
 
 import (
 	"context"
+	"net"
+	"os/exec"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sesv2"
@@ -68,4 +72,37 @@ func Cache(t testing.TB) *dedup.Redis {
 	}
 	t.Cleanup(func() { _ = c.Close() })
 	return c
+}
+
+// RedisServer starts a redis-server of the test's own on a free port (the
+// binary make setup installs), with eviction off as the stack runs its
+// cache, and stops it when the test ends. It returns host:port.
+func RedisServer(t testing.TB) string {
+	t.Helper()
+	bin, err := exec.LookPath("redis-server")
+	if err != nil {
+		unavailable(t, "redis-server not on PATH (make setup installs it)")
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := l.Addr().(*net.TCPAddr).Port
+	_ = l.Close()
+	cmd := exec.Command(bin, "--bind", "127.0.0.1", "--port", strconv.Itoa(port), "--save", "", "--appendonly", "no",
+		"--maxmemory-policy", "noeviction", "--dir", t.TempDir())
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
+			_ = c.Close()
+			return addr
+		}
+		if time.Since(start) > 10*time.Second {
+			t.Fatalf("redis-server on %s did not start", addr)
+		}
+	}
 }

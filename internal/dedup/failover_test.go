@@ -1,0 +1,86 @@
+package dedup_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"sync/atomic"
+	"testing"
+
+	"github.com/oncepay/oncepay/internal/dedup"
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
+)
+
+// endpoint is a cache's primary endpoint: new connections go wherever it
+// points now (ElastiCache flips its DNS name on failover), connections made
+// before stay with the node they reached.
+type endpoint struct {
+	l      net.Listener
+	target atomic.Value // host:port
+}
+
+func newEndpoint(t *testing.T, target string) *endpoint {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := &endpoint{l: l}
+	e.target.Store(target)
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				up, err := net.Dial("tcp", e.target.Load().(string))
+				if err != nil {
+					return
+				}
+				defer up.Close()
+				go func() { _, _ = io.Copy(up, c) }()
+				_, _ = io.Copy(c, up)
+			}()
+		}
+	}()
+	return e
+}
+
+// A failover: the old primary becomes a replica and answers writes
+// READONLY, the endpoint names the new primary. A connection the pool kept
+// to the old one is not reused (ROLE on borrow), so the next reminder is
+// decided by the new primary, not failed open.
+func TestAfterAFailoverTheGateReachesTheNewPrimary(t *testing.T) {
+	a, b := testenv.RedisServer(t), testenv.RedisServer(t)
+	ep := newEndpoint(t, a)
+	c, err := dedup.NewRedis("redis://" + ep.l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	g, emf := gate(t, c, dedup.Config{})
+	msg := dedup.Message{Recipient: "u1", Template: "card-declined-reminder", Key: "pm_a"}
+	if v := g.Accept(context.Background(), msg, "ev1", now); v != dedup.Send {
+		t.Fatalf("before the failover: %s", v)
+	}
+	// b becomes the primary, a its replica; the endpoint flips to b.
+	admin, err := dedup.NewRedis("redis://" + a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = admin.Close() })
+	host, port, _ := net.SplitHostPort(b)
+	if _, err := admin.Do(context.Background(), "REPLICAOF", host, port); err != nil {
+		t.Fatal(err)
+	}
+	ep.target.Store(b)
+	if v := g.Accept(context.Background(), dedup.Message{Recipient: "u1", Template: "card-declined-reminder", Key: "pm_b"}, "ev2", now); v != dedup.Send {
+		t.Fatalf("after the failover: %s (%s)", v, emf.String())
+	}
+	if v := g.Accept(context.Background(), dedup.Message{Recipient: "u1", Template: "card-declined-reminder", Key: "pm_b"}, "ev3", now); v != dedup.Duplicate {
+		t.Fatalf("the new primary holds the fingerprint: %s", v)
+	}
+}
