@@ -71,11 +71,16 @@ func newEmailWorld(t *testing.T, reminders ...*dedup.Gate) *emailWorld {
 	ew := &emailWorld{ses: &loseReplies{SESAPI: ses}, from: testenv.NewEmailIdentity(t, ses), to: "buyer-" + testenv.RandomID(4) + "@example.com",
 		crash: new(string), crashCommit: new(bool), caller: "u-" + testenv.RandomID(6)}
 	var sender, reminder notify.EmailSender
+	var raise *inbox.Raise // the worker's and the reminder sweep's, as in lambdas/worker
+	for _, g := range reminders {
+		// A fixed noon: the cap's day never turns mid-test.
+		raise = &inbox.Raise{Gate: g, Template: string(notify.CardDeclinedReminder), States: []string{event.Failed},
+			Now: func() time.Time { return time.Date(2026, 12, 4, 12, 0, 0, 0, time.UTC) }}
+	}
 	ew.world = newWorld(t, func(c *inbox.Config) {
 		c.Extra = []inbox.Channel{{Name: notify.ChannelEmail, Sender: &sender, OnlyWithReceipt: true}}
-		for _, g := range reminders {
-			c.Extra = append(c.Extra, inbox.Channel{Name: notify.ChannelReminder, Sender: &reminder, Message: notify.CardDeclinedReminder,
-				Raise: &inbox.Raise{Gate: g, Template: string(notify.CardDeclinedReminder), States: []string{event.Failed}}})
+		if raise != nil {
+			c.Extra = append(c.Extra, inbox.Channel{Name: notify.ChannelReminder, Sender: &reminder, Message: notify.CardDeclinedReminder, Raise: raise})
 		}
 		c.Hooks.AfterCommit = func(context.Context, event.Event) error {
 			if *ew.crashCommit {
@@ -96,7 +101,7 @@ func newEmailWorld(t *testing.T, reminders ...*dedup.Gate) *emailWorld {
 	reminder = sender
 	reminder.Type = notify.CardDeclinedReminder
 	rs, err := inbox.NewNotifSweeper(ew.pool, reminder, inbox.SweepConfig{Channel: notify.ChannelReminder, Message: notify.CardDeclinedReminder,
-		Grace: time.Nanosecond, Logger: quiet})
+		Repeats: true, Raise: raise, Grace: time.Nanosecond, Logger: quiet, Metrics: metrics.New(ew.emf, "worker")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -549,5 +554,31 @@ func TestAReceiptIsNotSupersededByTheRefundsEmail(t *testing.T) {
 	}
 	if n, err := w.sweeper.FinishPending(context.Background(), 10); err != nil || n != 1 || w.emailState(t, paid.EventID) != inbox.NotifSent {
 		t.Fatalf("the sweep finished %d (%v), the receipt's row %s", n, err, w.emailState(t, paid.EventID))
+	}
+}
+
+// Two declines of one card, both workers dead after the commit: the sweep
+// finds both reminders and its gate lets one through, the other DROPPED.
+func TestTheSweepAsksTheGateToo(t *testing.T) {
+	g, _ := reminderGate(t, testenv.Cache(t), 0)
+	w := newEmailWorld(t, g)
+	var ids []string
+	for _, pid := range []string{"pay_sg1", "pay_sg2"} {
+		e := w.settled(t, pid, w.to, "pm_card_chargeDeclined", event.Failed)
+		*w.crashCommit = true
+		if _, err := w.w.Process(context.Background(), e); err == nil {
+			t.Fatal("the crash after the commit did not stop the delivery")
+		}
+		ids = append(ids, e.EventID)
+	}
+	if _, err := w.reminders.FinishPending(context.Background(), 10); err != nil {
+		t.Fatal(err)
+	}
+	var dropped int
+	if err := w.pool.QueryRow(context.Background(), `SELECT count(*) FROM notif WHERE channel = 'reminder' AND state = 'DROPPED' AND event_id = ANY($1)`, ids).Scan(&dropped); err != nil || dropped != 1 {
+		t.Fatalf("%d DROPPED (%v), want 1", dropped, err)
+	}
+	if r, _ := w.reminded(t); r != 1 {
+		t.Fatalf("%d reminders, want 1", r)
 	}
 }
