@@ -30,8 +30,9 @@ import (
 const usage = `usage: inspect --payment <payment_id> [--dsn <ledger DSN>] [--phone <pushes file>]
 
 Prints one JSON object: the payment row, its refund, its events, credits,
-debits, notification intents per channel, and the pushes the local phone
-received for it (docs/localcloud.md describes every field).
+debits, notification intents per channel, the pushes the local phone
+received for it and the emails the local SES took (docs/localcloud.md
+describes every field).
 
 `
 
@@ -102,6 +103,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		fmt.Fprintln(stderr, "inspect:", err)
 		return 1
+	}
+	// The emails are moto's to tell (the endpoint .local/env names); a
+	// moto that cannot be read leaves them [] and says so.
+	if env, err := localenv.Load(); err == nil && env.Get("AWS_ENDPOINT_URL") != "" {
+		if all, err := phone.Emails(ctx, env.Get("AWS_ENDPOINT_URL")); err != nil {
+			fmt.Fprintln(stderr, "inspect: emails not read:", err)
+		} else {
+			r.AddEmails(all)
+		}
 	}
 	b, err := json.MarshalIndent(r, "", "  ")
 	if err != nil {

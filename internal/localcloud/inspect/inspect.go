@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -39,6 +40,19 @@ type Report struct {
 	// Phone is what the phone shows for it: one entry per replace id (the
 	// payment's id), the latest push with the number of alerts.
 	Phone []phone.Entry `json:"phone"`
+	// Emails are the messages the local SES (moto) took about the payment,
+	// oldest first (AddEmails; [] when none, or moto was not asked).
+	Emails []phone.Email `json:"emails"`
+}
+
+// AddEmails keeps, of every message the local SES took, those about r's
+// payment (the body names it: "Payment: <id>").
+func (r *Report) AddEmails(all []phone.Email) {
+	for _, e := range all {
+		if strings.Contains(e.Body, "Payment: "+r.Payment.PaymentID+"\n") {
+			r.Emails = append(r.Emails, e)
+		}
+	}
 }
 
 // Payment is the ledger's payments row.
@@ -116,7 +130,7 @@ type Querier interface {
 // ErrUnknownPayment if the ledger has no such payment. It blocks for six
 // queries and one file read.
 func Read(ctx context.Context, db Querier, phonePath, paymentID string) (Report, error) {
-	r := Report{Events: []Event{}, Credits: []Entry{}, Debits: []Entry{}, Notifications: []Notification{}, Pushes: []phone.Push{}, Phone: []phone.Entry{}}
+	r := Report{Events: []Event{}, Credits: []Entry{}, Debits: []Entry{}, Notifications: []Notification{}, Pushes: []phone.Push{}, Phone: []phone.Entry{}, Emails: []phone.Email{}}
 	p := &r.Payment
 	err := db.QueryRow(ctx, `
 		SELECT payment_id, caller_id, client_key, state, amount, currency, merchant_id, order_id, payment_method,

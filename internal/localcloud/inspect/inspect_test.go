@@ -131,7 +131,7 @@ func TestInspectShowsASucceededCreditedNotifiedPaymentWithItsPushOnThePhone(t *t
 		t.Fatal(err)
 	}
 	want := map[string][]string{
-		"":              {"credits", "debits", "events", "notifications", "payment", "phone", "pushes", "refund"},
+		"":              {"credits", "debits", "emails", "events", "notifications", "payment", "phone", "pushes", "refund"},
 		"payment":       {"amount", "caller_id", "client_key", "created_at", "currency", "deadline_at", "decline_code", "merchant_id", "order_id", "payment_id", "payment_method", "psp_charge", "resolve_attempts", "state", "updated_at"},
 		"events":        {"consumed_at", "created_at", "event_id", "processed_at", "redrives", "state"},
 		"credits":       {"amount", "created_at", "currency", "event_id", "merchant_id"},
@@ -174,4 +174,18 @@ func deref[T any](p *T) T {
 		return zero
 	}
 	return *p
+}
+
+// The emails kept are those whose body names the payment, and only those:
+// another payment's id that starts the same is not it.
+func TestAddEmailsKeepsThePaymentsOwn(t *testing.T) {
+	r := inspect.Report{Payment: inspect.Payment{PaymentID: "pay_a"}, Emails: []phone.Email{}}
+	r.AddEmails([]phone.Email{
+		{ID: "1", Body: "Your payment went through.\n\nPayment: pay_a\n"},
+		{ID: "2", Body: "Your payment went through.\n\nPayment: pay_ab\n"},
+		{ID: "3", Body: "Your payment was refunded.\n\nPayment: pay_a\n"},
+	})
+	if len(r.Emails) != 2 || r.Emails[0].ID != "1" || r.Emails[1].ID != "3" {
+		t.Fatalf("emails %+v, want 1 and 3", r.Emails)
+	}
 }
