@@ -146,3 +146,30 @@ func TestTheCacheHoldsNoReadableRecipientOrCard(t *testing.T) {
 		}
 	}
 }
+
+// An event let through at 23:59:50 asks again after midnight (its worker
+// died before recording the send; the sweep finishes it) with the next
+// day's cap already spent: it is let through again, not capped, and its
+// fingerprint still stops the card's next decline. The answer for one
+// event does not change with the day.
+func TestTheSameEventIsAnsweredTheSameAcrossMidnight(t *testing.T) {
+	g, _ := gate(t, testenv.Cache(t), dedup.Config{Cap: 1})
+	who := "u-" + testenv.RandomID(6)
+	msg := func(card string) dedup.Message {
+		return dedup.Message{Recipient: who, Template: "card-declined-reminder", Key: card}
+	}
+	late := time.Date(2026, 12, 4, 23, 59, 50, 0, time.UTC)
+	if v := g.Accept(context.Background(), msg("pm_a"), "evA", late); v != dedup.Send {
+		t.Fatalf("evA: %s", v)
+	}
+	next := late.Add(time.Minute)
+	if v := g.Accept(context.Background(), msg("pm_b"), "evB", next); v != dedup.Send {
+		t.Fatalf("evB, the next day's first: %s", v)
+	}
+	if v := g.Accept(context.Background(), msg("pm_a"), "evA", next); v != dedup.Send {
+		t.Fatalf("evA asking again after midnight: %s, want send (its answer of yesterday)", v)
+	}
+	if v := g.Accept(context.Background(), msg("pm_a"), "evA2", next); v != dedup.Duplicate {
+		t.Fatalf("card A's next decline: %s, want its duplicate", v)
+	}
+}

@@ -5,7 +5,9 @@ import (
 	"io"
 	"net"
 	"sync/atomic"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/oncepay/oncepay/internal/dedup"
 	"github.com/oncepay/oncepay/internal/testkit/testenv"
@@ -54,7 +56,8 @@ func newEndpoint(t *testing.T, target string) *endpoint {
 // to the old one is not reused (ROLE on borrow), so the next reminder is
 // decided by the new primary, not failed open.
 func TestAfterAFailoverTheGateReachesTheNewPrimary(t *testing.T) {
-	a, b := testenv.RedisServer(t), testenv.RedisServer(t)
+	a, _ := testenv.RedisServer(t)
+	b, _ := testenv.RedisServer(t)
 	ep := newEndpoint(t, a)
 	c, err := dedup.NewRedis("redis://" + ep.l.Addr().String())
 	if err != nil {
@@ -82,5 +85,40 @@ func TestAfterAFailoverTheGateReachesTheNewPrimary(t *testing.T) {
 	}
 	if v := g.Accept(context.Background(), dedup.Message{Recipient: "u1", Template: "card-declined-reminder", Key: "pm_b"}, "ev3", now); v != dedup.Duplicate {
 		t.Fatalf("the new primary holds the fingerprint: %s", v)
+	}
+}
+
+// The primary dies without closing its connections (paused: no reply,
+// no reset) and the endpoint flips to the new one: the gate neither hangs
+// on the pooled connection nor waits for TCP to give up. It answers
+// within its timeout (failing open, or from the new primary), and the
+// next message is decided by the new primary.
+func TestADeadPrimaryDoesNotHoldTheGate(t *testing.T) {
+	a, proc := testenv.RedisServer(t)
+	b, _ := testenv.RedisServer(t)
+	ep := newEndpoint(t, a)
+	c, err := dedup.NewRedis("redis://" + ep.l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	g, _ := gate(t, c, dedup.Config{})
+	msg := func(card string) dedup.Message {
+		return dedup.Message{Recipient: "u1", Template: "card-declined-reminder", Key: card}
+	}
+	if v := g.Accept(context.Background(), msg("pm_a"), "ev1", now); v != dedup.Send {
+		t.Fatalf("before: %s", v)
+	}
+	if err := proc.Signal(syscall.SIGSTOP); err != nil {
+		t.Fatal(err)
+	}
+	ep.target.Store(b)
+	start := time.Now()
+	v := g.Accept(context.Background(), msg("pm_b"), "ev2", now)
+	if took := time.Since(start); took > 2*time.Second || !dedup.Goes(v) {
+		t.Fatalf("with the primary dead: %s after %s, want it let through within the gate's timeout", v, took)
+	}
+	if v := g.Accept(context.Background(), msg("pm_c"), "ev3", now); v != dedup.Send {
+		t.Fatalf("the next message: %s, want the new primary's answer", v)
 	}
 }

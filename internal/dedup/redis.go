@@ -29,16 +29,20 @@ func NewRedis(url string) (*Redis, error) {
 		MaxIdle:         2,
 		IdleTimeout:     4 * time.Minute,
 		MaxConnLifetime: 5 * time.Minute,
+		// Every read and write is bounded too: a primary that died holds
+		// its connections open with no reply, and the gate must fail open,
+		// not wait for TCP to give up.
 		DialContext: func(ctx context.Context) (redis.Conn, error) {
-			return redis.DialURLContext(ctx, url, redis.DialConnectTimeout(time.Second))
+			return redis.DialURLContext(ctx, url, redis.DialConnectTimeout(time.Second),
+				redis.DialReadTimeout(time.Second), redis.DialWriteTimeout(time.Second))
 		},
 		// After a failover the primary endpoint names the new primary, but
 		// a pooled connection still reaches the old one, now a replica that
 		// answers every write READONLY (a reply, so the pool keeps the
 		// connection). A reused connection must be to a primary: ROLE
 		// costs a round trip, on a path as rare as a decline.
-		TestOnBorrow: func(c redis.Conn, _ time.Time) error {
-			role, err := redis.Values(c.Do("ROLE"))
+		TestOnBorrowContext: func(ctx context.Context, c redis.Conn, _ time.Time) error {
+			role, err := redis.Values(redis.DoContext(c, ctx, "ROLE"))
 			if err != nil {
 				return err
 			}
@@ -58,12 +62,16 @@ func (r *Redis) Close() error { return r.pool.Close() }
 
 // admit is the gate's decision on the server, atomic:
 // KEYS: the fingerprint's key, the cap's; ARGV: owner, window s, cap, period s.
-// The cap is a hash of owner -> its place in the period, so an owner asking
-// again keeps its place and counts once.
+// A fingerprint held by the owner itself was let through before (a capped
+// owner releases it): the same answer, whatever the day, counting nothing
+// again. The cap is a hash of owner -> its place in the period.
 var admit = redis.NewScript(2, `
 local prev = redis.call('GET', KEYS[1])
-if prev and prev ~= ARGV[1] then return 'duplicate' end
-if not prev then redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2]) end
+if prev then
+  if prev == ARGV[1] then return 'send' end
+  return 'duplicate'
+end
+redis.call('SET', KEYS[1], ARGV[1], 'EX', ARGV[2])
 if ARGV[3] == '0' then return 'send' end
 local n = redis.call('HGET', KEYS[2], ARGV[1])
 if not n then

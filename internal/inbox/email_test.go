@@ -30,9 +30,19 @@ type loseReplies struct {
 	mu   sync.Mutex
 	skip int // sends let through before the first lost answer
 	left int
+	// hold, when set, stops each send on its way in: it says so on
+	// entered and waits for hold to close (a send in progress).
+	hold, entered chan struct{}
 }
 
 func (l *loseReplies) SendEmail(ctx context.Context, in *sesv2.SendEmailInput, opts ...func(*sesv2.Options)) (*sesv2.SendEmailOutput, error) {
+	l.mu.Lock()
+	hold, entered := l.hold, l.entered
+	l.mu.Unlock()
+	if hold != nil {
+		entered <- struct{}{}
+		<-hold
+	}
 	out, err := l.SESAPI.SendEmail(ctx, in, opts...)
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -100,12 +110,14 @@ func newEmailWorld(t *testing.T, reminders ...*dedup.Gate) *emailWorld {
 	sender = notify.EmailSender{SES: ew.ses, DB: ew.pool, From: ew.from}
 	reminder = sender
 	reminder.Type = notify.CardDeclinedReminder
-	rs, err := inbox.NewNotifSweeper(ew.pool, reminder, inbox.SweepConfig{Channel: notify.ChannelReminder, Message: notify.CardDeclinedReminder,
-		Repeats: true, Raise: raise, Grace: time.Nanosecond, Logger: quiet, Metrics: metrics.New(ew.emf, "worker")})
-	if err != nil {
-		t.Fatal(err)
+	if raise != nil {
+		rs, err := inbox.NewNotifSweeper(ew.pool, reminder, inbox.SweepConfig{Channel: notify.ChannelReminder, Message: notify.CardDeclinedReminder,
+			Repeats: true, Raise: raise, Grace: time.Nanosecond, Logger: quiet, Metrics: metrics.New(ew.emf, "worker")})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ew.reminders = rs
 	}
-	ew.reminders = rs
 	sw, err := inbox.NewNotifSweeper(ew.pool, sender, inbox.SweepConfig{Channel: notify.ChannelEmail, Repeats: true, Grace: time.Nanosecond, Logger: quiet,
 		Metrics: metrics.New(ew.emf, "worker")})
 	if err != nil {
@@ -580,5 +592,104 @@ func TestTheSweepAsksTheGateToo(t *testing.T) {
 	}
 	if r, _ := w.reminded(t); r != 1 {
 		t.Fatalf("%d reminders, want 1", r)
+	}
+}
+
+// A repeat that dies mid-send too: the next attempt sends no third copy.
+// The email may have gone twice already; it is recorded UNKNOWN, counted.
+func TestARepeatThatAlsoDiesIsNotSentAThirdTime(t *testing.T) {
+	w := newEmailWorld(t)
+	e := w.paid(t, "pay_e8", w.to)
+	for range 2 {
+		*w.crash = notify.ChannelEmail
+		if _, err := w.w.Process(context.Background(), e); err == nil {
+			t.Fatal("the crash after the send did not stop the delivery")
+		}
+		w.lapse(t, e.EventID)
+	}
+	res, err := w.w.Process(context.Background(), e)
+	if err != nil || res.Extra != "email=unknown" {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if n, err := w.sweeper.FinishPending(context.Background(), 10); err != nil || n != 0 {
+		t.Fatalf("the sweep took %d: %v", n, err)
+	}
+	if n := len(w.emails(t)); n != 2 || w.emailState(t, e.EventID) != inbox.NotifUnknown {
+		t.Fatalf("%d emails (row %s), want 2 and UNKNOWN", n, w.emailState(t, e.EventID))
+	}
+	if strings.Count(w.emf.String(), `"NotifResent":1`) != 1 || strings.Count(w.emf.String(), `"NotifUnknownDropped":1`) != 1 {
+		t.Errorf("want one repeat and one unknown counted: %s", w.emf.String())
+	}
+}
+
+// The worker is mid-send when the sweep runs: the worker's lease keeps the
+// sweep off the row, so one email goes out, not two.
+func TestTheSweepKeepsOffARowTheWorkerIsSending(t *testing.T) {
+	w := newEmailWorld(t)
+	e := w.paid(t, "pay_e9", w.to)
+	hold, entered := make(chan struct{}), make(chan struct{}, 1)
+	w.ses.mu.Lock()
+	w.ses.hold, w.ses.entered = hold, entered
+	w.ses.mu.Unlock()
+	done := make(chan error, 1)
+	go func() {
+		_, err := w.w.Process(context.Background(), e)
+		done <- err
+	}()
+	<-entered
+	w.ses.mu.Lock()
+	w.ses.hold = nil
+	w.ses.mu.Unlock()
+	n, err := w.sweeper.FinishPending(context.Background(), 10)
+	close(hold)
+	if err != nil || n != 0 {
+		t.Fatalf("the sweep finished %d (%v) while the worker was sending", n, err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if n := len(w.emails(t)); n != 1 || w.emailState(t, e.EventID) != inbox.NotifSent {
+		t.Fatalf("%d emails (row %s), want 1", n, w.emailState(t, e.EventID))
+	}
+}
+
+// With too little of the invocation left to send and record an email, the
+// worker leaves it to a run with time: nothing sent, the row PENDING, no
+// attempt counted.
+func TestAnEmailIsNotStartedWithoutTimeToRecordIt(t *testing.T) {
+	w := newEmailWorld(t)
+	e := w.paid(t, "pay_e10", w.to)
+	ctx, cancel := context.WithTimeout(context.Background(), inbox.SendWindow-time.Second)
+	defer cancel()
+	res, err := w.w.Process(ctx, e)
+	if err != nil || res.Extra != "email=left" {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if n := len(w.emails(t)); n != 0 || w.emailState(t, e.EventID) != inbox.NotifPending {
+		t.Fatalf("%d emails (row %s), want none and PENDING", n, w.emailState(t, e.EventID))
+	}
+	if res, err := w.w.Process(context.Background(), e); err != nil || res.Extra != "email=sent" {
+		t.Fatalf("the next delivery, with time: %+v %v", res, err)
+	}
+}
+
+// A reminder's channel or sweep without its gate is refused at start (it
+// would email "your card was declined" about every event), and so is a gate
+// on a channel whose message is not a logical one.
+func TestALogicalMessageNeedsItsGate(t *testing.T) {
+	g, _ := reminderGate(t, testenv.Cache(t), 0)
+	w := newEmailWorld(t)
+	var sender notify.EmailSender
+	raise := &inbox.Raise{Gate: g, Template: string(notify.CardDeclinedReminder), States: []string{event.Failed}}
+	for name, ch := range map[string]inbox.Channel{
+		"a reminder without a gate": {Name: "reminder", Sender: sender, Message: notify.CardDeclinedReminder},
+		"a receipt with a gate":     {Name: "email", Sender: sender, Raise: raise},
+	} {
+		if _, err := inbox.New(w.pool, w.pusher, inbox.Config{Extra: []inbox.Channel{ch}}); err == nil {
+			t.Errorf("%s: accepted", name)
+		}
+	}
+	if _, err := inbox.NewNotifSweeper(w.pool, sender, inbox.SweepConfig{Channel: "reminder", Message: notify.CardDeclinedReminder}); err == nil {
+		t.Error("a reminder sweep without a gate: accepted")
 	}
 }

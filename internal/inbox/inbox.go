@@ -217,6 +217,9 @@ func New(db DB, pusher Pusher, cfg Config) (*Worker, error) {
 			return nil, fmt.Errorf("inbox: extra channel %q: a name of its own and a sender", ch.Name)
 		}
 		names[ch.Name] = true
+		if notify.Logical(ch.Message) != (ch.Raise != nil) {
+			return nil, fmt.Errorf("inbox: extra channel %q: a logical message (%q) needs its Raise and gate, and only it has one", ch.Name, ch.Message)
+		}
 	}
 	return &Worker{db: db, pusher: pusher, cfg: cfg}, nil
 }
@@ -294,12 +297,25 @@ func (r *Raise) admit(ctx context.Context, db interface {
 	return r.Gate.Accept(ctx, dedup.Message{Recipient: e.CallerID, Template: r.Template, Key: card}, e.EventID, now()), nil
 }
 
+// recordUnknown records a send that may have gone and is not made again:
+// UNKNOWN, final.
+func recordUnknown(ctx context.Context, db execer, eventID, channel, why string) error {
+	ctx, cancel := recordCtx(ctx)
+	defer cancel()
+	if _, err := db.Exec(ctx, `
+		UPDATE notif SET state = 'UNKNOWN', last_error = $3, lease_until = NULL, sending_at = NULL
+		WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, eventID, channel, why); err != nil {
+		return fmt.Errorf("inbox: record %s's %s UNKNOWN: %w", eventID, channel, err)
+	}
+	return nil
+}
+
 // drop records a logical message the gate did not let through: DROPPED,
 // final. Recording it can fail harmlessly: the gate answers the next
 // asker the same.
-func drop(ctx context.Context, db interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-}, eventID, channel, verdict string) error {
+func drop(ctx context.Context, db execer, eventID, channel, verdict string) error {
+	ctx, cancel := recordCtx(ctx)
+	defer cancel()
 	if _, err := db.Exec(ctx, `
 		UPDATE notif SET state = 'DROPPED', last_error = $3, lease_until = NULL, sending_at = NULL
 		WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, eventID, channel, "dedup: "+verdict); err != nil {
@@ -351,42 +367,65 @@ func (w *Worker) deliver(ctx context.Context, e event.Event, inserted bool, res 
 // it. An email is never retired as superseded: it has no replace id, so a
 // later one does not hide it, and each says something that happened.
 func (w *Worker) deliverExtra(ctx context.Context, e event.Event, ch Channel, res *Result) error {
+	// The event is committed: nothing here fails it. What cannot be done
+	// now is left PENDING for the sweep (or the next delivery).
+	leave := func(what string, err error) error {
+		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "notification left to the sweep: "+what,
+			slog.String("event_id", e.EventID), slog.String("payment_id", e.PaymentID), slog.String("channel", ch.Name), slog.String("error", err.Error()))
+		res.extra(ch.Name, "left")
+		return nil
+	}
 	pending, err := w.notifPending(ctx, e, ch.Name)
-	if err != nil || !pending {
-		return err
+	if err != nil {
+		return leave("its row could not be read", err)
+	}
+	if !pending {
+		return nil
+	}
+	if !timeToSend(ctx) {
+		return leave("too little of the invocation left to send", context.DeadlineExceeded)
 	}
 	if ch.Raise != nil {
 		verdict, err := ch.Raise.admit(ctx, w.db, e)
 		if err != nil {
-			return err
+			return leave("the gate could not be asked", err)
 		}
 		if !dedup.Goes(verdict) {
 			res.extra(ch.Name, verdict)
-			return drop(ctx, w.db, e.EventID, ch.Name, verdict)
+			if err := drop(ctx, w.db, e.EventID, ch.Name, verdict); err != nil {
+				return leave("the gate's no could not be recorded", err)
+			}
+			return nil
 		}
 	}
 	// The send is recorded as under way before it is made (sending_at), and
 	// the row leased so the sweep keeps off it meanwhile. Finding it set,
 	// this attempt follows one that died between its send and recording it.
 	var resend bool
+	var resends int
 	err = w.db.QueryRow(ctx, `
-		UPDATE notif n SET attempts = n.attempts + 1, sending_at = now(), lease_until = now() + interval '1 minute'
-		FROM (SELECT sending_at IS NOT NULL AS resend FROM notif
+		UPDATE notif n SET attempts = n.attempts + 1, sending_at = now(), lease_until = now() + interval '1 minute',
+		                   resends = n.resends + CASE WHEN prior.resend THEN 1 ELSE 0 END
+		FROM (SELECT sending_at IS NOT NULL AS resend, resends FROM notif
 		      WHERE event_id = $1 AND channel = $2 AND state = 'PENDING' FOR UPDATE) prior
 		WHERE n.event_id = $1 AND n.channel = $2 AND n.state = 'PENDING'
 		  AND (n.lease_until IS NULL OR n.lease_until < now())
-		RETURNING prior.resend`, e.EventID, ch.Name).Scan(&resend)
+		RETURNING prior.resend, prior.resends`, e.EventID, ch.Name).Scan(&resend, &resends)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil // finished, or held by the sweep, since the check above
 	}
 	if err != nil {
-		return fmt.Errorf("inbox: record the %s attempt of %s: %w", ch.Name, e.EventID, err)
+		return leave("the attempt could not be recorded", err)
 	}
 	if resend {
-		if dropsUnknown(e, ch.Message, notify.ErrOutcomeUnknown) {
-			// It may have gone: for a type that chose loss over a
-			// duplicate, that is an unknown send, not one to repeat.
-			res.extra(ch.Name, w.notSent(ctx, e, ch, fmt.Errorf("%w: an earlier attempt died before recording its send", notify.ErrOutcomeUnknown)))
+		if why, stop := noRepeat(e, ch.Message, resends); stop {
+			if err := recordUnknown(ctx, w.db, e.EventID, ch.Name, why); err != nil {
+				return leave("the unknown send could not be recorded", err)
+			}
+			w.cfg.Metrics.Count("NotifUnknownDropped", 1)
+			w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "an earlier attempt may have sent this message and it is not sent again (a rare loss accepted); recorded UNKNOWN",
+				slog.String("event_id", e.EventID), slog.String("payment_id", e.PaymentID), slog.String("channel", ch.Name), slog.String("why", why))
+			res.extra(ch.Name, "unknown")
 			return nil
 		}
 		w.cfg.Metrics.Count("NotifResent", 1)
@@ -407,10 +446,43 @@ func (w *Worker) deliverExtra(ctx context.Context, e event.Event, ch Channel, re
 	return nil
 }
 
+// noRepeat says whether a send found under way (an earlier attempt died
+// between its send and recording it) is recorded UNKNOWN instead of made
+// again: always for a type that chose loss over a duplicate, and for any
+// type once it was repeated already (one repeat is the duplicate an email
+// accepts; a third copy is not).
+func noRepeat(e event.Event, typ notify.MessageType, resends int) (string, bool) {
+	switch {
+	case dropsUnknown(e, typ, notify.ErrOutcomeUnknown):
+		return "an earlier attempt died before recording its send, and this message is not repeated", true
+	case resends > 0:
+		return "an earlier repeat died before recording its send too: no third copy", true
+	}
+	return "", false
+}
+
+// SendWindow is the least time an invocation must have left to start an
+// email: its timeout and the record of its outcome. Less, and the row is
+// left to a run with time, so no send is cut off before it is recorded.
+const SendWindow = notify.DefaultEmailTimeout + 5*time.Second
+
+func timeToSend(ctx context.Context) bool {
+	dl, ok := ctx.Deadline()
+	return !ok || time.Until(dl) >= SendWindow
+}
+
+// recordCtx is the context an outcome is recorded under: a send that was
+// made must be recorded even as the invocation's deadline passes.
+func recordCtx(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+}
+
 // markSent records a send. A failure is only logged: the row stays
 // PENDING and the sweep sends it once more (the push lands on top of this
 // one, the replace id; an email is the accepted duplicate).
 func (w *Worker) markSent(ctx context.Context, e event.Event, channel string) {
+	ctx, cancel := recordCtx(ctx)
+	defer cancel()
 	if _, err := w.db.Exec(ctx, `
 		UPDATE notif SET state = 'SENT', sent_at = now(), last_error = NULL, sending_at = NULL, lease_until = NULL
 		WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, e.EventID, channel); err != nil {
@@ -463,6 +535,8 @@ func (w *Worker) notSent(ctx context.Context, e event.Event, ch Channel, sendErr
 	var err error
 	// The attempt was counted before the send (deliverExtra); this is its
 	// outcome, so the send is no longer under way.
+	ctx, cancel := recordCtx(ctx)
+	defer cancel()
 	if state != "" {
 		_, err = w.db.Exec(ctx, `
 			UPDATE notif SET state = $3, last_error = $4, sending_at = NULL, lease_until = NULL

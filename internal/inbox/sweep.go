@@ -118,6 +118,9 @@ func NewNotifSweeper(db SweepDB, pusher Pusher, cfg SweepConfig) (*NotifSweeper,
 	if err := cfg.setDefaults(); err != nil {
 		return nil, err
 	}
+	if notify.Logical(cfg.Message) != (cfg.Raise != nil) {
+		return nil, fmt.Errorf("inbox: sweep of %q: a logical message (%q) needs its Raise and gate, and only it has one", cfg.Channel, cfg.Message)
+	}
 	return &NotifSweeper{db: db, pusher: pusher, cfg: cfg}, nil
 }
 
@@ -126,8 +129,10 @@ type dueNotif struct {
 	payload                      []byte
 	attempts                     int
 	overHorizon                  bool
-	// resend: an earlier attempt died with its send under way.
-	resend bool
+	// resend: an earlier attempt died with its send under way; resends:
+	// how many such repeats were made.
+	resend  bool
+	resends int
 }
 
 // FinishPending takes up to limit PENDING rows that are older than the
@@ -181,7 +186,7 @@ func (s *NotifSweeper) claim(ctx context.Context, limit int) ([]dueNotif, error)
 		) pick
 		WHERE n.event_id = pick.event_id AND n.channel = pick.channel
 		RETURNING n.event_id, n.replace_id, n.caller_id, COALESCE(n.payload::text, ''), n.attempts,
-		          n.armed_at < now() - make_interval(secs => $5), n.sending_at IS NOT NULL`,
+		          n.armed_at < now() - make_interval(secs => $5), n.sending_at IS NOT NULL, n.resends`,
 		s.cfg.Channel, s.cfg.Grace.Seconds(), s.cfg.Lease.Seconds(), limit, s.cfg.Horizon.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("inbox: take pending notifications: %w", err)
@@ -189,7 +194,7 @@ func (s *NotifSweeper) claim(ctx context.Context, limit int) ([]dueNotif, error)
 	due, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dueNotif, error) {
 		var n dueNotif
 		var payload string
-		err := r.Scan(&n.eventID, &n.replaceID, &n.callerID, &payload, &n.attempts, &n.overHorizon, &n.resend)
+		err := r.Scan(&n.eventID, &n.replaceID, &n.callerID, &payload, &n.attempts, &n.overHorizon, &n.resend, &n.resends)
 		n.payload = []byte(payload)
 		return n, err
 	})
@@ -220,37 +225,49 @@ func (s *NotifSweeper) finish(ctx context.Context, n dueNotif) (ok bool, err err
 			return gone, err
 		}
 	}
+	if s.cfg.Repeats && !timeToSend(ctx) {
+		// Too little left to send and record it: the row goes back for a
+		// run with time (its lease released, nothing counted).
+		_, err := s.db.Exec(ctx, `UPDATE notif SET lease_until = NULL, attempts = attempts - 1 WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`,
+			n.eventID, s.cfg.Channel)
+		return false, err
+	}
 	if s.cfg.Raise != nil {
 		verdict, err := s.cfg.Raise.admit(ctx, s.db, e)
 		if err != nil {
 			return false, err
 		}
 		if !dedup.Goes(verdict) {
-			return true, drop(ctx, s.db, n.eventID, s.cfg.Channel, verdict)
+			if err := drop(ctx, s.db, n.eventID, s.cfg.Channel, verdict); err != nil {
+				return false, err
+			}
+			return true, nil
 		}
 	}
 	if s.cfg.Repeats {
 		if n.resend {
-			if dropsUnknown(e, s.cfg.Message, notify.ErrOutcomeUnknown) {
-				if _, err := s.db.Exec(ctx, `
-					UPDATE notif SET state = 'UNKNOWN', lease_until = NULL, sending_at = NULL, last_error = $3
-					WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, n.eventID, s.cfg.Channel,
-					"an earlier attempt died before recording its send"); err != nil {
-					return false, fmt.Errorf("inbox: mark %s UNKNOWN: %w", n.eventID, err)
+			if why, stop := noRepeat(e, s.cfg.Message, n.resends); stop {
+				if err := recordUnknown(ctx, s.db, n.eventID, s.cfg.Channel, why); err != nil {
+					return false, err
 				}
 				s.cfg.Metrics.Count("NotifUnknownDropped", 1)
-				log.Warn("an earlier attempt may have sent this message and it is not repeated (a rare loss accepted); recorded UNKNOWN")
+				log.Warn("an earlier attempt may have sent this message and it is not sent again (a rare loss accepted); recorded UNKNOWN", "why", why)
 				return true, nil
 			}
 			s.cfg.Metrics.Count("NotifResent", 1)
 			log.Warn("sending again a notification an earlier attempt may have sent (it died before SENT): a possible duplicate")
 		}
 		if _, err := s.db.Exec(ctx, `
-			UPDATE notif SET sending_at = now() WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, n.eventID, s.cfg.Channel); err != nil {
+			UPDATE notif SET sending_at = now(), resends = resends + $3 WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`,
+			n.eventID, s.cfg.Channel, boolInt(n.resend)); err != nil {
 			return false, fmt.Errorf("inbox: record the send of %s under way: %w", n.eventID, err)
 		}
 	}
 	sendErr := s.pusher.Send(ctx, p)
+	// The send was made or tried: its outcome is recorded even as the
+	// invocation's deadline passes.
+	ctx, cancel := recordCtx(ctx)
+	defer cancel()
 	switch {
 	case sendErr == nil:
 		if _, err := s.db.Exec(ctx, `
@@ -331,4 +348,11 @@ func (s *NotifSweeper) Rearm(ctx context.Context, eventIDs ...string) (int, erro
 		return 0, fmt.Errorf("inbox: re-arm stuck notifications: %w", err)
 	}
 	return int(tag.RowsAffected()), nil
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }

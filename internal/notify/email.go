@@ -64,6 +64,11 @@ var Policies = map[MessageType]Policy{
 		"so an unknown send is not repeated"},
 }
 
+// Logical reports whether typ is a logical message: raised by events for a
+// reason a later event may raise again, so sent through a dedup gate
+// (inbox.Raise), never once per event.
+func Logical(typ MessageType) bool { return typ == CardDeclinedReminder }
+
 // TypeOf is the message type an event's email is.
 func TypeOf(state string) (MessageType, bool) {
 	switch state {

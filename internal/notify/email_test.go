@@ -59,7 +59,7 @@ func TestSESAnswersAreClassifiedAndNeverNameTheRecipient(t *testing.T) {
 			}))
 			defer srv.Close()
 			defer close(block) // before the server's Close, which waits for the handler
-			ses := sesclient.New(aws.Config{Region: "us-east-1", Credentials: aws.AnonymousCredentials{}, BaseEndpoint: aws.String(srv.URL)})
+			ses := sesclient.NewSender(aws.Config{Region: "us-east-1", Credentials: aws.AnonymousCredentials{}, BaseEndpoint: aws.String(srv.URL)})
 			s := notify.EmailSender{SES: ses, DB: addressRow(buyer), From: "receipts@example.com", Timeout: 300 * time.Millisecond}
 			err := s.Send(context.Background(), notify.Push{PaymentID: "pay_1", EventID: "pay_1:SUCCEEDED", State: event.Succeeded, MerchantID: "m1", Amount: 3000, Currency: "USD"})
 			if err == nil {

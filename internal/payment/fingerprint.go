@@ -24,6 +24,14 @@ import (
 // or ledger row could still hold it (the ledger keeps rows forever).
 const FingerprintVersion = "v1"
 
+// v2 is v1 with the receipt address, the version of every request that has
+// one (Fingerprint). v1 cannot hold an address, so it was not changed to
+// take one: a key record written by a build that ignored the address is
+// still checked in v1, without it. Readers of v2 shipped with its writers
+// in one release: no release ever wrote a request with an address in
+// another form, and no deployed fleet runs a build that cannot read v2.
+const versionWithReceipt = "v2"
+
 // canonical is one version's encoding of the meaning fields, the bytes that
 // are hashed.
 type canonical func(Request) []byte
@@ -39,21 +47,20 @@ var (
 	table = func() *atomic.Pointer[fingerprints] {
 		p := new(atomic.Pointer[fingerprints])
 		p.Store(&fingerprints{current: FingerprintVersion, forms: map[string]canonical{
-			"v1": tagged("oncepay/payment/v1\n"),
+			"v1":               tagged("oncepay/payment/v1\n", false),
+			versionWithReceipt: tagged("oncepay/payment/v2\n", true),
 		}})
 		return p
 	}()
 	deployMu sync.Mutex // serialises DeployNextVersion
 )
 
-// tagged is the v1 encoding under a domain tag: the tag, then the five
-// meaning fields in a fixed order (merchant_id, order_id, amount, currency,
+// tagged is an encoding under a domain tag: the tag, then the five meaning
+// fields in a fixed order (merchant_id, order_id, amount, currency,
 // payment_method), each length-prefixed so that no shift of bytes between
-// neighbouring fields ("ab"+"c" vs "a"+"bc") gives the same input, and a
-// sixth, receipt_email, only when the request has one: a request without
-// it hashes as before the field existed, and earlier builds ignored the
-// member (no client sent it), so no stored v1 fingerprint changes meaning.
-func tagged(tag string) canonical {
+// neighbouring fields ("ab"+"c" vs "a"+"bc") gives the same input; with
+// receipt, a sixth, receipt_email (v2, and every later version).
+func tagged(tag string, receipt bool) canonical {
 	return func(r Request) []byte {
 		buf := make([]byte, 0, 64+len(r.MerchantID)+len(r.OrderID)+len(r.PaymentMethod)+len(r.ReceiptEmail))
 		buf = append(buf, tag...)
@@ -67,7 +74,7 @@ func tagged(tag string) canonical {
 			[]byte(r.ReceiptEmail),
 		}
 		n := len(fields)
-		if r.ReceiptEmail == "" {
+		if !receipt {
 			n--
 		}
 		for _, f := range fields[:n] {
@@ -89,7 +96,8 @@ func (r Request) fingerprintIn(version string, form canonical) string {
 
 // Fingerprint is the hash of the request's meaning in the current version:
 // the version, ':' and the hex SHA-256 of its canonical form (v1: the five
-// meaning fields, see tagged). It depends only on the Request, never on the
+// meaning fields, see tagged; a request with a receipt address: v2, the
+// six). It depends only on the Request, never on the
 // body's bytes: member order, whitespace and ignored members do not change
 // it.
 //
@@ -97,7 +105,11 @@ func (r Request) fingerprintIn(version string, form canonical) string {
 // upper-cased.
 func (r Request) Fingerprint() string {
 	t := table.Load()
-	return r.fingerprintIn(t.current, t.forms[t.current])
+	v := t.current
+	if v == "v1" && r.ReceiptEmail != "" {
+		v = versionWithReceipt
+	}
+	return r.fingerprintIn(v, t.forms[v])
 }
 
 // Matches reports whether stored (a fingerprint a key record or a ledger row
@@ -130,7 +142,7 @@ func DeployNextVersion() (rollback func()) {
 	for v, f := range old.forms {
 		forms[v] = f
 	}
-	forms[next] = tagged("oncepay/payment/" + next + "-drill\n")
+	forms[next] = tagged("oncepay/payment/"+next+"-drill\n", true)
 	table.Store(&fingerprints{current: next, forms: forms})
 	return func() {
 		deployMu.Lock()

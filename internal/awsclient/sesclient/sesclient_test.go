@@ -26,7 +26,7 @@ func TestASendIsAttemptedOnce(t *testing.T) {
 		_, _ = w.Write([]byte(`{"message":"try again"}`))
 	}))
 	defer srv.Close()
-	c := sesclient.New(aws.Config{Region: "us-east-1", Credentials: aws.AnonymousCredentials{}, BaseEndpoint: aws.String(srv.URL)})
+	c := sesclient.NewSender(aws.Config{Region: "us-east-1", Credentials: aws.AnonymousCredentials{}, BaseEndpoint: aws.String(srv.URL)})
 	_, err := c.SendEmail(context.Background(), &sesv2.SendEmailInput{
 		FromEmailAddress: aws.String("a@example.com"),
 		Destination:      &sestypes.Destination{ToAddresses: []string{"b@example.com"}},

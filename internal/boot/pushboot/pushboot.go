@@ -52,7 +52,7 @@ func Email(cfg aws.Config, pool *pgxpool.Pool, log *slog.Logger) (notify.EmailSe
 		return notify.EmailSender{}, false
 	}
 	log.Info("email channel", "configuration_set", os.Getenv(stackenv.EmailConfigurationSet))
-	return notify.EmailSender{SES: sesclient.New(cfg), DB: pool, From: from, ConfigurationSet: os.Getenv(stackenv.EmailConfigurationSet)}, true
+	return notify.EmailSender{SES: sesclient.NewSender(cfg), DB: pool, From: from, ConfigurationSet: os.Getenv(stackenv.EmailConfigurationSet)}, true
 }
 
 // Reminders returns the dedup gate of the logical messages when

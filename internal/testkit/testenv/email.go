@@ -3,10 +3,12 @@ package testenv
 import (
 	"context"
 	"net"
+	"os"
 	"os/exec"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -20,6 +22,9 @@ import (
 )
 
 // SES returns a client for the local cloud's SES (moto).
+//
+// It keeps the SDK's retries (identities, reads): the worker sends with
+// sesclient.NewSender's one attempt, which sesclient's own test holds.
 func SES(t testing.TB) *sesv2.Client {
 	t.Helper()
 	return sesclient.New(awsConfig(t))
@@ -76,8 +81,10 @@ func Cache(t testing.TB) *dedup.Redis {
 
 // RedisServer starts a redis-server of the test's own on a free port (the
 // binary make setup installs), with eviction off as the stack runs its
-// cache, and stops it when the test ends. It returns host:port.
-func RedisServer(t testing.TB) string {
+// cache, and stops it when the test ends. It returns host:port and the
+// process (a test may pause it: a node that died without closing its
+// connections).
+func RedisServer(t testing.TB) (string, *os.Process) {
 	t.Helper()
 	bin, err := exec.LookPath("redis-server")
 	if err != nil {
@@ -94,12 +101,12 @@ func RedisServer(t testing.TB) string {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	t.Cleanup(func() { _ = cmd.Process.Signal(syscall.SIGCONT); _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
 		if c, err := net.DialTimeout("tcp", addr, time.Second); err == nil {
 			_ = c.Close()
-			return addr
+			return addr, cmd.Process
 		}
 		if time.Since(start) > 10*time.Second {
 			t.Fatalf("redis-server on %s did not start", addr)
