@@ -1,6 +1,7 @@
 package dedup_test
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net"
@@ -51,6 +52,20 @@ func newEndpoint(t *testing.T, target string) *endpoint {
 	return e
 }
 
+// behind returns a gate whose cache is reached through an endpoint that
+// points at target now.
+func behind(t *testing.T, target string) (*endpoint, *dedup.Gate, *bytes.Buffer) {
+	t.Helper()
+	ep := newEndpoint(t, target)
+	c, err := dedup.NewRedis("redis://" + ep.l.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.Close() })
+	g, emf := gate(t, c, dedup.Config{})
+	return ep, g, emf
+}
+
 // A failover: the old primary becomes a replica and answers writes
 // READONLY, the endpoint names the new primary. A connection the pool kept
 // to the old one is not reused (ROLE on borrow), so the next reminder is
@@ -58,13 +73,7 @@ func newEndpoint(t *testing.T, target string) *endpoint {
 func TestAfterAFailoverTheGateReachesTheNewPrimary(t *testing.T) {
 	a, _ := testenv.RedisServer(t)
 	b, _ := testenv.RedisServer(t)
-	ep := newEndpoint(t, a)
-	c, err := dedup.NewRedis("redis://" + ep.l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	g, emf := gate(t, c, dedup.Config{})
+	ep, g, emf := behind(t, a)
 	msg := dedup.Message{Recipient: "u1", Template: "card-declined-reminder", Key: "pm_a"}
 	if v := g.Accept(context.Background(), msg, "ev1", now); v != dedup.Send {
 		t.Fatalf("before the failover: %s", v)
@@ -96,13 +105,7 @@ func TestAfterAFailoverTheGateReachesTheNewPrimary(t *testing.T) {
 func TestADeadPrimaryDoesNotHoldTheGate(t *testing.T) {
 	a, proc := testenv.RedisServer(t)
 	b, _ := testenv.RedisServer(t)
-	ep := newEndpoint(t, a)
-	c, err := dedup.NewRedis("redis://" + ep.l.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = c.Close() })
-	g, _ := gate(t, c, dedup.Config{})
+	ep, g, _ := behind(t, a)
 	msg := func(card string) dedup.Message {
 		return dedup.Message{Recipient: "u1", Template: "card-declined-reminder", Key: card}
 	}

@@ -127,6 +127,18 @@ func newEmailWorld(t *testing.T, reminders ...*dedup.Gate) *emailWorld {
 	return ew
 }
 
+// dieAfterSend delivers e with the worker dying after channel's send,
+// before it is recorded; then time passes past the dead worker's lease, as
+// before the redelivery (180 s on).
+func (w *emailWorld) dieAfterSend(t *testing.T, e event.Event, channel string) {
+	t.Helper()
+	*w.crash = channel
+	if _, err := w.w.Process(context.Background(), e); err == nil {
+		t.Fatal("the crash after the send did not stop the delivery")
+	}
+	w.lapse(t, e.EventID)
+}
+
 // lapse ends the leases on eventID's rows: time passes (a redelivery comes
 // 180 s after the worker took the message, past its 1 min lease).
 func (w *emailWorld) lapse(t *testing.T, eventID string) {
@@ -216,11 +228,7 @@ func TestAPaymentIsPushedAndEmailedOnceEach(t *testing.T) {
 func TestTheSweepCountsTheRepeatOfAnEmailWhoseWorkerDied(t *testing.T) {
 	w := newEmailWorld(t)
 	e := w.paid(t, "pay_e5", w.to)
-	*w.crash = notify.ChannelEmail
-	if _, err := w.w.Process(context.Background(), e); err == nil {
-		t.Fatal("the crash after the send did not stop the delivery")
-	}
-	w.lapse(t, e.EventID) // the redelivery comes after the dead worker's lease
+	w.dieAfterSend(t, e, notify.ChannelEmail)
 	if n, err := w.sweeper.FinishPending(context.Background(), 10); err != nil || n != 1 {
 		t.Fatalf("the sweep finished %d: %v", n, err)
 	}
@@ -269,11 +277,7 @@ func TestARepeatAfterAFailedAttemptIsStillCounted(t *testing.T) {
 func TestAWorkerCrashAfterTheEmailSendsASecondCopyAndNotAThird(t *testing.T) {
 	w := newEmailWorld(t)
 	e := w.paid(t, "pay_e3", w.to)
-	*w.crash = notify.ChannelEmail
-	if _, err := w.w.Process(context.Background(), e); err == nil {
-		t.Fatal("the crash after the send did not stop the delivery")
-	}
-	w.lapse(t, e.EventID) // the redelivery comes after the dead worker's lease
+	w.dieAfterSend(t, e, notify.ChannelEmail)
 	for range 2 {
 		if _, err := w.w.Process(context.Background(), e); err != nil {
 			t.Fatal(err)
@@ -478,11 +482,7 @@ func TestARemindersRepeatAfterACrashIsNotSent(t *testing.T) {
 	g, _ := reminderGate(t, testenv.Cache(t), 0)
 	w := newEmailWorld(t, g)
 	e := w.settled(t, "pay_rc3", w.to, "pm_card_chargeDeclined", event.Failed)
-	*w.crash = notify.ChannelReminder
-	if _, err := w.w.Process(context.Background(), e); err == nil {
-		t.Fatal("the crash after the send did not stop the delivery")
-	}
-	w.lapse(t, e.EventID)
+	w.dieAfterSend(t, e, notify.ChannelReminder)
 	if _, err := w.w.Process(context.Background(), e); err != nil {
 		t.Fatal(err)
 	}
@@ -501,11 +501,7 @@ func TestARemindersRepeatAfterACrashIsNotSent(t *testing.T) {
 func TestTheWorkerKeepsOffARowTheSweepHolds(t *testing.T) {
 	w := newEmailWorld(t)
 	e := w.paid(t, "pay_e7", w.to)
-	*w.crash = notify.ChannelEmail
-	if _, err := w.w.Process(context.Background(), e); err == nil {
-		t.Fatal("the crash after the send did not stop the delivery")
-	}
-	w.lapse(t, e.EventID)
+	w.dieAfterSend(t, e, notify.ChannelEmail)
 	// The sweep has claimed the row and is sending it.
 	if _, err := w.pool.Exec(context.Background(), `UPDATE notif SET lease_until = now() + interval '1 minute' WHERE event_id = $1 AND channel = 'email'`, e.EventID); err != nil {
 		t.Fatal(err)
@@ -601,11 +597,7 @@ func TestARepeatThatAlsoDiesIsNotSentAThirdTime(t *testing.T) {
 	w := newEmailWorld(t)
 	e := w.paid(t, "pay_e8", w.to)
 	for range 2 {
-		*w.crash = notify.ChannelEmail
-		if _, err := w.w.Process(context.Background(), e); err == nil {
-			t.Fatal("the crash after the send did not stop the delivery")
-		}
-		w.lapse(t, e.EventID)
+		w.dieAfterSend(t, e, notify.ChannelEmail)
 	}
 	res, err := w.w.Process(context.Background(), e)
 	if err != nil || res.Extra != "email=unknown" {
