@@ -17,7 +17,7 @@ LAMBDAS  := $(notdir $(wildcard lambdas/*))
 GO_SRC   := $(shell find . -name '*.go' -not -path './_tools/*' -not -path './.local/*' -not -path './cdk.out/*')
 CALLER   ?= u1
 
-.PHONY: help setup up down status inspect totals lambdas synth lint test test-unit test-race fuzz test-cfn demo bench token chaos clean
+.PHONY: help setup up down status inspect totals lambdas synth lint test test-unit test-race fuzz test-cfn test-example demo bench token chaos clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -70,6 +70,7 @@ lint: setup ## gofmt, go vet, staticcheck
 	@bad=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); if [ -n "$$bad" ]; then echo "gofmt would change:"; echo "$$bad"; exit 1; fi
 	@go vet ./...
 	@$(BIN)/staticcheck ./...
+	@cd examples/consumer && go vet ./... && $(BIN)/staticcheck ./...
 
 # The packages that hold concurrency (claims racing, the api's side-by-side
 # writes, pollers, the resolver's workers, the client's taps, the function
@@ -118,7 +119,19 @@ test-cfn: $(TEMPLATE) ## cfn-lint over the synthesized templates (sandbox, prod,
 	@cfn-lint $(VARIANTS)/prod.template.json $(VARIANTS)/alb.template.json
 	@echo "test-cfn: sandbox, prod and ALB templates lint clean"
 
-TEST_PHASES := setup up lint test-unit test-race fuzz test-cfn
+# The example consumer (examples/consumer, a module of its own that
+# imports the constructs as someone else's app would): each construct alone
+# over an imported queue, a platform role, an existing VPC and a custom KMS
+# key; any cdk-nag or CDK warning fails it, then cfn-lint.
+EXAMPLE_OUT := $(LOCAL)/consumer.out
+test-example: ## synthesize examples/consumer (each construct in someone else's stack); cdk-nag and cfn-lint clean
+	@$(MAKE) -s lambdas
+	@rm -rf $(EXAMPLE_OUT)
+	@cd examples/consumer && go run . -assets $(CURDIR)/build -out $(EXAMPLE_OUT) -check >/dev/null
+	@cfn-lint $(EXAMPLE_OUT)/*.template.json
+	@echo "test-example: $$(ls $(EXAMPLE_OUT)/*.template.json | wc -l) stacks synthesized from outside the module, nag and cfn-lint clean"
+
+TEST_PHASES := setup up lint test-unit test-race fuzz test-cfn test-example
 test: ## the README's test command: installs, starts, lints and runs everything
 	@t0=$$(date +%s); for p in $(TEST_PHASES); do \
 	  $(MAKE) --no-print-directory $$p || exit 1; \

@@ -1,6 +1,8 @@
 package oncepay
 
 import (
+	"fmt"
+
 	"encoding/json"
 	"strings"
 
@@ -8,14 +10,14 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2authorizers"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2integrations"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscognito"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
-
-	"github.com/oncepay/oncepay/internal/config"
 )
 
 // The routes of the payment API (docs/mechanism.md#design-2). The webhook
@@ -68,15 +70,31 @@ type IdempotentApiProps struct {
 	Psp *Psp
 	// Timing: the deadline rules (nil: config.Default()). The function's
 	// timeout is Timing.FunctionTimeout() and its environment carries Timing.
-	Timing *config.Timing
+	Timing *Timing
 	// Auth: JWT issuer/audience, or a Cognito user pool (default).
 	Auth AuthProps
 	// Throttle of the stage; nil means DefaultRateLimit/DefaultBurstLimit.
 	Throttle *awsapigatewayv2.ThrottleSettings
 	// LogRetention of the function's and the access logs; "" is one year.
 	LogRetention awslogs.RetentionDays
-	// Code of the api function; nil is build/api.
+	// Code of the api function (required): a directory with the
+	// linux/arm64 bootstrap of lambdas/api.
 	Code awslambda.Code
+	// Sizing of the function; nil is 512 MB and Timing.FunctionTimeout(),
+	// which is also the most it may be (the function must not outlive the
+	// payment's deadline by more than the clock margin).
+	Sizing *Sizing
+	// Role the function runs as (imported mutable); nil creates one.
+	Role awsiam.IRole
+	// Vpc (with VpcSubnets, SecurityGroups) places the function in a VPC of
+	// the caller's, when there is no Ledger.
+	Vpc            awsec2.IVpc
+	VpcSubnets     *awsec2.SubnetSelection
+	SecurityGroups []awsec2.ISecurityGroup
+	// Description of the function; "" is oncepay's.
+	Description string
+	// Alarms of the construct (on unless Disabled).
+	Alarms AlarmProps
 	// Environment adds variables (e.g. ONCEPAY_LEDGER_DSN when no Ledger).
 	Environment map[string]string
 	// OverrideFunction sees the final function props.
@@ -99,14 +117,27 @@ type IdempotentApi struct {
 	UserPoolClient awscognito.UserPoolClient
 	AccessLogs     awslogs.LogGroup
 	Routes         []awsapigatewayv2.HttpRoute
-	Timing         config.Timing
+	Timing         Timing
+	// Alarms by id (AlarmApi*); empty when AlarmProps.Disabled.
+	Alarms map[string]awscloudwatch.Alarm
 }
+
+// The IdempotentApi's own alarms (AlarmProps).
+const (
+	AlarmApiFnErrors     = "Errors"
+	AlarmApiFnThrottles  = "Throttles"
+	AlarmApi5xx          = "HttpApi5xx"
+	AlarmApiKeyStoreDown = "KeyStoreDegraded"
+)
 
 // NewIdempotentApi creates the API.
 func NewIdempotentApi(scope constructs.Construct, id string, props *IdempotentApiProps) *IdempotentApi {
-	if props == nil {
-		props = &IdempotentApiProps{}
+	const what = "IdempotentApi"
+	if props == nil || props.Code == nil {
+		panic("oncepay: IdempotentApiProps.Code is required: the linux/arm64 bootstrap of lambdas/api, e.g. awslambda.Code_FromAsset(jsii.String(\"build/api\"), nil)")
 	}
+	exclusive(what, "Claims", props.Claims != nil, "ClaimsProps", !isZero(props.ClaimsProps), "ClaimsProps configures the table the api would create, and Claims replaces it")
+	exclusive(what, "Ledger", props.Ledger != nil, "Vpc", props.Vpc != nil, "Ledger places the function in the ledger's VPC; set Vpc only without a Ledger")
 	c := &IdempotentApi{Construct: constructs.NewConstruct(scope, jsii.String(id)), Timing: timingOrDefault(props.Timing)}
 
 	c.Claims = props.Claims
@@ -115,8 +146,20 @@ func NewIdempotentApi(scope constructs.Construct, id string, props *IdempotentAp
 		cp.Protection = cp.Protection.inherit(props.Protection)
 		c.Claims = NewClaimTable(c.Construct, "Claims", &cp)
 	}
+	c.Claims.resolve(what)
+	if props.Outbox != nil {
+		props.Outbox.resolve(what)
+	}
+	sizing := SizingsFor(c.Timing).API
+	if props.Sizing != nil {
+		sizing = *props.Sizing
+	}
+	desc := props.Description
+	if desc == "" {
+		desc = "oncepay api: POST /payments with an Idempotency-Key (HTTP API or ALB events)"
+	}
 
-	var vpc awsec2.IVpc
+	vpc := props.Vpc
 	if props.Ledger != nil {
 		vpc = props.Ledger.Cluster.Vpc()
 	}
@@ -125,17 +168,23 @@ func NewIdempotentApi(scope constructs.Construct, id string, props *IdempotentAp
 		env[k] = v
 	}
 	c.Function = NewGoFunction(c.Construct, "Function", &GoFunctionProps{
-		Name:          FnAPI,
-		Code:          props.Code,
-		Sizing:        SizingsFor(c.Timing).API,
-		Environment:   env,
-		Vpc:           vpc,
-		LogRetention:  props.LogRetention,
-		RemovalPolicy: props.removalPolicy(),
-		Description:   "oncepay api: POST /payments with an Idempotency-Key (HTTP API or ALB events)",
-		Override:      props.OverrideFunction,
+		Name:           FnAPI,
+		Code:           props.Code,
+		Sizing:         sizing,
+		Environment:    env,
+		Role:           props.Role,
+		Vpc:            vpc,
+		VpcSubnets:     props.VpcSubnets,
+		SecurityGroups: props.SecurityGroups,
+		LogRetention:   props.LogRetention,
+		RemovalPolicy:  props.removalPolicy(),
+		Description:    desc,
+		Override:       props.OverrideFunction,
 	})
 	fn := c.Function
+	if max := c.Timing.FunctionTimeout(); fn.Timeout > max {
+		panic(fmt.Sprintf("oncepay: %s: the api function's timeout %s is over Timing.FunctionTimeout() %s (the deadline %s plus the clock margin): a function that outlives the deadline answers after the caller gave up; raise Timing.Deadline instead", what, fn.Timeout, max, c.Timing.Deadline))
+	}
 	// The claim: conditional put, owner-conditional updates, a consistent
 	// read of the record, and the delete that releases a claim.
 	fn.Grant([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}, c.Claims.Table.TableArn())
@@ -160,6 +209,13 @@ func NewIdempotentApi(scope constructs.Construct, id string, props *IdempotentAp
 		"Invoked synchronously by API Gateway (or the ALB): the caller gets the error and retries with the same Idempotency-Key; Lambda never queues these events, so a DLQ would stay empty.")
 
 	c.addFrontDoor(props)
+	if a := newConstructAlarms(c.Construct, props.Alarms); a != nil {
+		a.add(AlarmApiFnErrors, "The api function failed invocations (a crash or timeout: the caller got a 5xx; a retry with the same key is safe).", fn.Function.MetricErrors(periodOpts("Sum")), 1)
+		a.add(AlarmApiFnThrottles, "The api function was throttled: callers got 429/503 and will retry.", fn.Function.MetricThrottles(periodOpts("Sum")), 1)
+		a.add(AlarmApi5xx, "The HTTP API answered 5xx (integration errors, timeouts, the api's own 503s): see the api's logs by payment_id.", c.HttpApi.MetricServerError(periodOpts("Sum")), 1)
+		a.add(AlarmApiKeyStoreDown, "The api answered without the claim table (the ledger's unique key alone guarded those payments).", handlerMetric(MetricKeyStoreDegraded, FnAPI, "Sum"), 1)
+		c.Alarms = a.all()
+	}
 	return c
 }
 

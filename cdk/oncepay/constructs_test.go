@@ -1,6 +1,7 @@
 package oncepay_test
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -15,9 +16,44 @@ import (
 // aloneConstructs builds each construct users copy in an empty stack, with
 // nothing but its defaults.
 var aloneConstructs = map[string]func(awscdk.Stack){
-	"IdempotentApi": func(s awscdk.Stack) { oncepay.NewIdempotentApi(s, "Api", nil) },
-	"OutboxRelay":   func(s awscdk.Stack) { oncepay.NewOutboxRelay(s, "Relay", nil) },
-	"InboxWorker":   func(s awscdk.Stack) { oncepay.NewInboxWorker(s, "Worker", nil) },
+	"IdempotentApi": func(s awscdk.Stack) { oncepay.NewIdempotentApi(s, "Api", apiProps(s)) },
+	"OutboxRelay":   func(s awscdk.Stack) { oncepay.NewOutboxRelay(s, "Relay", relayProps(s)) },
+	"InboxWorker":   func(s awscdk.Stack) { oncepay.NewInboxWorker(s, "Worker", workerProps(s)) },
+}
+
+// The props of each construct with nothing but its required Code (the
+// tests' placeholder bootstraps).
+func apiProps(s awscdk.Stack) *oncepay.IdempotentApiProps {
+	return &oncepay.IdempotentApiProps{Code: oncepay.CodeFromBuild(s, oncepay.FnAPI)}
+}
+
+func relayProps(s awscdk.Stack) *oncepay.OutboxRelayProps {
+	return &oncepay.OutboxRelayProps{Code: oncepay.CodeFromBuild(s, oncepay.FnRelay)}
+}
+
+func workerProps(s awscdk.Stack) *oncepay.InboxWorkerProps {
+	return &oncepay.InboxWorkerProps{Code: oncepay.CodeFromBuild(s, oncepay.FnWorker)}
+}
+
+// panicsWith runs build in a fresh stack and wants a panic whose message
+// holds want: the construct refused for the reason the test names, not
+// another.
+func panicsWith(t *testing.T, want string, build func(awscdk.Stack)) {
+	t.Helper()
+	app := awscdk.NewApp(&awscdk.AppProps{Context: cdkContext(t, "")})
+	stack := awscdk.NewStack(app, jsii.String("Bad"), nil)
+	defer func() {
+		t.Helper()
+		r := recover()
+		if r == nil {
+			t.Errorf("accepted; want a refusal saying %q", want)
+			return
+		}
+		if msg := fmt.Sprint(r); !strings.Contains(msg, want) {
+			t.Errorf("refused with %q; want it to say %q", msg, want)
+		}
+	}()
+	build(stack)
 }
 
 func nagClean(t *testing.T, stack awscdk.Stack) {
@@ -47,7 +83,7 @@ func retainedAndProtected(t *testing.T, js map[string]any) {
 
 func TestIdempotentApiAlone(t *testing.T) {
 	var c *oncepay.IdempotentApi
-	stack, tmpl, js := synthAlone(t, func(s awscdk.Stack) { c = oncepay.NewIdempotentApi(s, "Api", nil) })
+	stack, tmpl, js := synthAlone(t, func(s awscdk.Stack) { c = oncepay.NewIdempotentApi(s, "Api", apiProps(s)) })
 	if c.Claims == nil || c.Function == nil || c.HttpApi == nil || c.Stage == nil || c.Authorizer == nil ||
 		c.UserPool == nil || c.UserPoolClient == nil || c.AccessLogs == nil || len(c.Routes) != 3 {
 		t.Fatalf("parts not exposed: %+v", c)
@@ -103,9 +139,9 @@ func TestIdempotentApiAlone(t *testing.T) {
 
 func TestIdempotentApiWithAnExternalIssuer(t *testing.T) {
 	stack, tmpl, _ := synthAlone(t, func(s awscdk.Stack) {
-		oncepay.NewIdempotentApi(s, "Api", &oncepay.IdempotentApiProps{
-			Auth: oncepay.AuthProps{Issuer: "https://login.example.com/", Audience: []string{"oncepay-app"}},
-		})
+		p := apiProps(s)
+		p.Auth = oncepay.AuthProps{Issuer: "https://login.example.com/", Audience: []string{"oncepay-app"}}
+		oncepay.NewIdempotentApi(s, "Api", p)
 	})
 	check(t, "no user pool", func() {
 		tmpl.ResourceCountIs(jsii.String("AWS::Cognito::UserPool"), jsii.Number(0))
@@ -120,7 +156,7 @@ func TestIdempotentApiWithAnExternalIssuer(t *testing.T) {
 
 func TestOutboxRelayAlone(t *testing.T) {
 	var c *oncepay.OutboxRelay
-	stack, tmpl, js := synthAlone(t, func(s awscdk.Stack) { c = oncepay.NewOutboxRelay(s, "Relay", nil) })
+	stack, tmpl, js := synthAlone(t, func(s awscdk.Stack) { c = oncepay.NewOutboxRelay(s, "Relay", relayProps(s)) })
 	if c.Outbox == nil || c.Events == nil || c.Function == nil || c.Mapping == nil || c.FailureQueue == nil {
 		t.Fatalf("parts not exposed: %+v", c)
 	}
@@ -153,7 +189,7 @@ func TestOutboxRelayAlone(t *testing.T) {
 
 func TestInboxWorkerAlone(t *testing.T) {
 	var c *oncepay.InboxWorker
-	stack, tmpl, js := synthAlone(t, func(s awscdk.Stack) { c = oncepay.NewInboxWorker(s, "Worker", nil) })
+	stack, tmpl, js := synthAlone(t, func(s awscdk.Stack) { c = oncepay.NewInboxWorker(s, "Worker", workerProps(s)) })
 	if c.Events == nil || c.Push == nil || c.Function == nil || c.Mapping == nil {
 		t.Fatalf("parts not exposed: %+v", c)
 	}
@@ -184,37 +220,40 @@ func TestInboxWorkerAlone(t *testing.T) {
 }
 
 // TestConstructsRejectBadSettings: a setting Lambda would refuse, or a
-// visibility timeout shorter than six worker timeouts, fails at synth.
+// visibility timeout shorter than six worker timeouts, fails at synth with
+// a message that says what to change.
 func TestConstructsRejectBadSettings(t *testing.T) {
-	for name, build := range map[string]func(awscdk.Stack){
-		"relay batch 0": func(s awscdk.Stack) {
-			st := eventsource.Default().Relay
+	for name, c := range map[string]struct {
+		want  string
+		build func(awscdk.Stack)
+	}{
+		"relay batch 0": {"stream batch size 0", func(s awscdk.Stack) {
+			st := oncepay.DefaultRelaySettings()
 			st.BatchSize = 0
-			oncepay.NewOutboxRelay(s, "Relay", &oncepay.OutboxRelayProps{Settings: &st})
-		},
-		"worker batch 11": func(s awscdk.Stack) {
-			q := eventsource.Default().Worker
+			p := relayProps(s)
+			p.Settings = &st
+			oncepay.NewOutboxRelay(s, "Relay", p)
+		}},
+		"worker batch 11": {"batch size 11", func(s awscdk.Stack) {
+			q := oncepay.DefaultWorkerSettings()
 			q.BatchSize = 11
-			oncepay.NewInboxWorker(s, "Worker", &oncepay.InboxWorkerProps{Settings: &q})
-		},
-		"short visibility": func(s awscdk.Stack) {
-			q := eventsource.Default().Worker
+			p := workerProps(s)
+			p.Settings = &q
+			oncepay.NewInboxWorker(s, "Worker", p)
+		}},
+		"short visibility": {"under 6x the worker function's timeout", func(s awscdk.Stack) {
+			q := oncepay.DefaultWorkerSettings()
 			q.VisibilityTimeout = eventsource.WorkerTimeout
-			oncepay.NewInboxWorker(s, "Worker", &oncepay.InboxWorkerProps{Settings: &q})
-		},
-		"issuer without audience": func(s awscdk.Stack) {
-			oncepay.NewIdempotentApi(s, "Api", &oncepay.IdempotentApiProps{Auth: oncepay.AuthProps{Issuer: "https://x/"}})
-		},
+			p := workerProps(s)
+			p.Settings = &q
+			oncepay.NewInboxWorker(s, "Worker", p)
+		}},
+		"issuer without audience": {"needs an Audience", func(s awscdk.Stack) {
+			p := apiProps(s)
+			p.Auth = oncepay.AuthProps{Issuer: "https://x/"}
+			oncepay.NewIdempotentApi(s, "Api", p)
+		}},
 	} {
-		t.Run(name, func(t *testing.T) {
-			app := awscdk.NewApp(&awscdk.AppProps{Context: cdkContext(t, "")})
-			stack := awscdk.NewStack(app, jsii.String("Bad"), nil)
-			defer func() {
-				if recover() == nil {
-					t.Errorf("%s was accepted", name)
-				}
-			}()
-			build(stack)
-		})
+		t.Run(name, func(t *testing.T) { panicsWith(t, c.want, c.build) })
 	}
 }

@@ -32,7 +32,7 @@ type DeviceRegistryProps struct {
 	// means a registration answers 422 platform-not-configured.
 	PlatformApplicationArns []string
 	LogRetention            awslogs.RetentionDays
-	// Code of the function; nil is build/devices.
+	// Code of the function (required): the bootstrap of lambdas/devices.
 	Code awslambda.Code
 }
 
@@ -78,7 +78,7 @@ func NewDeviceRegistry(scope constructs.Construct, id string, props *DeviceRegis
 		fn.Grant([]string{"sns:CreatePlatformEndpoint"}, appArns...)
 		fn.Grant([]string{"sns:SetEndpointAttributes", "sns:DeleteEndpoint"}, endpoints...)
 		fn.SetEnv(map[string]*string{EnvPushPlatformApps: jsii.String(strings.Join(apps, ","))})
-		suppressApplies(fn.Role.Node().FindChild(jsii.String("DefaultPolicy")).Node().DefaultChild(), "AwsSolutions-IAM5",
+		suppressApplies(fn.policy().Node().DefaultChild(), "AwsSolutions-IAM5",
 			"sns:SetEndpointAttributes and sns:DeleteEndpoint on the endpoints of the configured platform applications only: SNS names an endpoint per device at registration, so the application's endpoint prefix is the narrowest name known at deploy time.",
 			endpointFindings(apps)...)
 	}

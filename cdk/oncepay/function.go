@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
+	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
@@ -61,19 +62,30 @@ func CodeFromBuild(scope constructs.Construct, name string) awslambda.Code {
 
 // GoFunctionProps configures one Go Lambda function.
 type GoFunctionProps struct {
-	// Name is the function's lambdas/<Name> package; it picks the code
-	// asset when Code is nil.
+	// Name is the function's lambdas/<Name> package (its description and
+	// the stack's names).
 	Name string
-	// Code overrides the asset build/<Name>.
+	// Code is the function's bootstrap (required): for example
+	// awslambda.Code_FromAsset(jsii.String("build/worker"), nil), a
+	// directory holding a linux/arm64 `bootstrap`. The oncepay app passes
+	// CodeFromBuild.
 	Code awslambda.Code
 	// Sizing: timeout and memory (required: a default timeout is a bug
 	// waiting for a slow dependency).
 	Sizing Sizing
 	// Environment is the function's environment.
 	Environment map[string]string
-	// Vpc places the function in its private subnets with egress, with a
-	// security group of its own; nil keeps it outside any VPC.
-	Vpc awsec2.IVpc
+	// Role the function runs as; nil creates one holding only what is
+	// granted to it. A role made elsewhere must accept statements
+	// (awsiam.Role_FromRoleArn with Mutable true, the default): the
+	// constructs attach their grants to it as a policy of their own.
+	Role awsiam.IRole
+	// Vpc places the function in its private subnets with egress (or
+	// VpcSubnets), with a security group of its own (or SecurityGroups);
+	// nil keeps it outside any VPC.
+	Vpc            awsec2.IVpc
+	VpcSubnets     *awsec2.SubnetSelection
+	SecurityGroups []awsec2.ISecurityGroup
 	// ReservedConcurrency caps concurrent executions; 0 leaves it unset.
 	ReservedConcurrency int
 	// DeadLetterQueue receives events of failed asynchronous invocations.
@@ -85,6 +97,8 @@ type GoFunctionProps struct {
 	// Description of the function.
 	Description string
 	// Override sees the final function props before the function is made.
+	// Whatever role, VPC and timeout it leaves are what the grants, the
+	// network-interface permissions and the safety checks apply to.
 	Override func(*awslambda.FunctionProps)
 }
 
@@ -96,19 +110,31 @@ type GoFunction struct {
 	// Name is the lambdas/<Name> package the function runs.
 	Name     string
 	Function awslambda.Function
-	Role     awsiam.Role
+	// Role is the role the function ended up with (made here, given, or
+	// set by the override); every grant lands on it.
+	Role     awsiam.IRole
 	LogGroup awslogs.LogGroup
-	// SecurityGroup is nil when the function is outside a VPC.
+	// SecurityGroup is the one made here; nil outside a VPC or when the
+	// props named security groups.
 	SecurityGroup awsec2.SecurityGroup
+	// Timeout is the function's real timeout, after the override.
+	Timeout time.Duration
 }
 
-// NewGoFunction creates the function, its role and its log group.
+// NewGoFunction creates the function, its role (unless given) and its log
+// group.
 func NewGoFunction(scope constructs.Construct, id string, props *GoFunctionProps) *GoFunction {
 	if props == nil || props.Name == "" {
 		panic("oncepay: NewGoFunction needs props.Name")
 	}
 	if props.Sizing.Timeout <= 0 || props.Sizing.MemoryMB <= 0 {
 		panic(fmt.Sprintf("oncepay: function %s needs a timeout and a memory size", props.Name))
+	}
+	if props.Code == nil {
+		panic(fmt.Sprintf("oncepay: function %s needs Code, its bootstrap: e.g. awslambda.Code_FromAsset(jsii.String(\"path/to/dir-with-bootstrap\"), nil) (the oncepay app passes oncepay.CodeFromBuild)", props.Name))
+	}
+	if props.Vpc == nil && (props.VpcSubnets != nil || len(props.SecurityGroups) > 0) {
+		panic(fmt.Sprintf("oncepay: function %s: VpcSubnets and SecurityGroups need Vpc", props.Name))
 	}
 	c := &GoFunction{Construct: constructs.NewConstruct(scope, jsii.String(id)), Name: props.Name}
 	retention := props.LogRetention
@@ -119,21 +145,7 @@ func NewGoFunction(scope constructs.Construct, id string, props *GoFunctionProps
 		Retention:     retention,
 		RemovalPolicy: Protection{RemovalPolicy: props.RemovalPolicy}.removalPolicy(),
 	})
-	// Our own role: the one Lambda makes by default carries the managed
-	// AWSLambdaBasicExecutionRole (logs:CreateLogGroup on every group).
-	c.Role = awsiam.NewRole(c.Construct, jsii.String("Role"), &awsiam.RoleProps{
-		AssumedBy:   awsiam.NewServicePrincipal(jsii.String("lambda.amazonaws.com"), nil),
-		Description: jsii.String("oncepay " + props.Name + " function"),
-	})
-	c.Role.AddToPrincipalPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-		Actions:   jsii.Strings("logs:CreateLogStream", "logs:PutLogEvents"),
-		Resources: jsii.Strings(*c.LogGroup.LogGroupArn()),
-	}))
 
-	code := props.Code
-	if code == nil {
-		code = CodeFromBuild(scope, props.Name)
-	}
 	env := map[string]*string{}
 	for k, v := range props.Environment {
 		env[k] = jsii.String(v)
@@ -147,8 +159,8 @@ func NewGoFunction(scope constructs.Construct, id string, props *GoFunctionProps
 		Runtime:      awslambda.Runtime_PROVIDED_AL2023(),
 		Architecture: awslambda.Architecture_ARM_64(),
 		Handler:      jsii.String("bootstrap"),
-		Code:         code,
-		Role:         c.Role,
+		Code:         props.Code,
+		Role:         props.Role,
 		LogGroup:     c.LogGroup,
 		Timeout:      seconds(props.Sizing.Timeout),
 		MemorySize:   jsii.Number(props.Sizing.MemoryMB),
@@ -156,25 +168,15 @@ func NewGoFunction(scope constructs.Construct, id string, props *GoFunctionProps
 		Environment:  &env,
 	}
 	if props.Vpc != nil {
-		c.SecurityGroup = awsec2.NewSecurityGroup(c.Construct, jsii.String("SecurityGroup"), &awsec2.SecurityGroupProps{
-			Vpc:         props.Vpc,
-			Description: jsii.String("oncepay " + props.Name + " function: outbound to the ledger, AWS APIs and the PSP"),
-			// Egress to the internet: the PSP and AWS endpoints sit there.
-			AllowAllOutbound: jsii.Bool(true),
-		})
 		fp.Vpc = props.Vpc
-		fp.VpcSubnets = &awsec2.SubnetSelection{SubnetType: awsec2.SubnetType_PRIVATE_WITH_EGRESS}
-		fp.SecurityGroups = &[]awsec2.ISecurityGroup{c.SecurityGroup}
-		// What AWSLambdaVPCAccessExecutionRole holds, inline so the test of
-		// every statement sees it. EC2 defines no resource type for the
-		// Describe calls, and the ENIs Lambda manages get ids at run time.
-		c.Role.AddToPrincipalPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
-			Actions: jsii.Strings(
-				"ec2:CreateNetworkInterface", "ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets",
-				"ec2:DeleteNetworkInterface", "ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses",
-			),
-			Resources: jsii.Strings("*"),
-		}))
+		fp.VpcSubnets = props.VpcSubnets
+		if fp.VpcSubnets == nil {
+			fp.VpcSubnets = &awsec2.SubnetSelection{SubnetType: awsec2.SubnetType_PRIVATE_WITH_EGRESS}
+		}
+		if len(props.SecurityGroups) > 0 {
+			sgs := props.SecurityGroups
+			fp.SecurityGroups = &sgs
+		}
 	}
 	if props.ReservedConcurrency > 0 {
 		fp.ReservedConcurrentExecutions = jsii.Number(float64(props.ReservedConcurrency))
@@ -185,29 +187,104 @@ func NewGoFunction(scope constructs.Construct, id string, props *GoFunctionProps
 	if props.Override != nil {
 		props.Override(fp)
 	}
+	if fp.Code == nil {
+		panic(fmt.Sprintf("oncepay: function %s: the override left no Code", props.Name))
+	}
+	if fp.Timeout == nil {
+		panic(fmt.Sprintf("oncepay: function %s: the override left no Timeout", props.Name))
+	}
+	c.Timeout = time.Duration(*fp.Timeout.ToSeconds(nil)) * time.Second
+	// Our own role, made only when neither the props nor the override gave
+	// one: the one Lambda makes by default carries the managed
+	// AWSLambdaBasicExecutionRole (logs:CreateLogGroup on every group).
+	if fp.Role == nil {
+		fp.Role = awsiam.NewRole(c.Construct, jsii.String("Role"), &awsiam.RoleProps{
+			AssumedBy:   awsiam.NewServicePrincipal(jsii.String("lambda.amazonaws.com"), nil),
+			Description: jsii.String("oncepay " + props.Name + " function"),
+		})
+	}
+	c.Role = fp.Role
+	if fp.Vpc != nil && (fp.SecurityGroups == nil || len(*fp.SecurityGroups) == 0) {
+		c.SecurityGroup = awsec2.NewSecurityGroup(c.Construct, jsii.String("SecurityGroup"), &awsec2.SecurityGroupProps{
+			Vpc:         fp.Vpc,
+			Description: jsii.String("oncepay " + props.Name + " function: outbound to the ledger, AWS APIs and the PSP"),
+			// Egress to the internet: the PSP and AWS endpoints sit there.
+			AllowAllOutbound: jsii.Bool(true),
+		})
+		fp.SecurityGroups = &[]awsec2.ISecurityGroup{c.SecurityGroup}
+		if fp.VpcSubnets == nil {
+			fp.VpcSubnets = &awsec2.SubnetSelection{SubnetType: awsec2.SubnetType_PRIVATE_WITH_EGRESS}
+		}
+	}
+	// Lambda checks the role at CreateFunction: the statements a function
+	// needs to start (logs; the network interfaces in a VPC) go on before
+	// it is made, and it depends on them below.
+	c.Grant([]string{"logs:CreateLogStream", "logs:PutLogEvents"}, c.LogGroup.LogGroupArn())
+	if c.policy() == nil {
+		// An immutable role (Role_FromRoleArn with Mutable false) answers
+		// "added" and keeps nothing: the function would deploy without
+		// its permissions and fail at run time.
+		panic(fmt.Sprintf("oncepay: function %s: its role %s does not take the statements the construct grants (imported with Mutable false?): import it mutable (awsiam.Role_FromRoleArn's default), or have its owner grant them and pass a role that takes them (docs/constructs.md#roles)",
+			props.Name, *c.Role.Node().Path()))
+	}
+	if fp.Vpc != nil {
+		// What AWSLambdaVPCAccessExecutionRole holds, inline so the test of
+		// every statement sees it. EC2 defines no resource type for the
+		// Describe calls, and the ENIs Lambda manages get ids at run time.
+		c.Grant([]string{
+			"ec2:CreateNetworkInterface", "ec2:DescribeNetworkInterfaces", "ec2:DescribeSubnets",
+			"ec2:DeleteNetworkInterface", "ec2:AssignPrivateIpAddresses", "ec2:UnassignPrivateIpAddresses",
+		}, jsii.String("*"))
+	}
 	c.Function = awslambda.NewFunction(c.Construct, jsii.String("Function"), fp)
+	if p := c.policy(); p != nil {
+		if _, made := c.Role.(awsiam.Role); !made {
+			// CDK makes a function depend on its own role's policy, not on
+			// the policy it attaches to a role made elsewhere.
+			c.Function.Node().AddDependency(p)
+		}
+	}
 	// CDK makes a function depend on its role and the role's default policy;
 	// the policy dependency matters (an event-source mapping is validated
 	// against it), the role one repeats the GetAtt, which cfn-lint reports.
 	cfn(c.Function).(awscdk.CfnResource).AddMetadata(jsii.String("cfn-lint"), map[string]any{
 		"config": map[string]any{"ignore_checks": []string{"W3005"}},
 	})
-	// The role's default policy (made by the first grant above) holds
-	// X-Ray's and the VPC's statements, whose actions take no resource ARN.
-	suppressApplies(c.Role.Node().FindChild(jsii.String("DefaultPolicy")).Node().DefaultChild(), "AwsSolutions-IAM5",
-		"Resource '*' only for actions AWS defines without a resource type: xray:PutTraceSegments/PutTelemetryRecords (active tracing), "+
-			"the ec2 network-interface actions Lambda needs in a VPC (the ENI ids exist only at run time) and dynamodb:ListStreams. "+
-			"Every other statement names its table, stream, queue, topic, secret, key or database user; a stack test fails on any other '*'.",
-		"Resource::*")
+	// The role's policy holds X-Ray's and the VPC's statements, whose
+	// actions take no resource ARN.
+	if p := c.policy(); p != nil {
+		suppressApplies(p.Node().DefaultChild(), "AwsSolutions-IAM5",
+			"Resource '*' only for actions AWS defines without a resource type: xray:PutTraceSegments/PutTelemetryRecords (active tracing), "+
+				"the ec2 network-interface actions Lambda needs in a VPC (the ENI ids exist only at run time) and dynamodb:ListStreams. "+
+				"Every other statement names its table, stream, queue, topic, secret, key or database user; a stack test fails on any other '*'.",
+			"Resource::*")
+	}
 	return c
 }
 
-// Grant adds one statement to the function's role.
+// policy is the policy the grants went into: a made role's DefaultPolicy,
+// or the Policy CDK attaches to a role made elsewhere.
+func (c *GoFunction) policy() constructs.IConstruct {
+	for _, id := range []string{"DefaultPolicy", "Policy"} {
+		if p := c.Role.Node().TryFindChild(jsii.String(id)); p != nil {
+			return p
+		}
+	}
+	return nil
+}
+
+// Grant adds one statement to the function's role. A role that refuses it
+// (imported with Mutable false) fails the synth, naming the actions: the
+// function would otherwise deploy and fail at run time.
 func (c *GoFunction) Grant(actions []string, resources ...*string) {
-	c.Role.AddToPrincipalPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+	r := c.Role.AddToPrincipalPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Actions:   jsii.Strings(actions...),
 		Resources: &resources,
 	}))
+	if r == nil || r.StatementAdded == nil || !*r.StatementAdded {
+		panic(fmt.Sprintf("oncepay: function %s: its role %s does not take the statement %v: import the role with Mutable true (awsiam.Role_FromRoleArn's default), or have its owner grant it and everything else the construct grants (docs/constructs.md#roles)",
+			c.Name, *c.Role.Node().Path(), actions))
+	}
 }
 
 // SetEnv sets environment variables (sorted, for a stable template).

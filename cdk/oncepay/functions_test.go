@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscognito"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
+	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/oncepay/oncepay/cdk/oncepay"
@@ -396,7 +397,7 @@ func TestAlarms(t *testing.T) {
 	s := synth(t, oncepay.ProfileSandbox)
 	st := s.stack
 	topic := ref(s.logicalID(t, st.Monitoring.Topic))
-	queueName := func(q awscdk.Resource) any { return getAtt(s.logicalID(t, q), "QueueName") }
+	queueName := func(q constructs.IConstruct) any { return getAtt(s.logicalID(t, q), "QueueName") }
 	fnName := func(fn *oncepay.GoFunction) any { return ref(s.logicalID(t, fn.Function)) }
 	type want struct {
 		namespace, metric, stat string
@@ -777,7 +778,7 @@ func TestAlbAccessLogsWhenTheRegionIsKnown(t *testing.T) {
 			PasswordPolicy: &awscognito.PasswordPolicy{MinLength: jsii.Number(12), RequireUppercase: jsii.Bool(true),
 				RequireDigits: jsii.Bool(true), RequireSymbols: jsii.Bool(true)},
 		})
-		api := oncepay.NewGoFunction(s, "Api", &oncepay.GoFunctionProps{Name: oncepay.FnAPI, Sizing: oncepay.SizingsFor(config.Default()).API})
+		api := oncepay.NewGoFunction(s, "Api", &oncepay.GoFunctionProps{Name: oncepay.FnAPI, Code: oncepay.CodeFromBuild(s, oncepay.FnAPI), Sizing: oncepay.SizingsFor(config.Default()).API})
 		a = oncepay.NewAlbFrontDoor(s, "Alb", &oncepay.AlbFrontDoorProps{
 			AlbProps: oncepay.AlbProps{CertificateArn: albCertificate, DomainName: "pay.example.com", CognitoDomainPrefix: "oncepay-test"},
 			Vpc:      vpc, Api: api.Function, UserPool: pool,

@@ -23,7 +23,7 @@ type LedgerMigrationProps struct {
 	DeadLetterQueue awssqs.IQueue
 	LogRetention    awslogs.RetentionDays
 	RemovalPolicy   awscdk.RemovalPolicy
-	// Code of the migrate function; nil is build/migrate.
+	// Code of the migrate function (required): the bootstrap of lambdas/migrate.
 	Code awslambda.Code
 }
 

@@ -352,7 +352,7 @@ func (c *Monitoring) storeAlarms(s *Stack, period awscdk.Duration) {
 		}), LedgerCapacityMaxPercent)
 	c.alarm(AlarmLedgerConnections, "The ledger's connections passed 80% of max_connections (an estimate from its maximum ACUs unless LedgerProps.ConnectionsAlarm is set): cold starts will be refused logins. Use the proxy (prod) or fewer concurrent functions.",
 		l.Cluster.MetricDatabaseConnections(opts("Maximum")), l.connectionsAlarm())
-	tableMetric := func(t awsdynamodb.Table, name string) awscloudwatch.IMetric {
+	tableMetric := func(t awsdynamodb.ITable, name string) awscloudwatch.IMetric {
 		return t.Metric(jsii.String(name), opts("Sum"))
 	}
 	c.alarm(AlarmClaimsReadThrottle, "The claim table throttled reads: replays and status reads slowed or fell back to the ledger.", tableMetric(s.Data.Claims.Table, "ReadThrottleEvents"), 1)

@@ -1,6 +1,9 @@
 package oncepay
 
 import (
+	"fmt"
+	"reflect"
+
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
 	"github.com/aws/constructs-go/constructs/v10"
@@ -97,3 +100,14 @@ func suppressApplies(resource constructs.IConstruct, rule, reason string, applie
 		&[]*cdknag.NagPackSuppression{{Id: jsii.String(rule), Reason: jsii.String(reason), AppliesTo: &applies}},
 		jsii.Bool(false))
 }
+
+// exclusive panics when two props that exclude each other are both set.
+// why says which to keep.
+func exclusive(what, a string, aSet bool, b string, bSet bool, why string) {
+	if aSet && bSet {
+		panic(fmt.Sprintf("oncepay: %s: %s and %s exclude each other: %s", what, a, b, why))
+	}
+}
+
+// isZero: v is its type's zero value (a props struct left alone).
+func isZero(v any) bool { return reflect.ValueOf(v).IsZero() }

@@ -1,7 +1,12 @@
 package oncepay
 
 import (
+	"fmt"
+
 	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambdaeventsources"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
@@ -12,24 +17,39 @@ import (
 	"github.com/oncepay/oncepay/internal/eventsource"
 )
 
-// OutboxRelayProps configures the relay. The zero value is a working relay
-// with its own outbox table, events queue and failure queue.
+// OutboxRelayProps configures the relay. With Code alone it is a working
+// relay with its own outbox table, events queue and failure queue.
 type OutboxRelayProps struct {
 	// Protection of what the construct creates.
 	Protection
-	// Outbox is the table whose stream feeds the relay; nil creates one.
+	// Code of the relay function (required): a directory with the
+	// linux/arm64 bootstrap of lambdas/relay.
+	Code awslambda.Code
+	// Outbox is the table whose stream feeds the relay (NewOutboxTable's,
+	// or a literal over any table with a NEW_IMAGE stream); nil creates one.
 	Outbox      *OutboxTable
 	OutboxProps OutboxTableProps
 	// Events is the FIFO queue the relay sends to; nil creates one.
 	Events      *EventQueue
 	EventsProps EventQueueProps
-	// Settings of the stream mapping; nil is eventsource.Default().Relay,
-	// the numbers the local harness plays too.
-	Settings *eventsource.Stream
+	// Settings of the stream mapping; nil is DefaultRelaySettings(), the
+	// numbers the local harness plays too.
+	Settings *StreamSettings
+	// Sizing of the function; nil is DefaultSizings().Relay (30 s, 256 MB).
+	Sizing *Sizing
+	// Role the function runs as (imported mutable); nil creates one.
+	Role awsiam.IRole
+	// Vpc (with VpcSubnets, SecurityGroups) places the function in a VPC;
+	// nil keeps it outside (it reaches only AWS APIs).
+	Vpc            awsec2.IVpc
+	VpcSubnets     *awsec2.SubnetSelection
+	SecurityGroups []awsec2.ISecurityGroup
+	// Description of the function; "" is oncepay's.
+	Description string
+	// Alarms of the construct (on unless Disabled).
+	Alarms AlarmProps
 	// LogRetention of the function's logs; "" is one year.
-	LogRetention awslogs.RetentionDays
-	// Code of the relay function; nil is build/relay.
-	Code             awslambda.Code
+	LogRetention     awslogs.RetentionDays
 	OverrideFunction func(*awslambda.FunctionProps)
 	// OverrideFailureQueue sees the failure queue's props.
 	OverrideFailureQueue func(*awssqs.QueueProps)
@@ -50,21 +70,40 @@ type OutboxRelay struct {
 	// the ledger's intents stay unpublished until the worker's inbox holds
 	// their events, and the resolver's sweep re-drives them meanwhile.
 	FailureQueue awssqs.Queue
-	Settings     eventsource.Stream
+	Settings     StreamSettings
+	// Alarms by id (AlarmRelay*); empty when AlarmProps.Disabled.
+	Alarms map[string]awscloudwatch.Alarm
 }
+
+// The OutboxRelay's own alarms (AlarmProps).
+const (
+	AlarmRelayFailed      = "FailuresNotEmpty"
+	AlarmRelayFnErrors    = "Errors"
+	AlarmRelayIteratorOld = "IteratorAge"
+)
 
 // NewOutboxRelay creates the relay.
 func NewOutboxRelay(scope constructs.Construct, id string, props *OutboxRelayProps) *OutboxRelay {
-	if props == nil {
-		props = &OutboxRelayProps{}
+	const what = "OutboxRelay"
+	if props == nil || props.Code == nil {
+		panic("oncepay: OutboxRelayProps.Code is required: the linux/arm64 bootstrap of lambdas/relay, e.g. awslambda.Code_FromAsset(jsii.String(\"build/relay\"), nil)")
 	}
+	exclusive(what, "Outbox", props.Outbox != nil, "OutboxProps", !isZero(props.OutboxProps), "OutboxProps configures the table the relay would create, and Outbox replaces it")
+	exclusive(what, "Events", props.Events != nil, "EventsProps", !isZero(props.EventsProps), "EventsProps configures the queue the relay would create, and Events replaces it")
 	c := &OutboxRelay{Construct: constructs.NewConstruct(scope, jsii.String(id))}
-	c.Settings = eventsource.Default().Relay
+	c.Settings = DefaultRelaySettings()
 	if props.Settings != nil {
 		c.Settings = *props.Settings
 	}
 	if err := c.Settings.Validate(); err != nil {
-		panic(err)
+		panic(fmt.Errorf("oncepay: %s: %w", what, err))
+	}
+	if c.Settings.TumblingWindow != 0 {
+		panic(fmt.Sprintf("oncepay: %s: Settings.TumblingWindow is for the stream job; the relay keeps no state between batches", what))
+	}
+	sizing := DefaultSizings().Relay
+	if props.Sizing != nil {
+		sizing = *props.Sizing
 	}
 	c.Outbox = props.Outbox
 	if c.Outbox == nil {
@@ -72,21 +111,31 @@ func NewOutboxRelay(scope constructs.Construct, id string, props *OutboxRelayPro
 		op.Protection = op.Protection.inherit(props.Protection)
 		c.Outbox = NewOutboxTable(c.Construct, "Outbox", &op)
 	}
+	c.Outbox.resolveStream(what)
 	c.Events = props.Events
 	if c.Events == nil {
 		ep := props.EventsProps
 		ep.Protection = ep.Protection.inherit(props.Protection)
 		c.Events = NewEventQueue(c.Construct, "Events", &ep)
 	}
+	c.Events.resolve(what)
 
+	desc := props.Description
+	if desc == "" {
+		desc = "oncepay relay: outbox stream -> events FIFO queue"
+	}
 	c.Function = NewGoFunction(c.Construct, "Function", &GoFunctionProps{
-		Name:          FnRelay,
-		Code:          props.Code,
-		Sizing:        SizingsFor(timingOrDefault(nil)).Relay,
-		LogRetention:  props.LogRetention,
-		RemovalPolicy: props.removalPolicy(),
-		Description:   "oncepay relay: outbox stream -> events FIFO queue",
-		Override:      props.OverrideFunction,
+		Name:           FnRelay,
+		Code:           props.Code,
+		Sizing:         sizing,
+		Role:           props.Role,
+		Vpc:            props.Vpc,
+		VpcSubnets:     props.VpcSubnets,
+		SecurityGroups: props.SecurityGroups,
+		LogRetention:   props.LogRetention,
+		RemovalPolicy:  props.removalPolicy(),
+		Description:    desc,
+		Override:       props.OverrideFunction,
 	})
 	fn := c.Function
 	// Reading the stream: Lambda's poller uses these with the function's
@@ -108,6 +157,13 @@ func NewOutboxRelay(scope constructs.Construct, id string, props *OutboxRelayPro
 	suppress(cfn(c.FailureQueue), "Serverless-SQSRedrivePolicy", terminal)
 
 	c.Mapping = newStreamMapping(c.Construct, fn.Function, c.Outbox.Table.TableStreamArn(), c.Settings, c.FailureQueue)
+
+	if a := newConstructAlarms(c.Construct, props.Alarms); a != nil {
+		a.add(AlarmRelayFailed, "The relay mapping gave up on a stream batch (its shard and sequence numbers are in the failure queue). Its events are not lost while the ledger's intents stay unpublished and a sweep re-drives them; the cause needs a look.", queueDepth(c.FailureQueue), 1)
+		a.add(AlarmRelayFnErrors, "The relay function failed invocations (partial batch failures retry; errors mean whole batches).", fn.Function.MetricErrors(periodOpts("Sum")), 1)
+		a.add(AlarmRelayIteratorOld, "The relay is more than a minute behind the outbox stream.", fn.Function.Metric(jsii.String("IteratorAge"), periodOpts("Maximum")), RelayIteratorAgeMaxMilli)
+		c.Alarms = a.all()
+	}
 	return c
 }
 

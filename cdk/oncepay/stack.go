@@ -8,8 +8,6 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
-
-	"github.com/oncepay/oncepay/internal/config"
 )
 
 // StackProps configures the deployable stack. The zero value (with a
@@ -26,7 +24,7 @@ type StackProps struct {
 	DataPlane DataPlaneProps
 	// Timing: the deadline rules the api's timeout derives from (nil:
 	// internal/config.Default()).
-	Timing *config.Timing
+	Timing *Timing
 	// Auth: an external JWT issuer/audience; empty creates a Cognito user
 	// pool (MFA and feature plan from the profile unless set).
 	Auth AuthProps
@@ -54,7 +52,7 @@ type StackProps struct {
 type Stack struct {
 	awscdk.Stack
 	Profile   Profile
-	Timing    config.Timing
+	Timing    Timing
 	Data      *DataPlane
 	Psp       *Psp
 	Api       *IdempotentApi
@@ -183,7 +181,12 @@ func (s *Stack) addFunctions(props *StackProps) {
 		}
 	}
 	timing := s.Timing
+	// The stack watches every part from its Monitoring (one topic, one
+	// dashboard): the constructs' own alarms would repeat those.
+	own := AlarmProps{Disabled: true}
 	s.Api = NewIdempotentApi(s.Stack, "Api", &IdempotentApiProps{
+		Code:         CodeFromBuild(s.Stack, FnAPI),
+		Alarms:       own,
 		Protection:   protection,
 		Claims:       d.Claims,
 		Outbox:       d.Outbox,
@@ -195,12 +198,16 @@ func (s *Stack) addFunctions(props *StackProps) {
 		LogRetention: retention,
 	})
 	s.Relay = NewOutboxRelay(s.Stack, "Relay", &OutboxRelayProps{
+		Code:         CodeFromBuild(s.Stack, FnRelay),
+		Alarms:       own,
 		Protection:   protection,
 		Outbox:       d.Outbox,
 		Events:       d.Events,
 		LogRetention: retention,
 	})
 	s.Worker = NewInboxWorker(s.Stack, "Worker", &InboxWorkerProps{
+		Code:                    CodeFromBuild(s.Stack, FnWorker),
+		Alarms:                  own,
 		Protection:              protection,
 		Events:                  d.Events,
 		Push:                    d.Push,
@@ -220,6 +227,7 @@ func (s *Stack) addFunctions(props *StackProps) {
 	}
 
 	s.Devices = NewDeviceRegistry(s.Stack, "Devices", &DeviceRegistryProps{
+		Code:                    CodeFromBuild(s.Stack, FnDevices),
 		Protection:              protection,
 		Api:                     s.Api,
 		Ledger:                  d.Ledger,
@@ -228,6 +236,8 @@ func (s *Stack) addFunctions(props *StackProps) {
 	})
 
 	s.Totals = NewStreamTotals(s.Stack, "Totals", &StreamTotalsProps{
+		Code:         CodeFromBuild(s.Stack, FnTotals),
+		RecountCode:  CodeFromBuild(s.Stack, FnRecount),
 		Protection:   protection,
 		Outbox:       d.Outbox,
 		Ledger:       d.Ledger,
@@ -245,6 +255,7 @@ func (s *Stack) addFunctions(props *StackProps) {
 	}
 	s.Resolver = NewGoFunction(s.Stack, "Resolver", &GoFunctionProps{
 		Name:                FnResolver,
+		Code:                CodeFromBuild(s.Stack, FnResolver),
 		Sizing:              sizes.Resolver,
 		Environment:         timingEnv(timing),
 		Vpc:                 d.Vpc,
@@ -278,6 +289,7 @@ func (s *Stack) addFunctions(props *StackProps) {
 	// The webhook: the PSP's signed events, no JWT.
 	s.Webhook = NewGoFunction(s.Stack, "Webhook", &GoFunctionProps{
 		Name:          FnWebhook,
+		Code:          CodeFromBuild(s.Stack, FnWebhook),
 		Sizing:        sizes.Webhook,
 		Vpc:           d.Vpc,
 		LogRetention:  retention,
@@ -293,6 +305,7 @@ func (s *Stack) addFunctions(props *StackProps) {
 		"The PSP cannot present a JWT: each webhook is authenticated by its Stripe-Signature (HMAC-SHA256 over the timestamp and body with the endpoint secret, timestamp tolerance enforced), verified by the webhook function before anything changes; a forged or stale one gets 400.")
 
 	s.Migration = NewLedgerMigration(s.Stack, "Migration", &LedgerMigrationProps{
+		Code:            CodeFromBuild(s.Stack, FnMigrate),
 		Ledger:          d.Ledger,
 		DeadLetterQueue: s.AsyncFailures,
 		LogRetention:    retention,

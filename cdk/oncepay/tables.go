@@ -1,6 +1,9 @@
 package oncepay
 
 import (
+	"fmt"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
 	"github.com/aws/constructs-go/constructs/v10"
@@ -22,11 +25,43 @@ type ClaimTableProps struct {
 }
 
 // ClaimTable is the idempotency-key store: one item per scope, claimed with a
-// conditional put, expired by TTL.
+// conditional put, expired by TTL. NewClaimTable makes one; a table made
+// elsewhere (awsdynamodb.Table_FromTableAttributes, a TableV2) is a literal,
+// &oncepay.ClaimTable{Table: t, Key: key}: its partition key must be "pk"
+// (string) and its TTL attribute "expires_at".
 type ClaimTable struct {
 	constructs.Construct
-	Table awsdynamodb.Table
-	Key   awskms.IKey
+	Table awsdynamodb.ITable
+	// Key encrypts the table; nil takes Table.EncryptionKey(). A table made
+	// elsewhere with an AWS-owned or AWS-managed key says AwsManagedKey.
+	Key           awskms.IKey
+	AwsManagedKey bool
+}
+
+func (c *ClaimTable) resolve(what string) {
+	if c == nil || c.Table == nil {
+		panic(fmt.Sprintf("oncepay: %s: the claim table is nil: give a *ClaimTable with Table set", what))
+	}
+	c.Key = tableKey(what, "claim", c.Table, c.Key, c.AwsManagedKey)
+}
+
+// tableKey is the table's key: stated, or read from the table, or refused
+// when a table made elsewhere has none known.
+func tableKey(what, name string, t awsdynamodb.ITable, key awskms.IKey, awsManaged bool) awskms.IKey {
+	if key == nil {
+		key = t.EncryptionKey()
+	}
+	if key == nil && !awsManaged && !inApp(t) {
+		panic(fmt.Sprintf("oncepay: %s: the %s table was made elsewhere and its key is unknown: set its Key (or import it with EncryptionKey), or AwsManagedKey if it uses none of yours; without it the functions get no kms grant and fail at run time", what, name))
+	}
+	return key
+}
+
+// inApp: the resource is made by this app (it has an L1 resource), so the
+// constructs can read its settings.
+func inApp(c constructs.IConstruct) bool {
+	_, ok := cfn(c).(awscdk.CfnResource)
+	return ok
 }
 
 // NewClaimTable creates the idem table.
@@ -40,7 +75,8 @@ func NewClaimTable(scope constructs.Construct, id string, props *ClaimTableProps
 	if props.Override != nil {
 		props.Override(tp)
 	}
-	c.Table = awsdynamodb.NewTable(c.Construct, jsii.String("Table"), tp)
+	t := awsdynamodb.NewTable(c.Construct, jsii.String("Table"), tp)
+	c.Table = t
 	return c
 }
 
@@ -52,10 +88,43 @@ type OutboxTableProps struct {
 
 // OutboxTable holds events to publish; its NEW_IMAGE stream feeds the relay.
 // A re-put of the same event_id is harmless: the consumer's inbox dedups.
+// NewOutboxTable makes one; a table made elsewhere is a literal,
+// &oncepay.OutboxTable{Table: t, Key: key}, where t carries its stream ARN
+// (awsdynamodb.Table_FromTableAttributes with TableStreamArn).
 type OutboxTable struct {
 	constructs.Construct
-	Table awsdynamodb.Table
-	Key   awskms.IKey
+	Table         awsdynamodb.ITable
+	Key           awskms.IKey
+	AwsManagedKey bool
+}
+
+func (c *OutboxTable) resolve(what string) {
+	if c == nil || c.Table == nil {
+		panic(fmt.Sprintf("oncepay: %s: the outbox table is nil: give an *OutboxTable with Table set", what))
+	}
+	c.Key = tableKey(what, "outbox", c.Table, c.Key, c.AwsManagedKey)
+}
+
+// resolveStream also checks the table has a stream with new images (the
+// relay and the stream job read the new image).
+func (c *OutboxTable) resolveStream(what string) {
+	c.resolve(what)
+	if t, ok := cfn(c.Table).(awsdynamodb.CfnTable); ok {
+		view := ""
+		switch spec := t.StreamSpecification().(type) {
+		case *awsdynamodb.CfnTable_StreamSpecificationProperty:
+			view = *spec.StreamViewType
+		case map[string]any:
+			view, _ = spec["streamViewType"].(string)
+		}
+		if view != "NEW_IMAGE" && view != "NEW_AND_OLD_IMAGES" {
+			panic(fmt.Sprintf("oncepay: %s: the outbox table has no stream with new images (stream view %q): set Stream to awsdynamodb.StreamViewType_NEW_IMAGE on it", what, view))
+		}
+		return
+	}
+	if c.Table.TableStreamArn() == nil {
+		panic(fmt.Sprintf("oncepay: %s: the outbox table was made elsewhere without its stream ARN: import it with awsdynamodb.Table_FromTableAttributes and TableStreamArn (a NEW_IMAGE or NEW_AND_OLD_IMAGES stream)", what))
+	}
 }
 
 // NewOutboxTable creates the outbox table with its stream.
@@ -72,7 +141,8 @@ func NewOutboxTable(scope constructs.Construct, id string, props *OutboxTablePro
 	if props.Override != nil {
 		props.Override(tp)
 	}
-	c.Table = awsdynamodb.NewTable(c.Construct, jsii.String("Table"), tp)
+	t := awsdynamodb.NewTable(c.Construct, jsii.String("Table"), tp)
+	c.Table = t
 	return c
 }
 

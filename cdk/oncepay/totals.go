@@ -36,12 +36,12 @@ type StreamTotalsProps struct {
 	// Outbox is the table whose stream the job reads (required).
 	Outbox *OutboxTable
 	// Settings of the stream mapping; nil is eventsource.Default().Totals.
-	Settings *eventsource.Stream
-	// Version is what the job counts (totals.V1 or V2); 0 is V2.
-	Version totals.Version
+	Settings *StreamSettings
+	// Version is what the job counts (TotalsV1 or TotalsV2); 0 is V2.
+	Version TotalsVersion
 	// LogRetention of the function's logs; "" is one year.
 	LogRetention awslogs.RetentionDays
-	// Code of the function; nil is build/totals.
+	// Code of the function (required): the bootstrap of lambdas/totals.
 	Code             awslambda.Code
 	OverrideFunction func(*awslambda.FunctionProps)
 	// Ledger, when set, adds the batch recount (RecountFunction): it
@@ -51,7 +51,7 @@ type StreamTotalsProps struct {
 	// queues wait for an operator.
 	Ledger      *Ledger
 	LedgerUser  string
-	RecountCode awslambda.Code // nil is build/recount
+	RecountCode awslambda.Code // the bootstrap of lambdas/recount (required unless NoRecount)
 }
 
 // StreamTotals is the stream job (docs/stream-job.md): the outbox stream
@@ -66,7 +66,7 @@ type StreamTotals struct {
 	FailureQueue awssqs.Queue
 	Function     *GoFunction
 	Mapping      awslambda.EventSourceMapping
-	Settings     eventsource.Stream
+	Settings     StreamSettings
 	// RecountFunction, its two mappings (Recount, FailureQueue) and their
 	// dead-letter queue exist when the props name a Ledger.
 	RecountFunction *GoFunction

@@ -162,7 +162,7 @@ func TestStreamTotalsRefusesAMappingTheJobCannotRunOn(t *testing.T) {
 			}()
 			synthAlone(t, func(stack awscdk.Stack) {
 				out := oncepay.NewOutboxTable(stack, "Outbox", nil)
-				oncepay.NewStreamTotals(stack, "Totals", &oncepay.StreamTotalsProps{Outbox: out, Settings: &settings})
+				oncepay.NewStreamTotals(stack, "Totals", &oncepay.StreamTotalsProps{Outbox: out, Settings: &settings, Code: oncepay.CodeFromBuild(stack, oncepay.FnTotals)})
 			})
 		})
 	}

@@ -8,32 +8,43 @@ import (
 	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awseventstargets"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslambda"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsses"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/oncepay/oncepay/internal/eventsource"
 	"github.com/oncepay/oncepay/internal/notify"
 	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
-// InboxWorkerProps configures the worker. The zero value is a working
+// InboxWorkerProps configures the worker. With Code alone it is a working
 // worker with its own events queue (and DLQ) and push topic; it needs a
 // ledger (Ledger, or ONCEPAY_LEDGER_DSN in Environment) to run, and a push
 // target (PlatformApplicationArns, or the sandbox's TopicFallback): without
 // either every notification is recorded UNDELIVERABLE.
+//
+// A prop and the one it excludes (Events and EventsProps, Push and
+// PushProps, Ledger and Vpc) panic when both are set, as does a setting the
+// real resources contradict.
 type InboxWorkerProps struct {
 	// Protection of what the construct creates.
 	Protection
-	// Events is the FIFO queue (with its DLQ) to consume; nil creates one.
+	// Code of the worker function (required): a directory with the
+	// linux/arm64 bootstrap of lambdas/worker.
+	Code awslambda.Code
+	// Events is the FIFO queue (with its DLQ) to consume: NewEventQueue's,
+	// or a literal over a queue made elsewhere (EventQueue says what it
+	// must state). nil creates one from EventsProps and Settings.
 	Events      *EventQueue
 	EventsProps EventQueueProps
-	// Push is the topic notifications go to; nil creates one.
+	// Push is the topic notifications go to (NewPushTopic's, or a literal
+	// over any awssns.ITopic); nil creates one from PushProps.
 	Push      *PushTopic
 	PushProps PushTopicProps
 	// PlatformApplicationArns (SNS mobile push, literal ARNs): the worker may
@@ -57,12 +68,28 @@ type InboxWorkerProps struct {
 	// log in as LedgerUser ("" means LedgerAppUser) with an IAM token.
 	Ledger     *Ledger
 	LedgerUser string
-	// Settings of the queue mapping; nil is eventsource.Default().Worker.
-	Settings *eventsource.Queue
+	// Role the function runs as (a platform team's, imported mutable);
+	// nil creates one. Every grant lands on it.
+	Role awsiam.IRole
+	// Vpc (with VpcSubnets, SecurityGroups) places the function in a VPC of
+	// the caller's, when there is no Ledger.
+	Vpc            awsec2.IVpc
+	VpcSubnets     *awsec2.SubnetSelection
+	SecurityGroups []awsec2.ISecurityGroup
+	// Settings of the queue mapping; nil is DefaultWorkerSettings(). Its
+	// VisibilityTimeout and MaxReceiveCount make the queue the worker
+	// creates; for a queue it is given they must be zero or match it.
+	Settings *QueueSettings
+	// Sizing of the function; nil is DefaultSizings().Worker (30 s,
+	// 256 MB). The queue's visibility timeout must be at least 6x the
+	// timeout.
+	Sizing *Sizing
+	// Description of the function; "" is oncepay's.
+	Description string
+	// Alarms of the construct (on unless Disabled).
+	Alarms AlarmProps
 	// LogRetention of the function's logs; "" is one year.
-	LogRetention awslogs.RetentionDays
-	// Code of the worker function; nil is build/worker.
-	Code             awslambda.Code
+	LogRetention     awslogs.RetentionDays
 	Environment      map[string]string
 	OverrideFunction func(*awslambda.FunctionProps)
 }
@@ -82,16 +109,29 @@ type InboxWorker struct {
 	// PENDING notifications a failed push left (inbox.Function): their own
 	// durable trigger, so a push outage never holds back a credit.
 	SweepSchedule awsevents.Rule
-	Settings      eventsource.Queue
+	// Settings as applied: VisibilityTimeout and MaxReceiveCount are the
+	// queue's own.
+	Settings QueueSettings
 	// TopicFallback is whether pushes with no device go to the topic.
 	TopicFallback bool
 	// EmailIdentity and EmailConfigurationSet exist when the props name
 	// EmailFrom.
 	EmailIdentity         awsses.EmailIdentity
 	EmailConfigurationSet awsses.ConfigurationSet
+	// Alarms by id (AlarmWorker*); empty when AlarmProps.Disabled.
+	Alarms map[string]awscloudwatch.Alarm
 
 	platformApps []string
 }
+
+// The InboxWorker's own alarms (AlarmProps).
+const (
+	AlarmWorkerDlq         = "EventsDlqNotEmpty"
+	AlarmWorkerFnErrors    = "Errors"
+	AlarmWorkerFnThrottles = "Throttles"
+	AlarmWorkerOldest      = "EventsOldestMessageAge"
+	AlarmWorkerNotifStuck  = "NotifStuck"
+)
 
 // EnvPushTopicFallback carries InboxWorkerProps.TopicFallback to the
 // functions that push ("true" or "false"; see package pushboot).
@@ -99,50 +139,79 @@ const EnvPushTopicFallback = notify.EnvTopicFallback
 
 // NewInboxWorker creates the worker.
 func NewInboxWorker(scope constructs.Construct, id string, props *InboxWorkerProps) *InboxWorker {
-	if props == nil {
-		props = &InboxWorkerProps{}
+	const what = "InboxWorker"
+	if props == nil || props.Code == nil {
+		panic("oncepay: InboxWorkerProps.Code is required: the linux/arm64 bootstrap of lambdas/worker, e.g. awslambda.Code_FromAsset(jsii.String(\"build/worker\"), nil)")
 	}
+	exclusive(what, "Events", props.Events != nil, "EventsProps", !isZero(props.EventsProps), "EventsProps configures the queue the worker would create, and Events replaces it")
+	exclusive(what, "Push", props.Push != nil, "PushProps", !isZero(props.PushProps), "PushProps configures the topic the worker would create, and Push replaces it")
+	exclusive(what, "Ledger", props.Ledger != nil, "Vpc", props.Vpc != nil, "Ledger places the function in the ledger's VPC; set Vpc only without a Ledger")
 	c := &InboxWorker{Construct: constructs.NewConstruct(scope, jsii.String(id))}
-	c.Settings = eventsource.Default().Worker
+	c.Settings = DefaultWorkerSettings()
 	if props.Settings != nil {
 		c.Settings = *props.Settings
 	}
 	if err := c.Settings.Validate(); err != nil {
-		panic(err)
+		panic(fmt.Errorf("oncepay: %s: %w", what, err))
 	}
-	sizing := SizingsFor(timingOrDefault(nil)).Worker
-	if c.Settings.VisibilityTimeout < 6*sizing.Timeout {
-		panic(fmt.Sprintf("oncepay: the events queue's visibility timeout %s is under 6x the worker timeout %s", c.Settings.VisibilityTimeout, sizing.Timeout))
+	sizing := DefaultSizings().Worker
+	if props.Sizing != nil {
+		sizing = *props.Sizing
 	}
 	c.Events = props.Events
 	if c.Events == nil {
 		ep := props.EventsProps
 		ep.Protection = ep.Protection.inherit(props.Protection)
+		ep.VisibilityTimeout = c.Settings.VisibilityTimeout
+		ep.MaxReceiveCount = c.Settings.MaxReceiveCount
 		c.Events = NewEventQueue(c.Construct, "Events", &ep)
 	}
+	c.Events.resolve(what)
+	if v := c.Settings.VisibilityTimeout; props.Events != nil && props.Settings != nil && v != 0 && v != c.Events.VisibilityTimeout {
+		panic(fmt.Sprintf("oncepay: %s: Settings.VisibilityTimeout %s differs from the given queue's %s: set it on the queue, or leave it zero", what, v, c.Events.VisibilityTimeout))
+	}
+	if n := c.Settings.MaxReceiveCount; props.Events != nil && props.Settings != nil && n != 0 && n != c.Events.MaxReceiveCount {
+		panic(fmt.Sprintf("oncepay: %s: Settings.MaxReceiveCount %d differs from the given queue's %d: set it on the queue's redrive policy, or leave it zero", what, n, c.Events.MaxReceiveCount))
+	}
+	c.Settings.VisibilityTimeout, c.Settings.MaxReceiveCount = c.Events.VisibilityTimeout, c.Events.MaxReceiveCount
 	c.Push = props.Push
 	if c.Push == nil {
 		pp := props.PushProps
 		pp.Protection = pp.Protection.inherit(props.Protection)
 		c.Push = NewPushTopic(c.Construct, "Push", &pp)
 	}
+	c.Push.resolve(what)
 
-	var vpc awsec2.IVpc
+	vpc := props.Vpc
 	if props.Ledger != nil {
 		vpc = props.Ledger.Cluster.Vpc()
 	}
+	desc := props.Description
+	if desc == "" {
+		desc = "oncepay worker: events FIFO queue -> inbox, credit, notification"
+	}
 	c.Function = NewGoFunction(c.Construct, "Function", &GoFunctionProps{
-		Name:          FnWorker,
-		Code:          props.Code,
-		Sizing:        sizing,
-		Environment:   props.Environment,
-		Vpc:           vpc,
-		LogRetention:  props.LogRetention,
-		RemovalPolicy: props.removalPolicy(),
-		Description:   "oncepay worker: events FIFO queue -> inbox, credit, notification",
-		Override:      props.OverrideFunction,
+		Name:           FnWorker,
+		Code:           props.Code,
+		Sizing:         sizing,
+		Environment:    props.Environment,
+		Role:           props.Role,
+		Vpc:            vpc,
+		VpcSubnets:     props.VpcSubnets,
+		SecurityGroups: props.SecurityGroups,
+		LogRetention:   props.LogRetention,
+		RemovalPolicy:  props.removalPolicy(),
+		Description:    desc,
+		Override:       props.OverrideFunction,
 	})
 	fn := c.Function
+	// AWS's advice for an SQS event source, checked on the real queue and
+	// the function as the override left it: a message must not reappear
+	// while a worker still holds it.
+	if c.Events.VisibilityTimeout < 6*fn.Timeout {
+		panic(fmt.Sprintf("oncepay: %s: the events queue's visibility timeout %s is under 6x the worker function's timeout %s: raise the queue's visibility timeout to at least %s, or lower the function's timeout (Sizing)",
+			what, c.Events.VisibilityTimeout, fn.Timeout, 6*fn.Timeout))
+	}
 	fn.Grant([]string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"}, c.Events.Queue.QueueArn())
 	fn.grantKey(c.Events.Key, []string{"kms:Decrypt"})
 	c.TopicFallback = props.TopicFallback != nil && *props.TopicFallback
@@ -185,6 +254,19 @@ func NewInboxWorker(scope constructs.Construct, id string, props *InboxWorkerPro
 	c.Mapping = awslambda.NewEventSourceMapping(c.Construct, jsii.String("Mapping"), mp)
 	suppress(cfn(c.Mapping), "Serverless-LambdaEventSourceMappingDestination",
 		"Lambda has no on-failure destination for SQS mappings: the queue's redrive policy moves a message that failed maxReceiveCount times to its DLQ, which an alarm watches.")
+
+	if a := newConstructAlarms(c.Construct, props.Alarms); a != nil {
+		if c.Events.Dlq != nil {
+			a.add(AlarmWorkerDlq, "Events parked in the events DLQ after maxReceiveCount deliveries: a consumer-side failure (ledger, push) needs a look and a redrive.", queueDepth(c.Events.Dlq), 1)
+		}
+		a.add(AlarmWorkerFnErrors, "The worker function failed invocations.", fn.Function.MetricErrors(periodOpts("Sum")), 1)
+		a.add(AlarmWorkerFnThrottles, "The worker function was throttled: credits and pushes wait in the events queue.", fn.Function.MetricThrottles(periodOpts("Sum")), 1)
+		a.add(AlarmWorkerOldest, "An event has waited five minutes in the events queue: its merchant's later credits wait behind it (FIFO). Look at the worker's errors; the DLQ takes it after maxReceiveCount receives.",
+			c.Events.Queue.MetricApproximateAgeOfOldestMessage(periodOpts("Maximum")), EventsOldestMaxSeconds)
+		a.add(AlarmWorkerNotifStuck, "Notifications still not sent after the sweep's give-up horizon, kept as STUCK: the push or email path needs a look; then re-arm them (README).",
+			handlerMetric(MetricNotifStuck, FnWorker, "Maximum"), 1)
+		c.Alarms = a.all()
+	}
 	return c
 }
 
@@ -236,7 +318,7 @@ func (c *InboxWorker) GrantPush(fn *GoFunction) {
 		}
 		fn.Grant([]string{"sns:Publish"}, endpoints...)
 		env[EnvPushPlatformApps] = jsii.String(strings.Join(c.platformApps, ","))
-		suppressApplies(fn.Role.Node().FindChild(jsii.String("DefaultPolicy")).Node().DefaultChild(), "AwsSolutions-IAM5",
+		suppressApplies(fn.policy().Node().DefaultChild(), "AwsSolutions-IAM5",
 			"sns:Publish to the endpoints of the configured platform applications only: SNS creates an endpoint ARN per device at registration, so the application's endpoint prefix is the narrowest name known at deploy time.",
 			endpointFindings(c.platformApps)...)
 	}
