@@ -27,6 +27,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/jsii-runtime-go"
 
+	"github.com/oncepay/oncepay/cdk/nag"
 	"github.com/oncepay/oncepay/cdk/oncepay"
 )
 
@@ -52,7 +53,7 @@ func run() int {
 
 	// cdk synth fails on a finding at error level; the stack tests fail on
 	// any finding.
-	oncepay.AddNagPacks(app)
+	nag.AddPacks(app)
 
 	app.Synth(nil)
 	return 0

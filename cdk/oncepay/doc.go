@@ -4,6 +4,14 @@
 // DLQs), exposes what it creates as exported fields, and accepts Override
 // hooks that see the final L2 props before a resource is made.
 //
+// Each also works in someone else's stack (docs/constructs.md): a queue,
+// topic or table made elsewhere is a literal of EventQueue, PushTopic,
+// ClaimTable or OutboxTable over its interface type; Role and Vpc take a
+// platform team's role and VPC, and the grants land on whatever role the
+// function ends up with; what cannot be read from a template is stated and
+// checked at synth. Code (the handler's bootstrap) is always required, and
+// each construct has its own alarms unless AlarmProps.Disabled.
+//
 // The constructs an architect lifts into another stack, each usable alone in
 // an empty stack:
 //   - IdempotentApi: the claim table, the api function and the HTTP API front

@@ -13,6 +13,7 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
+	"github.com/oncepay/oncepay/cdk/nag"
 	"github.com/oncepay/oncepay/cdk/oncepay"
 )
 
@@ -123,7 +124,7 @@ func synthVariant(t *testing.T, name string, profile oncepay.Profile, extra map[
 		t.Fatalf("context gave profile %q, want %q", props.Profile, profile)
 	}
 	stack := oncepay.NewStack(app, props.Profile.StackName(), props) // as cdk/main.go names it
-	oncepay.AddNagPacks(app)
+	nag.AddPacks(app)
 	s := &synthesized{stack: stack}
 	check(t, "synthesize", func() {
 		s.tmpl = assertions.Template_FromStack(stack.Stack, nil)
@@ -170,7 +171,7 @@ func synthAloneIn(t *testing.T, env *awscdk.Environment, build func(stack awscdk
 	app := awscdk.NewApp(&awscdk.AppProps{Context: cdkContext(t, "")})
 	stack := awscdk.NewStack(app, jsii.String("Alone"), &awscdk.StackProps{Env: env})
 	build(stack)
-	oncepay.AddNagPacks(app)
+	nag.AddPacks(app)
 	var tmpl assertions.Template
 	var js map[string]any
 	check(t, "synthesize", func() {

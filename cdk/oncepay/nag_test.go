@@ -14,6 +14,7 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
+	"github.com/oncepay/oncepay/cdk/nag"
 	"github.com/oncepay/oncepay/cdk/oncepay"
 )
 
@@ -68,7 +69,7 @@ func TestNagCatchesFindings(t *testing.T) {
 	app := awscdk.NewApp(&awscdk.AppProps{Context: cdkContext(t, "")})
 	stack := awscdk.NewStack(app, jsii.String("Oncepay"), nil)
 	awssqs.NewQueue(stack, jsii.String("Bare"), nil)
-	oncepay.AddNagPacks(app)
+	nag.AddPacks(app)
 	f := strings.Join(findings(t, stack), "\n")
 	for _, rule := range []string{"AwsSolutions-SQS3", "AwsSolutions-SQS4", "Serverless-SQSRedrivePolicy"} {
 		if !strings.Contains(f, "/Oncepay/Bare/Resource: "+rule) {

@@ -8,7 +8,6 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2/awskms"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
-	"github.com/cdklabs/cdk-nag-go/cdknag/v2"
 )
 
 // Protection is what every stateful construct here takes. Zero values are the
@@ -71,9 +70,7 @@ func NewDataKey(scope constructs.Construct, id string, removal awscdk.RemovalPol
 
 // suppress records a cdk-nag exception on one resource (not its children).
 func suppress(resource constructs.IConstruct, rule, reason string) {
-	cdknag.NagSuppressions_AddResourceSuppressions(resource,
-		&[]*cdknag.NagPackSuppression{{Id: jsii.String(rule), Reason: jsii.String(reason)}},
-		jsii.Bool(false))
+	addNagSuppression(resource, rule, reason, nil)
 }
 
 // cfn is the L1 resource behind an L2 construct.
@@ -81,24 +78,33 @@ func cfn(c constructs.IConstruct) constructs.IConstruct { return c.Node().Defaul
 
 func days(n float64) awscdk.Duration { return awscdk.Duration_Days(jsii.Number(n)) }
 
-// AddNagPacks applies the cdk-nag packs the stack must pass: AWS Solutions
-// and Serverless. Findings become errors and warnings on the construct tree.
-func AddNagPacks(scope constructs.IConstruct) {
-	verbose := &cdknag.NagPackProps{Verbose: jsii.Bool(true)}
-	awscdk.Aspects_Of(scope).Add(cdknag.NewAwsSolutionsChecks(verbose), nil)
-	awscdk.Aspects_Of(scope).Add(cdknag.NewServerlessChecks(verbose), nil)
-}
-
 // suppressApplies records a cdk-nag exception on one resource for the named
 // findings only (e.g. "Resource::*"), not for the rule as a whole.
 func suppressApplies(resource constructs.IConstruct, rule, reason string, appliesTo ...string) {
-	var applies []interface{}
-	for _, a := range appliesTo {
-		applies = append(applies, a)
+	addNagSuppression(resource, rule, reason, appliesTo)
+}
+
+// addNagSuppression writes the metadata cdk-nag's NagSuppressions API
+// writes (cdk_nag.rules_to_suppress: id, reason, applies_to), so the
+// constructs carry their reasons without depending on cdk-nag: a stack
+// that runs cdk-nag reads them, one that does not pays nothing. The nag
+// tests and examples/consumer run the real packs over them.
+func addNagSuppression(resource constructs.IConstruct, rule, reason string, appliesTo []string) {
+	r, ok := resource.(awscdk.CfnResource)
+	if !ok {
+		panic(fmt.Sprintf("oncepay: a nag suppression (%s) on %s, which is not a CloudFormation resource", rule, *resource.Node().Path()))
 	}
-	cdknag.NagSuppressions_AddResourceSuppressions(resource,
-		&[]*cdknag.NagPackSuppression{{Id: jsii.String(rule), Reason: jsii.String(reason), AppliesTo: &applies}},
-		jsii.Bool(false))
+	entry := map[string]any{"reason": reason, "id": rule}
+	if len(appliesTo) > 0 {
+		entry["applies_to"] = appliesTo
+	}
+	var rules []any
+	if cur, ok := r.GetMetadata(jsii.String("cdk_nag")).(map[string]any); ok {
+		if l, ok := cur["rules_to_suppress"].([]any); ok {
+			rules = l
+		}
+	}
+	r.AddMetadata(jsii.String("cdk_nag"), map[string]any{"rules_to_suppress": append(rules, entry)})
 }
 
 // exclusive panics when two props that exclude each other are both set.
