@@ -558,3 +558,26 @@ func names(f *ast.Field) []string {
 	}
 	return out
 }
+
+// TestTheLedgerOpensToTheSecurityGroupsGiven: a worker on the ledger with
+// security groups of the team's own gets PostgreSQL's port from each of
+// them (the ledger used to need the construct's own group, and refused).
+func TestTheLedgerOpensToTheSecurityGroupsGiven(t *testing.T) {
+	var sg awsec2.SecurityGroup
+	var ledger *oncepay.Ledger
+	stack, tmpl, _ := synthAlone(t, func(s awscdk.Stack) {
+		vpc := awsec2.NewVpc(s, jsii.String("Vpc"), &awsec2.VpcProps{MaxAzs: jsii.Number(2), NatGateways: jsii.Number(1)})
+		ledger = oncepay.NewLedger(s, "Ledger", &oncepay.LedgerProps{Vpc: vpc})
+		sg = awsec2.NewSecurityGroup(s, jsii.String("Theirs"), &awsec2.SecurityGroupProps{Vpc: vpc})
+		props := workerProps(s)
+		props.Ledger, props.SecurityGroups = ledger, []awsec2.ISecurityGroup{sg}
+		oncepay.NewInboxWorker(s, "Worker", props)
+	})
+	check(t, "5432 from their group to the ledger's", func() {
+		tmpl.HasResourceProperties(jsii.String("AWS::EC2::SecurityGroupIngress"), obj(map[string]any{
+			"FromPort": 5432, "ToPort": 5432,
+			"SourceSecurityGroupId": getAtt(logicalIDIn(t, stack, sg), "GroupId"),
+			"GroupId":               getAtt(logicalIDIn(t, stack, ledger.SecurityGroup), "GroupId"),
+		}))
+	})
+}

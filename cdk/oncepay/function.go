@@ -262,6 +262,16 @@ func NewGoFunction(scope constructs.Construct, id string, props *GoFunctionProps
 	return c
 }
 
+// securityGroups are the function's security groups; none means it is not
+// in a VPC, which what needs one refuses.
+func (c *GoFunction) securityGroups(what string) []awsec2.ISecurityGroup {
+	sgs := c.Function.Connections().SecurityGroups()
+	if sgs == nil || len(*sgs) == 0 {
+		panic(fmt.Sprintf("oncepay: %s needs the %s function in the ledger's VPC (it has no security group)", what, c.Name))
+	}
+	return *sgs
+}
+
 // policy is the policy the grants went into: a made role's DefaultPolicy,
 // or the Policy CDK attaches to a role made elsewhere.
 func (c *GoFunction) policy() constructs.IConstruct {

@@ -260,16 +260,17 @@ func (c *Ledger) EndpointPort() *string {
 // port open from fn's security group to the proxy or the cluster. It sets
 // ONCEPAY_LEDGER_DSN, ONCEPAY_LEDGER_ENDPOINT and ONCEPAY_LEDGER_APP_USER.
 func (c *Ledger) Connect(fn *GoFunction, user string) {
-	if fn.SecurityGroup == nil {
-		panic("oncepay: Ledger.Connect needs a function in the ledger's VPC")
-	}
+	to := c.SecurityGroup
 	if c.Proxy != nil {
 		c.Proxy.GrantConnect(fn.Role, jsii.String(user))
-		c.ProxySecurityGroup.AddIngressRule(fn.SecurityGroup, awsec2.Port_Tcp(jsii.Number(LedgerPort)),
-			jsii.String("PostgreSQL from the "+fn.Name+" function"), nil)
+		to = c.ProxySecurityGroup
 	} else {
 		c.Cluster.GrantConnect(fn.Role, jsii.String(user))
-		c.SecurityGroup.AddIngressRule(fn.SecurityGroup, awsec2.Port_Tcp(jsii.Number(LedgerPort)),
+	}
+	// From every security group the function ended up with: its own, or
+	// the ones the props or the override named.
+	for _, sg := range fn.securityGroups("Ledger.Connect") {
+		to.AddIngressRule(sg, awsec2.Port_Tcp(jsii.Number(LedgerPort)),
 			jsii.String("PostgreSQL from the "+fn.Name+" function"), nil)
 	}
 	fn.SetEnv(map[string]*string{
@@ -283,11 +284,10 @@ func (c *Ledger) Connect(fn *GoFunction, user string) {
 // admin with the secret's password: GetSecretValue on that one secret and
 // the port open to the cluster itself (never through the IAM-only proxy).
 func (c *Ledger) ConnectAdmin(fn *GoFunction) {
-	if fn.SecurityGroup == nil {
-		panic("oncepay: Ledger.ConnectAdmin needs a function in the ledger's VPC")
+	for _, sg := range fn.securityGroups("Ledger.ConnectAdmin") {
+		c.SecurityGroup.AddIngressRule(sg, awsec2.Port_Tcp(jsii.Number(LedgerPort)),
+			jsii.String("PostgreSQL from the "+fn.Name+" function"), nil)
 	}
-	c.SecurityGroup.AddIngressRule(fn.SecurityGroup, awsec2.Port_Tcp(jsii.Number(LedgerPort)),
-		jsii.String("PostgreSQL from the "+fn.Name+" function"), nil)
 	fn.Grant([]string{"secretsmanager:GetSecretValue"}, c.Secret.SecretArn())
 	fn.grantKey(c.Key, []string{"kms:Decrypt"})
 	fn.SetEnv(map[string]*string{
