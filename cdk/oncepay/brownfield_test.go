@@ -100,7 +100,7 @@ func policyFor(js map[string]any, role string) map[string][]string {
 func wantGrant(t *testing.T, grants map[string][]string, action, resource string) {
 	t.Helper()
 	for _, r := range grants[action] {
-		if strings.Contains(r, resource) {
+		if r == resource || (resource != "*" && strings.Contains(r, resource)) {
 			return
 		}
 	}
@@ -579,5 +579,90 @@ func TestTheLedgerOpensToTheSecurityGroupsGiven(t *testing.T) {
 			"SourceSecurityGroupId": getAtt(logicalIDIn(t, stack, sg), "GroupId"),
 			"GroupId":               getAtt(logicalIDIn(t, stack, ledger.SecurityGroup), "GroupId"),
 		}))
+	})
+}
+
+// TestAKeySwappedInAnOverrideIsTheOneGranted: the key the queue really has
+// after EventsProps.Override, not the construct's own.
+func TestAKeySwappedInAnOverrideIsTheOneGranted(t *testing.T) {
+	var c *oncepay.InboxWorker
+	var theirs awskms.Key
+	stack, _, js := synthAlone(t, func(s awscdk.Stack) {
+		theirs = awskms.NewKey(s, jsii.String("Theirs"), &awskms.KeyProps{EnableKeyRotation: jsii.Bool(true)})
+		props := workerProps(s)
+		props.EventsProps.Override = func(qp *awssqs.QueueProps) { qp.EncryptionMasterKey = theirs }
+		c = oncepay.NewInboxWorker(s, "Worker", props)
+	})
+	wantGrant(t, grantsOf(js, logicalIDIn(t, stack, c.Function.Role)), "kms:Decrypt", logicalIDIn(t, stack, theirs))
+}
+
+// TestAKeyGivenAsAnAlias: an alias of this app is granted on its target
+// key (IAM never matches an alias ARN); one made elsewhere is refused.
+func TestAKeyGivenAsAnAlias(t *testing.T) {
+	var c *oncepay.InboxWorker
+	var key awskms.Key
+	stack, _, js := synthAlone(t, func(s awscdk.Stack) {
+		key = awskms.NewKey(s, jsii.String("Target"), &awskms.KeyProps{EnableKeyRotation: jsii.Bool(true)})
+		alias := awskms.NewAlias(s, jsii.String("Alias"), &awskms.AliasProps{AliasName: jsii.String("alias/payments"), TargetKey: key})
+		props := workerProps(s)
+		props.EventsProps.EncryptionKey = alias
+		c = oncepay.NewInboxWorker(s, "Worker", props)
+	})
+	grants := grantsOf(js, logicalIDIn(t, stack, c.Function.Role))
+	wantGrant(t, grants, "kms:Decrypt", logicalIDIn(t, stack, key))
+	for _, r := range grants["kms:Decrypt"] {
+		if strings.Contains(r, "alias/") {
+			t.Errorf("kms:Decrypt on an alias ARN %s, which IAM never matches", r)
+		}
+	}
+	panicsWith(t, "alias made elsewhere", func(s awscdk.Stack) {
+		props := workerProps(s)
+		props.EventsProps.EncryptionKey = awskms.Alias_FromAliasName(s, jsii.String("A"), jsii.String("alias/payments"))
+		oncepay.NewInboxWorker(s, "Worker", props)
+	})
+}
+
+// TestEventsPropsMakeTheWorkersQueue: what EventsProps states is the
+// queue's (it was overwritten by the settings' defaults); stated twice
+// and different is refused.
+func TestEventsPropsMakeTheWorkersQueue(t *testing.T) {
+	_, tmpl, _ := synthAlone(t, func(s awscdk.Stack) {
+		props := workerProps(s)
+		props.EventsProps = oncepay.EventQueueProps{MaxReceiveCount: 2, VisibilityTimeout: 10 * time.Minute}
+		props.Sizing = &oncepay.Sizing{Timeout: 90 * time.Second, MemoryMB: 256}
+		oncepay.NewInboxWorker(s, "Worker", props)
+	})
+	check(t, "EventsProps' visibility and receive count", func() {
+		tmpl.HasResourceProperties(jsii.String("AWS::SQS::Queue"), obj(map[string]any{
+			"VisibilityTimeout": 600, "RedrivePolicy": obj(map[string]any{"maxReceiveCount": 2}),
+		}))
+	})
+	panicsWith(t, "disagree", func(s awscdk.Stack) {
+		props := workerProps(s)
+		q := oncepay.DefaultWorkerSettings()
+		props.Settings = &q
+		props.EventsProps = oncepay.EventQueueProps{MaxReceiveCount: 2}
+		oncepay.NewInboxWorker(s, "Worker", props)
+	})
+}
+
+// TestStreamTotalsChecksItsOutbox: the stream job resolves its table like
+// the relay (stream, key), instead of jsii's unreadable nil error.
+func TestStreamTotalsChecksItsOutbox(t *testing.T) {
+	panicsWith(t, "without its stream ARN", func(s awscdk.Stack) {
+		oncepay.NewStreamTotals(s, "Totals", &oncepay.StreamTotalsProps{
+			Code:   oncepay.CodeFromBuild(s, oncepay.FnTotals),
+			Outbox: &oncepay.OutboxTable{Table: awsdynamodb.Table_FromTableArn(s, jsii.String("T"), jsii.String(outboxTableArn)), AwsManagedKey: true},
+		})
+	})
+}
+
+// TestAnUnusedTopicNeedsNoKey: without the topic fallback the worker never
+// publishes to the topic, so an imported topic's key is not demanded.
+func TestAnUnusedTopicNeedsNoKey(t *testing.T) {
+	synthAloneIn(t, brownfieldEnv, func(s awscdk.Stack) {
+		props := workerProps(s)
+		props.Push = &oncepay.PushTopic{Topic: awssns.Topic_FromTopicArn(s, jsii.String("P"), jsii.String(pushTopicArn))}
+		oncepay.NewInboxWorker(s, "Worker", props)
 	})
 }

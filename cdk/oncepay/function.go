@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
@@ -193,7 +194,11 @@ func NewGoFunction(scope constructs.Construct, id string, props *GoFunctionProps
 	if fp.Timeout == nil {
 		panic(fmt.Sprintf("oncepay: function %s: the override left no Timeout", props.Name))
 	}
-	c.Timeout = time.Duration(*fp.Timeout.ToSeconds(nil)) * time.Second
+	secs := fp.Timeout.ToSeconds(nil)
+	if *awscdk.Token_IsUnresolved(secs) {
+		panic(fmt.Sprintf("oncepay: function %s: its timeout is a token (a parameter?): the safety checks need a number", props.Name))
+	}
+	c.Timeout = time.Duration(*secs) * time.Second
 	// Our own role, made only when neither the props nor the override gave
 	// one: the one Lambda makes by default carries the managed
 	// AWSLambdaBasicExecutionRole (logs:CreateLogGroup on every group).
@@ -239,8 +244,8 @@ func NewGoFunction(scope constructs.Construct, id string, props *GoFunctionProps
 	c.Function = awslambda.NewFunction(c.Construct, jsii.String("Function"), fp)
 	if p := c.policy(); p != nil {
 		if _, made := c.Role.(awsiam.Role); !made {
-			// CDK makes a function depend on its own role's policy, not on
-			// the policy it attaches to a role made elsewhere.
+			// Stated, not left to CDK's dependency on the role's subtree:
+			// Lambda checks the role's permissions at CreateFunction.
 			c.Function.Node().AddDependency(p)
 		}
 	}
@@ -319,9 +324,22 @@ var (
 	kmsProduce = []string{"kms:Decrypt", "kms:GenerateDataKey"}
 )
 
-// grantKey lets fn use key for actions.
+// grantKey lets fn use key for actions. IAM matches a key policy
+// statement by key ARN, never by alias ARN: an alias made in this app is
+// granted on its target key, and one made elsewhere is refused (its key
+// cannot be known at synth).
 func (c *GoFunction) grantKey(key awskms.IKey, actions []string) {
-	if key != nil {
-		c.Grant(actions, key.KeyArn())
+	if key == nil {
+		return
 	}
+	if alias, ok := key.(awskms.IAlias); ok {
+		if !inApp(alias) {
+			panic(fmt.Sprintf("oncepay: function %s: a key given as an alias made elsewhere (%s) cannot be granted: IAM matches kms actions by key ARN; give the key (awskms.Key_FromKeyArn) instead", c.Name, *alias.AliasName()))
+		}
+		key = alias.AliasTargetKey()
+	}
+	if arn := key.KeyArn(); !*awscdk.Token_IsUnresolved(arn) && strings.Contains(*arn, ":alias/") {
+		panic(fmt.Sprintf("oncepay: function %s: the key %s is an alias ARN, which IAM never matches for kms actions: give the key's ARN (arn:…:key/<id>)", c.Name, *arn))
+	}
+	c.Grant(actions, key.KeyArn())
 }

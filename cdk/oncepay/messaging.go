@@ -72,7 +72,8 @@ type EventQueue struct {
 	Dlq awssqs.IQueue
 	// Key encrypts the queue; nil takes Queue.EncryptionMasterKey(). A
 	// queue made elsewhere with SQS-managed encryption says so with
-	// SqsManagedEncryption instead.
+	// SqsManagedEncryption instead (also for alias/aws/sqs, the AWS-managed
+	// key, which needs no grant).
 	Key                  awskms.IKey
 	SqsManagedEncryption bool
 	// VisibilityTimeout and MaxReceiveCount of a queue made elsewhere (a
@@ -116,7 +117,9 @@ func NewEventQueue(scope constructs.Construct, id string, props *EventQueueProps
 		props.Override(qp)
 	}
 	c.Queue = awssqs.NewQueue(c.Construct, jsii.String("Queue"), qp)
-	// What the override left is what the queue is.
+	// What the override left is what the queue is: its key (an override
+	// may swap it), visibility and receive count.
+	c.Key = c.Queue.EncryptionMasterKey()
 	c.VisibilityTimeout, c.MaxReceiveCount = 0, 0
 	c.resolve("EventQueue")
 	return c
@@ -136,6 +139,9 @@ func (c *EventQueue) resolve(what string) {
 	if c.Key == nil {
 		c.Key = c.Queue.EncryptionMasterKey()
 	}
+	if made, ok := c.Queue.(awssqs.Queue); ok && c.Dlq == nil && made.DeadLetterQueue() != nil {
+		c.Dlq = made.DeadLetterQueue().Queue // for the DLQ alarm
+	}
 	q, inApp := cfn(c.Queue).(awssqs.CfnQueue)
 	if !inApp {
 		switch {
@@ -150,6 +156,9 @@ func (c *EventQueue) resolve(what string) {
 	}
 	real := 30 * time.Second // SQS's default
 	if v := q.VisibilityTimeout(); v != nil {
+		if *awscdk.Token_IsUnresolved(v) {
+			panic(fmt.Sprintf("oncepay: %s: the events queue's visibility timeout is a token (a parameter?): the 6x check needs a number", what))
+		}
 		real = time.Duration(*v) * time.Second
 	}
 	if c.VisibilityTimeout != 0 && c.VisibilityTimeout != real {
@@ -158,12 +167,12 @@ func (c *EventQueue) resolve(what string) {
 	c.VisibilityTimeout = real
 	count := 0
 	if m, ok := q.RedrivePolicy().(map[string]any); ok {
-		if n, ok := m["maxReceiveCount"].(float64); ok {
+		if n, ok := m["maxReceiveCount"].(float64); ok && !*awscdk.Token_IsUnresolved(n) {
 			count = int(n)
 		}
 	}
-	if count == 0 {
-		panic(fmt.Sprintf("oncepay: %s: the events queue has no redrive policy: give it a DLQ (awssqs.QueueProps.DeadLetterQueue), or a poison event is redelivered until it expires", what))
+	if count <= 0 {
+		panic(fmt.Sprintf("oncepay: %s: the events queue has no redrive policy with a literal maxReceiveCount: give it a DLQ (awssqs.QueueProps.DeadLetterQueue), or a poison event is redelivered until it expires", what))
 	}
 	if c.MaxReceiveCount != 0 && c.MaxReceiveCount != count {
 		panic(fmt.Sprintf("oncepay: %s: EventQueue.MaxReceiveCount says %d but the queue's redrive policy has %d: leave it zero for a queue of this app", what, c.MaxReceiveCount, count))
@@ -234,5 +243,6 @@ func NewPushTopic(scope constructs.Construct, id string, props *PushTopicProps) 
 	t := awssns.NewTopic(c.Construct, jsii.String("Topic"), tp)
 	t.ApplyRemovalPolicy(props.removalPolicy())
 	c.Topic = t
+	c.Key = t.MasterKey() // the override's, if it swapped it
 	return c
 }

@@ -46,6 +46,10 @@ func DefaultWorkerSettings() QueueSettings { return eventsource.Default().Worker
 // partial failures, bisect on error, 10 retries, then the failure queue.
 func DefaultRelaySettings() StreamSettings { return eventsource.Default().Relay }
 
+// DefaultTotalsSettings are the stream job's mapping defaults: a one-minute
+// tumbling window, 10 retries, then the failure queue.
+func DefaultTotalsSettings() StreamSettings { return eventsource.Default().Totals }
+
 // DefaultTiming is the payment's default deadline rules (5 s deadline).
 func DefaultTiming() Timing { return config.Default() }
 

@@ -77,6 +77,7 @@ func NewClaimTable(scope constructs.Construct, id string, props *ClaimTableProps
 	}
 	t := awsdynamodb.NewTable(c.Construct, jsii.String("Table"), tp)
 	c.Table = t
+	c.Key = t.EncryptionKey() // the override's, if it swapped it
 	return c
 }
 
@@ -109,16 +110,25 @@ func (c *OutboxTable) resolve(what string) {
 // relay and the stream job read the new image).
 func (c *OutboxTable) resolveStream(what string) {
 	c.resolve(what)
-	if t, ok := cfn(c.Table).(awsdynamodb.CfnTable); ok {
-		view := ""
-		switch spec := t.StreamSpecification().(type) {
-		case *awsdynamodb.CfnTable_StreamSpecificationProperty:
+	view, inApp := "", false
+	switch t := cfn(c.Table).(type) {
+	case awsdynamodb.CfnTable:
+		inApp = true
+		if spec, ok := t.StreamSpecification().(*awsdynamodb.CfnTable_StreamSpecificationProperty); ok && spec != nil && spec.StreamViewType != nil {
 			view = *spec.StreamViewType
-		case map[string]any:
+		} else if spec, ok := t.StreamSpecification().(map[string]any); ok {
 			view, _ = spec["streamViewType"].(string)
 		}
+	case awsdynamodb.CfnGlobalTable:
+		// A TableV2 of this app: jsii cannot read its stream specification
+		// back and its stream ARN is set with or without a stream, so
+		// nothing is checked here: DynamoStream must be NEW_IMAGE
+		// (docs/constructs.md).
+		return
+	}
+	if inApp {
 		if view != "NEW_IMAGE" && view != "NEW_AND_OLD_IMAGES" {
-			panic(fmt.Sprintf("oncepay: %s: the outbox table has no stream with new images (stream view %q): set Stream to awsdynamodb.StreamViewType_NEW_IMAGE on it", what, view))
+			panic(fmt.Sprintf("oncepay: %s: the outbox table has no stream with new images (stream view %q): give it a NEW_IMAGE stream (TableProps.Stream, TablePropsV2.DynamoStream)", what, view))
 		}
 		return
 	}
@@ -143,6 +153,7 @@ func NewOutboxTable(scope constructs.Construct, id string, props *OutboxTablePro
 	}
 	t := awsdynamodb.NewTable(c.Construct, jsii.String("Table"), tp)
 	c.Table = t
+	c.Key = t.EncryptionKey() // the override's, if it swapped it
 	return c
 }
 

@@ -51,7 +51,7 @@ type StreamTotalsProps struct {
 	// queues wait for an operator.
 	Ledger      *Ledger
 	LedgerUser  string
-	RecountCode awslambda.Code // the bootstrap of lambdas/recount (required unless NoRecount)
+	RecountCode awslambda.Code // the bootstrap of lambdas/recount (required with a Ledger)
 }
 
 // StreamTotals is the stream job (docs/stream-job.md): the outbox stream
@@ -79,6 +79,7 @@ func NewStreamTotals(scope constructs.Construct, id string, props *StreamTotalsP
 	if props == nil || props.Outbox == nil {
 		panic("oncepay: NewStreamTotals needs StreamTotalsProps.Outbox")
 	}
+	props.Outbox.resolveStream("StreamTotals")
 	c := &StreamTotals{Construct: constructs.NewConstruct(scope, jsii.String(id))}
 	c.Settings = eventsource.Default().Totals
 	if props.Settings != nil {

@@ -162,8 +162,8 @@ func NewInboxWorker(scope constructs.Construct, id string, props *InboxWorkerPro
 	if c.Events == nil {
 		ep := props.EventsProps
 		ep.Protection = ep.Protection.inherit(props.Protection)
-		ep.VisibilityTimeout = c.Settings.VisibilityTimeout
-		ep.MaxReceiveCount = c.Settings.MaxReceiveCount
+		ep.VisibilityTimeout = settingOr(what, "VisibilityTimeout", ep.VisibilityTimeout, c.Settings.VisibilityTimeout, props.Settings != nil)
+		ep.MaxReceiveCount = settingOr(what, "MaxReceiveCount", ep.MaxReceiveCount, c.Settings.MaxReceiveCount, props.Settings != nil)
 		c.Events = NewEventQueue(c.Construct, "Events", &ep)
 	}
 	c.Events.resolve(what)
@@ -180,7 +180,11 @@ func NewInboxWorker(scope constructs.Construct, id string, props *InboxWorkerPro
 		pp.Protection = pp.Protection.inherit(props.Protection)
 		c.Push = NewPushTopic(c.Construct, "Push", &pp)
 	}
-	c.Push.resolve(what)
+	if c.TopicFallback = props.TopicFallback != nil && *props.TopicFallback; c.TopicFallback {
+		c.Push.resolve(what) // its key is granted only when the worker publishes to it
+	} else if c.Push.Key == nil && c.Push.Topic != nil {
+		c.Push.Key = c.Push.Topic.MasterKey()
+	}
 
 	vpc := props.Vpc
 	if props.Ledger != nil {
@@ -214,7 +218,6 @@ func NewInboxWorker(scope constructs.Construct, id string, props *InboxWorkerPro
 	}
 	fn.Grant([]string{"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility", "sqs:GetQueueAttributes"}, c.Events.Queue.QueueArn())
 	fn.grantKey(c.Events.Key, []string{"kms:Decrypt"})
-	c.TopicFallback = props.TopicFallback != nil && *props.TopicFallback
 	c.platformApps = props.PlatformApplicationArns
 	c.GrantPush(fn)
 	if props.Ledger != nil {
@@ -268,6 +271,19 @@ func NewInboxWorker(scope constructs.Construct, id string, props *InboxWorkerPro
 		c.Alarms = a.all()
 	}
 	return c
+}
+
+// settingOr is the queue's value: the one EventsProps states, else the
+// Settings' one; both stated and different is refused.
+func settingOr[T comparable](what, name string, stated, setting T, settingsGiven bool) T {
+	var zero T
+	if stated == zero {
+		return setting
+	}
+	if settingsGiven && setting != zero && setting != stated {
+		panic(fmt.Sprintf("oncepay: %s: EventsProps.%s %v and Settings.%s %v disagree: state it once", what, name, stated, name, setting))
+	}
+	return stated
 }
 
 // addEmail adds the email channel: the sender's identity, a configuration
