@@ -9,6 +9,9 @@ export JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION := 20
 export GOFLAGS := -buildvcs=false
 
 LOCAL    := $(CURDIR)/.local
+# The Go modules: the project, the constructs (a module of their own, which
+# ./... at the root does not reach), and the example consumer.
+MODULES  := . cdk/oncepay examples/consumer
 BIN      := $(LOCAL)/bin
 CDK      := $(CURDIR)/_tools/node_modules/.bin/cdk
 STACK    := Oncepay
@@ -56,7 +59,7 @@ lambdas: ## build build/<fn>/bootstrap for every Lambda
 	done
 	@mkdir -p build
 
-$(TEMPLATE): $(GO_SRC) cdk.json go.mod | setup
+$(TEMPLATE): $(GO_SRC) cdk.json go.mod cdk/oncepay/go.mod | setup
 	@$(MAKE) -s lambdas
 	@cd $(CURDIR) && $(CDK) synth --lookups=false --quiet >/dev/null
 	@test -f $(TEMPLATE)
@@ -68,9 +71,7 @@ synth: ## synthesize the CloudFormation template into cdk.out/ (offline)
 
 lint: setup ## gofmt, go vet, staticcheck
 	@bad=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); if [ -n "$$bad" ]; then echo "gofmt would change:"; echo "$$bad"; exit 1; fi
-	@go vet ./...
-	@$(BIN)/staticcheck ./...
-	@cd examples/consumer && go vet ./... && $(BIN)/staticcheck ./...
+	@for m in $(MODULES); do (cd $$m && go vet ./... && $(BIN)/staticcheck ./...) || exit 1; done
 
 # The packages that hold concurrency (claims racing, the api's side-by-side
 # writes, pollers, the resolver's workers, the client's taps, the function
@@ -84,9 +85,12 @@ RACE_PKGS := ./internal/api/ ./internal/idem/ ./internal/outbox/ ./internal/rela
 	./internal/payment/ ./internal/metrics/ ./internal/testkit/faultnet/ ./internal/testkit/callcount/ \
 	./internal/localcloud/lambdarun/ ./internal/localcloud/trigger/ ./internal/localcloud/phone/
 
-test-unit: ## go test ./... (unit, integration against the running local cloud, CDK stack tests); prints the skip count
+test-unit: ## go test ./... in the project and the constructs' module (unit, integration against the running local cloud, CDK stack tests); prints the skip count
 	@rm -rf $(VARIANTS)
-	@rc=0; ONCEPAY_TEMPLATES_OUT=$(CURDIR)/$(VARIANTS) $(BIN)/gotestsum --format pkgname-and-test-fails --jsonfile $(LOCAL)/test.json -- -count=1 -timeout 15m ./... || rc=$$?; \
+	@rc=0; rm -f $(LOCAL)/test.json; for m in . cdk/oncepay; do \
+	  (cd $$m && ONCEPAY_TEMPLATES_OUT=$(CURDIR)/$(VARIANTS) $(BIN)/gotestsum --format pkgname-and-test-fails --jsonfile $(LOCAL)/test.part.json -- -count=1 -timeout 15m ./...) || rc=$$?; \
+	  cat $(LOCAL)/test.part.json >> $(LOCAL)/test.json; \
+	done; rm -f $(LOCAL)/test.part.json; \
 	  bash scripts/testsummary.sh $(LOCAL)/test.json; exit $$rc
 
 # -short: the race run looks for data races, not for more schedules; the
@@ -115,7 +119,7 @@ VARIANTS := cdk.out.variants
 test-cfn: $(TEMPLATE) ## cfn-lint over the synthesized templates (sandbox, prod, ALB)
 	@cfn-lint $(TEMPLATE)
 	@test -f $(VARIANTS)/prod.template.json -a -f $(VARIANTS)/alb.template.json || \
-	  ONCEPAY_TEMPLATES_OUT=$(CURDIR)/$(VARIANTS) go test -count=1 -run '^TestVariantTemplates$$' ./cdk/oncepay/ >/dev/null
+	  (cd cdk/oncepay && ONCEPAY_TEMPLATES_OUT=$(CURDIR)/$(VARIANTS) go test -count=1 -run '^TestVariantTemplates$$' . >/dev/null)
 	@cfn-lint $(VARIANTS)/prod.template.json $(VARIANTS)/alb.template.json
 	@echo "test-cfn: sandbox, prod and ALB templates lint clean"
 
@@ -128,8 +132,11 @@ test-example: ## synthesize examples/consumer (each construct in someone else's 
 	@$(MAKE) -s lambdas
 	@rm -rf $(EXAMPLE_OUT)
 	@cd examples/consumer && go run . -assets $(CURDIR)/build -out $(EXAMPLE_OUT) -check >/dev/null
+	@# The consumer's module graph: the CDK and the constructs' module, none of the handlers'.
+	@if (cd examples/consumer && go list -m all) | grep -E '^github.com/oncepay/oncepay |aws-sdk-go-v2|jackc/pgx|stripe/stripe-go|gomodule/redigo'; then \
+	  echo "test-example: the consumer's module graph holds the handlers' dependencies (above)"; exit 1; fi
 	@cfn-lint $(EXAMPLE_OUT)/*.template.json
-	@echo "test-example: $$(ls $(EXAMPLE_OUT)/*.template.json | wc -l) stacks synthesized from outside the module, nag and cfn-lint clean"
+	@echo "test-example: $$(ls $(EXAMPLE_OUT)/*.template.json | wc -l) stacks synthesized from outside the module, nag and cfn-lint clean, $$(cd examples/consumer && go list -m all | wc -l) modules in its graph"
 
 TEST_PHASES := setup up lint test-unit test-race fuzz test-cfn test-example
 test: ## the README's test command: installs, starts, lints and runs everything

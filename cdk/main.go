@@ -27,8 +27,8 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/oncepay/oncepay/cdk/nag"
 	"github.com/oncepay/oncepay/cdk/oncepay"
+	"github.com/oncepay/oncepay/cdk/oncepay/nag"
 )
 
 func main() {

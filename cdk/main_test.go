@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/aws/jsii-runtime-go"
+
 	"github.com/oncepay/oncepay/cdk/oncepay"
 )
 
@@ -17,7 +19,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("ONCEPAY_TEST_RUN_APP") == "1" {
 		os.Exit(run())
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	jsii.Close() // the in-process synths' runtime (agree_test.go)
+	os.Exit(code)
 }
 
 // The app names the stack after its profile, so a deploy that leaves out

@@ -12,8 +12,8 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
-	"github.com/oncepay/oncepay/internal/stackenv"
 	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
 

@@ -8,7 +8,7 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/oncepay/oncepay/internal/metrics"
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 )
 
 // AlarmProps are a construct's own alarms: on by default, so a construct
@@ -79,7 +79,7 @@ func queueDepth(q awssqs.IQueue) awscloudwatch.IMetric {
 // lambdas/<fn> name: two deployments in one account and Region share it).
 func handlerMetric(name, function, stat string) awscloudwatch.IMetric {
 	return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
-		Namespace:     jsii.String(metrics.Namespace),
+		Namespace:     jsii.String(stackenv.MetricsNamespace),
 		MetricName:    jsii.String(name),
 		DimensionsMap: &map[string]*string{"Function": jsii.String(function)},
 		Statistic:     jsii.String(stat),

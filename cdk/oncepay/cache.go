@@ -11,7 +11,7 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/oncepay/oncepay/internal/stackenv"
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 )
 
 // CachePort is the dedup cache's port: not Valkey's default 6379, so a

@@ -10,7 +10,7 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/oncepay/oncepay/internal/devices"
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 )
 
 // RouteDevice is a caller's device: PUT registers or updates it, DELETE
@@ -50,7 +50,7 @@ func NewDeviceRegistry(scope constructs.Construct, id string, props *DeviceRegis
 	if props == nil || props.Api == nil || props.Ledger == nil {
 		panic("oncepay: NewDeviceRegistry needs DeviceRegistryProps.Api and .Ledger")
 	}
-	if _, err := devices.PlatformApps(strings.Join(props.PlatformApplicationArns, ",")); err != nil {
+	if _, err := stackenv.PlatformApps(strings.Join(props.PlatformApplicationArns, ",")); err != nil {
 		panic(err)
 	}
 	c := &DeviceRegistry{Construct: constructs.NewConstruct(scope, jsii.String(id))}

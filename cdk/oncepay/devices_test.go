@@ -4,7 +4,7 @@ import (
 	"testing"
 
 	"github.com/oncepay/oncepay/cdk/oncepay"
-	"github.com/oncepay/oncepay/internal/stackenv"
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 )
 
 // TestDeviceRegistry: the devices function logs in to the ledger and, with

@@ -10,7 +10,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/oncepay/oncepay/cdk/oncepay"
-	"github.com/oncepay/oncepay/internal/stackenv"
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 )
 
 // TestTheEmailChannel (nag and cfn-lint see it in the ALB variant): with

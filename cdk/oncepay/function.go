@@ -17,7 +17,7 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/oncepay/oncepay/internal/stackenv"
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 )
 
 // Environment variables the handlers read beyond those of internal/localenv.

@@ -13,11 +13,9 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/oncepay/oncepay/cdk/oncepay"
-	"github.com/oncepay/oncepay/internal/config"
-	"github.com/oncepay/oncepay/internal/eventsource"
-	"github.com/oncepay/oncepay/internal/metrics"
-	"github.com/oncepay/oncepay/internal/outbox"
-	"github.com/oncepay/oncepay/internal/stackenv"
+	"github.com/oncepay/oncepay/cdk/oncepay/config"
+	"github.com/oncepay/oncepay/cdk/oncepay/eventsource"
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 )
 
 // TestSizings: the numbers the stack derives, read from the one place.
@@ -123,7 +121,7 @@ func TestFunctions(t *testing.T) {
 }
 
 // TestFunctionEnvironment: each function gets the variables its main reads
-// (internal/localenv, internal/config, internal/boot, internal/webhook).
+// (internal/localenv, cdk/oncepay/config, internal/boot, internal/webhook).
 func TestFunctionEnvironment(t *testing.T) {
 	s := synth(t, oncepay.ProfileSandbox)
 	st := s.stack
@@ -299,7 +297,7 @@ func TestRoutesAndAuthorizer(t *testing.T) {
 }
 
 // TestEventSourceMappings: the relay's stream mapping and the worker's
-// queue mapping carry internal/eventsource's numbers, which the local
+// queue mapping carry cdk/oncepay/eventsource's numbers, which the local
 // harness plays too.
 func TestEventSourceMappings(t *testing.T) {
 	s := synth(t, oncepay.ProfileSandbox)
@@ -412,14 +410,14 @@ func TestAlarms(t *testing.T) {
 		oncepay.AlarmWorkerErrors:       {"AWS/Lambda", "Errors", "Sum", map[string]any{"FunctionName": fnName(st.Worker.Function)}, 1},
 		oncepay.AlarmResolverErrors:     {"AWS/Lambda", "Errors", "Sum", map[string]any{"FunctionName": fnName(st.Resolver)}, 1},
 		oncepay.AlarmRelayIteratorAge:   {"AWS/Lambda", "IteratorAge", "Maximum", map[string]any{"FunctionName": fnName(st.Relay.Function)}, oncepay.RelayIteratorAgeMaxMilli},
-		oncepay.AlarmUnknownOverHorizon: {metrics.Namespace, oncepay.MetricUnknownOverHorizon, "Maximum", map[string]any{"Function": oncepay.FnResolver}, 1},
-		oncepay.AlarmKeyStoreDegraded:   {metrics.Namespace, oncepay.MetricKeyStoreDegraded, "Sum", map[string]any{"Function": oncepay.FnAPI}, 1},
-		oncepay.AlarmChargedButClosed:   {metrics.Namespace, oncepay.MetricWebhookSucceededOnFailed, "Sum", map[string]any{"Function": oncepay.FnWebhook}, 1},
-		oncepay.AlarmNotifStuck:         {metrics.Namespace, oncepay.MetricNotifStuck, "Maximum", map[string]any{"Function": oncepay.FnWorker}, 1},
-		oncepay.AlarmOutboxRedriven:     {metrics.Namespace, oncepay.MetricOutboxRedriven, "Sum", map[string]any{"Function": oncepay.FnResolver}, 1},
+		oncepay.AlarmUnknownOverHorizon: {stackenv.MetricsNamespace, oncepay.MetricUnknownOverHorizon, "Maximum", map[string]any{"Function": oncepay.FnResolver}, 1},
+		oncepay.AlarmKeyStoreDegraded:   {stackenv.MetricsNamespace, oncepay.MetricKeyStoreDegraded, "Sum", map[string]any{"Function": oncepay.FnAPI}, 1},
+		oncepay.AlarmChargedButClosed:   {stackenv.MetricsNamespace, oncepay.MetricWebhookSucceededOnFailed, "Sum", map[string]any{"Function": oncepay.FnWebhook}, 1},
+		oncepay.AlarmNotifStuck:         {stackenv.MetricsNamespace, oncepay.MetricNotifStuck, "Maximum", map[string]any{"Function": oncepay.FnWorker}, 1},
+		oncepay.AlarmOutboxRedriven:     {stackenv.MetricsNamespace, oncepay.MetricOutboxRedriven, "Sum", map[string]any{"Function": oncepay.FnResolver}, 1},
 		// Either function without the key makes no PSP call: one is enough.
-		oncepay.AlarmApiPSPKeyUnreadable:      {metrics.Namespace, "PSPKeyUnreadable", "Sum", map[string]any{"Function": oncepay.FnAPI}, 1},
-		oncepay.AlarmResolverPSPKeyUnreadable: {metrics.Namespace, "PSPKeyUnreadable", "Sum", map[string]any{"Function": oncepay.FnResolver}, 1},
+		oncepay.AlarmApiPSPKeyUnreadable:      {stackenv.MetricsNamespace, "PSPKeyUnreadable", "Sum", map[string]any{"Function": oncepay.FnAPI}, 1},
+		oncepay.AlarmResolverPSPKeyUnreadable: {stackenv.MetricsNamespace, "PSPKeyUnreadable", "Sum", map[string]any{"Function": oncepay.FnResolver}, 1},
 
 		oncepay.AlarmApiErrors:        {"AWS/Lambda", "Errors", "Sum", map[string]any{"FunctionName": fnName(st.Api.Function)}, 1},
 		oncepay.AlarmWebhookErrors:    {"AWS/Lambda", "Errors", "Sum", map[string]any{"FunctionName": fnName(st.Webhook)}, 1},
@@ -444,16 +442,13 @@ func TestAlarms(t *testing.T) {
 		oncepay.AlarmTotalsFailures:   {"AWS/SQS", "NumberOfMessagesSent", "Sum", map[string]any{"QueueName": queueName(st.Totals.FailureQueue)}, 1},
 		oncepay.AlarmRecountStuck:     {"AWS/SQS", "ApproximateNumberOfMessagesVisible", "Maximum", map[string]any{"QueueName": queueName(st.Totals.RecountDlq)}, 1},
 		oncepay.AlarmRecountErrors:    {"AWS/Lambda", "Errors", "Sum", map[string]any{"FunctionName": fnName(st.Totals.RecountFunction)}, 1},
-		oncepay.AlarmTotalsLateCopies: {metrics.Namespace, "TotalsLateCopies", "Sum", map[string]any{"Function": oncepay.FnTotals}, 1},
-		oncepay.AlarmTotalsStaleState: {metrics.Namespace, "TotalsStaleStates", "Sum", map[string]any{"Function": oncepay.FnTotals}, 1},
-		oncepay.AlarmTotalsUnreadable: {metrics.Namespace, "TotalsUnreadable", "Sum", map[string]any{"Function": oncepay.FnTotals}, 1},
-		oncepay.AlarmTotalsStateSize:  {metrics.Namespace, "TotalsStateBytes", "Maximum", map[string]any{"Function": oncepay.FnTotals}, 786432},
+		oncepay.AlarmTotalsLateCopies: {stackenv.MetricsNamespace, "TotalsLateCopies", "Sum", map[string]any{"Function": oncepay.FnTotals}, 1},
+		oncepay.AlarmTotalsStaleState: {stackenv.MetricsNamespace, "TotalsStaleStates", "Sum", map[string]any{"Function": oncepay.FnTotals}, 1},
+		oncepay.AlarmTotalsUnreadable: {stackenv.MetricsNamespace, "TotalsUnreadable", "Sum", map[string]any{"Function": oncepay.FnTotals}, 1},
+		oncepay.AlarmTotalsStateSize:  {stackenv.MetricsNamespace, "TotalsStateBytes", "Maximum", map[string]any{"Function": oncepay.FnTotals}, 786432},
 	}
-	if oncepay.MetricOutboxRedriven != outbox.MetricRedriven {
-		t.Errorf("the alarm watches %q, the sweep emits %q", oncepay.MetricOutboxRedriven, outbox.MetricRedriven)
-	}
-	if metrics.Namespace != "oncepay" {
-		t.Errorf("EMF namespace %q", metrics.Namespace)
+	if stackenv.MetricsNamespace != "oncepay" {
+		t.Errorf("EMF namespace %q", stackenv.MetricsNamespace)
 	}
 	if got := len(s.resourcesOfType("AWS::CloudWatch::Alarm")); got != len(cases) {
 		t.Errorf("%d alarms, want %d", got, len(cases))

@@ -13,8 +13,8 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/oncepay/oncepay/cdk/nag"
 	"github.com/oncepay/oncepay/cdk/oncepay"
+	"github.com/oncepay/oncepay/cdk/oncepay/nag"
 )
 
 // assets is a folder of placeholder build/<fn>/bootstrap files: the tests

@@ -11,12 +11,12 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/oncepay/oncepay/internal/eventsource"
+	"github.com/oncepay/oncepay/cdk/oncepay/eventsource"
 )
 
 const (
 	// WorkerTimeout is the inbox worker's Lambda timeout (one number with
-	// the local harness: internal/eventsource).
+	// the local harness: cdk/oncepay/eventsource).
 	WorkerTimeout = eventsource.WorkerTimeout
 	// EventsVisibilityTimeout is 6x the worker timeout, as AWS advises for an
 	// SQS event source: the poller may hold a batch while it retries a

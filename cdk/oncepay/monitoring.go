@@ -16,10 +16,10 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/oncepay/oncepay/internal/metrics"
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 )
 
-// Metrics the handlers emit (EMF, namespace metrics.Namespace, dimension
+// Metrics the handlers emit (EMF, namespace stackenv.MetricsNamespace, dimension
 // Function) that the alarms watch.
 const (
 	// MetricUnknownOverHorizon: the resolver's count of UNKNOWN payments older
@@ -168,7 +168,7 @@ func newMonitoring(s *Stack) *Monitoring {
 	}
 	custom := func(name, function, stat string) awscloudwatch.IMetric {
 		return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
-			Namespace:     jsii.String(metrics.Namespace),
+			Namespace:     jsii.String(stackenv.MetricsNamespace),
 			MetricName:    jsii.String(name),
 			DimensionsMap: &map[string]*string{"Function": jsii.String(function)},
 			Statistic:     jsii.String(stat),

@@ -14,8 +14,8 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/oncepay/oncepay/cdk/nag"
 	"github.com/oncepay/oncepay/cdk/oncepay"
+	"github.com/oncepay/oncepay/cdk/oncepay/nag"
 )
 
 var nagPacks = []string{"AwsSolutions-.*", "Serverless-.*"}

@@ -14,7 +14,7 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/oncepay/oncepay/internal/eventsource"
+	"github.com/oncepay/oncepay/cdk/oncepay/eventsource"
 )
 
 // OutboxRelayProps configures the relay. With Code alone it is a working

@@ -1,9 +1,9 @@
 package oncepay
 
 import (
-	"github.com/oncepay/oncepay/internal/config"
-	"github.com/oncepay/oncepay/internal/eventsource"
-	"github.com/oncepay/oncepay/internal/totals"
+	"github.com/oncepay/oncepay/cdk/oncepay/config"
+	"github.com/oncepay/oncepay/cdk/oncepay/eventsource"
+	"github.com/oncepay/oncepay/cdk/oncepay/totalstable"
 )
 
 // The settings types the props take, named here so that a stack outside
@@ -20,13 +20,13 @@ type (
 	// environment derive from.
 	Timing = config.Timing
 	// TotalsVersion: what the stream job counts (TotalsV1, TotalsV2).
-	TotalsVersion = totals.Version
+	TotalsVersion = totalstable.Version
 )
 
 // The stream job's versions.
 const (
-	TotalsV1 = totals.V1
-	TotalsV2 = totals.V2
+	TotalsV1 = totalstable.V1
+	TotalsV2 = totalstable.V2
 )
 
 // Values of StreamSettings fields.

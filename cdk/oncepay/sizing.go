@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/config"
-	"github.com/oncepay/oncepay/internal/eventsource"
+	"github.com/oncepay/oncepay/cdk/oncepay/config"
+	"github.com/oncepay/oncepay/cdk/oncepay/eventsource"
 )
 
 // Function names: lambdas/<name> is the main package, build/<name>/bootstrap
@@ -88,7 +88,7 @@ func timingOrDefault(t *config.Timing) config.Timing {
 }
 
 // timingEnv is the environment that gives a handler the same Timing the
-// stack derived its timeouts from (internal/config.FromEnv reads it).
+// stack derived its timeouts from (cdk/oncepay/config.FromEnv reads it).
 func timingEnv(t config.Timing) map[string]string {
 	return map[string]string{
 		"ONCEPAY_DEADLINE":       t.Deadline.String(),

@@ -23,7 +23,7 @@ type StackProps struct {
 	// DataPlane: fields left zero come from the profile.
 	DataPlane DataPlaneProps
 	// Timing: the deadline rules the api's timeout derives from (nil:
-	// internal/config.Default()).
+	// cdk/oncepay/config.Default()).
 	Timing *Timing
 	// Auth: an external JWT issuer/audience; empty creates a Cognito user
 	// pool (MFA and feature plan from the profile unless set).

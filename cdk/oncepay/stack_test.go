@@ -10,7 +10,7 @@ import (
 	"github.com/aws/jsii-runtime-go"
 
 	"github.com/oncepay/oncepay/cdk/oncepay"
-	"github.com/oncepay/oncepay/internal/stackenv"
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 )
 
 func TestClaimTable(t *testing.T) {
@@ -226,7 +226,7 @@ func TestOutputs(t *testing.T) {
 	queue, dlq := s.logicalID(t, d.Events.Queue), s.logicalID(t, d.Events.Dlq)
 	api := s.logicalID(t, s.stack.Api.HttpApi)
 	url := "https://${" + api + "}.execute-api.${AWS::Region}.${AWS::URLSuffix}/"
-	// The provisioner's contract (internal/stackenv.OutputVars): a plain Ref
+	// The provisioner's contract (cdk/oncepay/stackenv.OutputVars): a plain Ref
 	// or GetAtt it can resolve against the local cloud.
 	want := map[string]any{
 		"IdemTableName":   ref(claims),

@@ -12,9 +12,9 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/oncepay/oncepay/internal/eventsource"
-	"github.com/oncepay/oncepay/internal/stackenv"
-	"github.com/oncepay/oncepay/internal/totals"
+	"github.com/oncepay/oncepay/cdk/oncepay/eventsource"
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
+	"github.com/oncepay/oncepay/cdk/oncepay/totalstable"
 )
 
 // RecountRetention: how long a recount request may wait in its queue (or,
@@ -99,29 +99,29 @@ func NewStreamTotals(scope constructs.Construct, id string, props *StreamTotalsP
 	}
 	version := props.Version
 	if version == 0 {
-		version = totals.V2
+		version = totalstable.V2
 	}
-	if version != totals.V1 && version != totals.V2 {
+	if version != totalstable.V1 && version != totalstable.V2 {
 		panic(fmt.Sprintf("oncepay: stream job version %d is not 1 or 2", version))
 	}
 
 	c.Key = props.key(c.Construct)
-	tp := baseTableProps(props.Protection, c.Key, totals.AttrShard)
-	tp.SortKey = &awsdynamodb.Attribute{Name: jsii.String(totals.AttrSortKey), Type: awsdynamodb.AttributeType_STRING}
+	tp := baseTableProps(props.Protection, c.Key, totalstable.AttrShard)
+	tp.SortKey = &awsdynamodb.Attribute{Name: jsii.String(totalstable.AttrSortKey), Type: awsdynamodb.AttributeType_STRING}
 	c.Table = awsdynamodb.NewTable(c.Construct, jsii.String("Table"), tp)
 	// The flush reads the tag index strongly consistent: only a local
 	// index can, and only at the table's creation can one be added.
 	c.Table.AddLocalSecondaryIndex(&awsdynamodb.LocalSecondaryIndexProps{
-		IndexName:      jsii.String(totals.IndexByTag),
-		SortKey:        &awsdynamodb.Attribute{Name: jsii.String(totals.AttrTag), Type: awsdynamodb.AttributeType_NUMBER},
+		IndexName:      jsii.String(totalstable.IndexByTag),
+		SortKey:        &awsdynamodb.Attribute{Name: jsii.String(totalstable.AttrTag), Type: awsdynamodb.AttributeType_NUMBER},
 		ProjectionType: awsdynamodb.ProjectionType_KEYS_ONLY,
 	})
 	c.Table.AddGlobalSecondaryIndex(&awsdynamodb.GlobalSecondaryIndexProps{
-		IndexName:        jsii.String(totals.IndexByKey),
-		PartitionKey:     &awsdynamodb.Attribute{Name: jsii.String(totals.AttrKey), Type: awsdynamodb.AttributeType_STRING},
-		SortKey:          &awsdynamodb.Attribute{Name: jsii.String(totals.AttrShard), Type: awsdynamodb.AttributeType_STRING},
+		IndexName:        jsii.String(totalstable.IndexByKey),
+		PartitionKey:     &awsdynamodb.Attribute{Name: jsii.String(totalstable.AttrKey), Type: awsdynamodb.AttributeType_STRING},
+		SortKey:          &awsdynamodb.Attribute{Name: jsii.String(totalstable.AttrShard), Type: awsdynamodb.AttributeType_STRING},
 		ProjectionType:   awsdynamodb.ProjectionType_INCLUDE,
-		NonKeyAttributes: jsii.Strings(totals.AttrTotal),
+		NonKeyAttributes: jsii.Strings(totalstable.AttrTotal),
 	})
 
 	// With the recount, both of its queues are consumed: Lambda's advice
@@ -175,7 +175,7 @@ func NewStreamTotals(scope constructs.Construct, id string, props *StreamTotalsP
 	// The sink: the mark and the carry (GetItem, PutItem), totals
 	// (BatchWriteItem), the tag index and a day's partials (Query).
 	fn.Grant([]string{"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:BatchWriteItem", "dynamodb:Query"}, c.Table.TableArn())
-	fn.Grant([]string{"dynamodb:Query"}, jsii.String(*c.Table.TableArn()+"/index/"+totals.IndexByTag))
+	fn.Grant([]string{"dynamodb:Query"}, jsii.String(*c.Table.TableArn()+"/index/"+totalstable.IndexByTag))
 	fn.grantKey(c.Key, kmsWrite)
 	fn.Grant([]string{"sqs:SendMessage"}, c.Recount.QueueArn())
 	fn.SetEnv(map[string]*string{
@@ -203,7 +203,7 @@ func NewStreamTotals(scope constructs.Construct, id string, props *StreamTotalsP
 // addRecount adds the batch recount: a function in the ledger's VPC on the
 // recount queue and the on-failure queue, with partial batch failures (a
 // request whose day is still open is held back, not deleted).
-func (c *StreamTotals) addRecount(props *StreamTotalsProps, version totals.Version) {
+func (c *StreamTotals) addRecount(props *StreamTotalsProps, version totalstable.Version) {
 	c.RecountFunction = NewGoFunction(c.Construct, "RecountFunction", &GoFunctionProps{
 		Name:          FnRecount,
 		Code:          props.RecountCode,

@@ -1,91 +1,27 @@
 package oncepay_test
 
 import (
-	"fmt"
 	"sort"
 	"testing"
 	"time"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
-	"github.com/aws/aws-sdk-go-v2/aws"
 
 	"github.com/oncepay/oncepay/cdk/oncepay"
-	"github.com/oncepay/oncepay/internal/config"
-	"github.com/oncepay/oncepay/internal/eventsource"
-	"github.com/oncepay/oncepay/internal/recount"
-	"github.com/oncepay/oncepay/internal/totals"
+	"github.com/oncepay/oncepay/cdk/oncepay/config"
+	"github.com/oncepay/oncepay/cdk/oncepay/eventsource"
+	"github.com/oncepay/oncepay/cdk/oncepay/totalstable"
 )
 
-// TestStreamTotals: the stream job's table is the one the job's own tests
-// run on (totals.TableSchema: keys, the strongly consistent tag LSI, the
-// day GSI), with TTL, PITR and the customer key; its mapping has the
+// TestStreamTotals: the stream job's table has the customer key (that it is
+// the one the job's own tests run on is cdk/agree_test.go's check); its mapping has the
 // tumbling window and one batch per shard; its role holds only what the
 // job calls.
 func TestStreamTotals(t *testing.T) {
 	s := synth(t, oncepay.ProfileSandbox)
 	st := s.stack
 	table := s.resource(t, s.logicalID(t, st.Totals.Table))["Properties"].(map[string]any)
-	schema := totals.TableSchema("x")
-	keys := func(v any) []string {
-		var out []string
-		for _, k := range v.([]any) {
-			k := k.(map[string]any)
-			out = append(out, fmt.Sprint(k["AttributeName"], " ", k["KeyType"]))
-		}
-		return out
-	}
-	var wantKeys []string
-	for _, k := range schema.KeySchema {
-		wantKeys = append(wantKeys, aws.ToString(k.AttributeName)+" "+string(k.KeyType))
-	}
-	if got := keys(table["KeySchema"]); !jsonEqual(got, wantKeys) {
-		t.Errorf("key schema %v, want %v", got, wantKeys)
-	}
-	var gotAttrs, wantAttrs []string
-	for _, a := range table["AttributeDefinitions"].([]any) {
-		a := a.(map[string]any)
-		gotAttrs = append(gotAttrs, fmt.Sprint(a["AttributeName"], " ", a["AttributeType"]))
-	}
-	for _, a := range schema.AttributeDefinitions {
-		wantAttrs = append(wantAttrs, aws.ToString(a.AttributeName)+" "+string(a.AttributeType))
-	}
-	sort.Strings(gotAttrs)
-	sort.Strings(wantAttrs)
-	if !jsonEqual(gotAttrs, wantAttrs) {
-		t.Errorf("attributes %v, want %v", gotAttrs, wantAttrs)
-	}
-	lsis, _ := table["LocalSecondaryIndexes"].([]any)
-	if len(lsis) != 1 {
-		t.Fatalf("local indexes %s, want the tag index", show(lsis))
-	}
-	lsi := lsis[0].(map[string]any)
-	l := schema.LocalSecondaryIndexes[0]
-	var wantLSI []string
-	for _, k := range l.KeySchema {
-		wantLSI = append(wantLSI, aws.ToString(k.AttributeName)+" "+string(k.KeyType))
-	}
-	if lsi["IndexName"] != aws.ToString(l.IndexName) || !jsonEqual(keys(lsi["KeySchema"]), wantLSI) ||
-		lsi["Projection"].(map[string]any)["ProjectionType"] != string(l.Projection.ProjectionType) {
-		t.Errorf("tag index %s, want %s %v %s", show(lsi), aws.ToString(l.IndexName), wantLSI, l.Projection.ProjectionType)
-	}
-	gsis, _ := table["GlobalSecondaryIndexes"].([]any)
-	if len(gsis) != 1 {
-		t.Fatalf("global indexes %s, want the day index", show(gsis))
-	}
-	gsi := gsis[0].(map[string]any)
-	g := schema.GlobalSecondaryIndexes[0]
-	var wantGSI []string
-	for _, k := range g.KeySchema {
-		wantGSI = append(wantGSI, aws.ToString(k.AttributeName)+" "+string(k.KeyType))
-	}
-	if gsi["IndexName"] != aws.ToString(g.IndexName) || !jsonEqual(keys(gsi["KeySchema"]), wantGSI) ||
-		!jsonEqual(gsi["Projection"], map[string]any{"ProjectionType": "INCLUDE", "NonKeyAttributes": []any{totals.AttrTotal}}) {
-		t.Errorf("day index %s, want %s %v INCLUDE %s", show(gsi), aws.ToString(g.IndexName), wantGSI, totals.AttrTotal)
-	}
-	if !jsonEqual(table["TimeToLiveSpecification"], map[string]any{"AttributeName": totals.AttrExpiresAt, "Enabled": true}) {
-		t.Errorf("TTL %s, want %s (superseded carry chunks)", show(table["TimeToLiveSpecification"]), totals.AttrExpiresAt)
-	}
 	if sse, _ := table["SSESpecification"].(map[string]any); sse["SSEEnabled"] != true || sse["KMSMasterKeyId"] == nil {
 		t.Errorf("encryption %s, want the customer key", show(sse))
 	}
@@ -120,7 +56,7 @@ func TestStreamTotals(t *testing.T) {
 	sort.Strings(actions)
 	for _, must := range []string{
 		"dynamodb:BatchWriteItem " + tbl, "dynamodb:GetItem " + tbl, "dynamodb:PutItem " + tbl,
-		"dynamodb:Query " + tbl, "dynamodb:Query " + tbl + "/index/" + totals.IndexByTag,
+		"dynamodb:Query " + tbl, "dynamodb:Query " + tbl + "/index/" + totalstable.IndexByTag,
 		"sqs:SendMessage ${" + s.logicalID(t, st.Totals.Recount) + ".Arn}",
 	} {
 		if !contains(actions, must) {
@@ -181,11 +117,6 @@ func TestStreamTotalsRecount(t *testing.T) {
 	fn := s.logicalID(t, st.RecountFunction.Function)
 	dlq := getAtt(s.logicalID(t, st.RecountDlq), "Arn")
 	timeout := oncepay.SizingsFor(config.Default()).Recount.Timeout
-	// A request waits for its day to end in holds of at most MaxHold: the
-	// DLQ must not take one that only waited.
-	if holds := int((24*time.Hour+recount.DefaultSettle)/recount.MaxHold) + 2; oncepay.RecountMaxReceives <= holds {
-		t.Errorf("RecountMaxReceives %d: a request that only waits for its day is delivered up to %d times", oncepay.RecountMaxReceives, holds)
-	}
 	for i, q := range []awssqs.Queue{st.Recount, st.FailureQueue} {
 		qp := s.resource(t, s.logicalID(t, q))["Properties"].(map[string]any)
 		if qp["VisibilityTimeout"] != 6*timeout.Seconds() ||

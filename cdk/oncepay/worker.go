@@ -19,8 +19,7 @@ import (
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 
-	"github.com/oncepay/oncepay/internal/notify"
-	"github.com/oncepay/oncepay/internal/stackenv"
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 )
 
 // InboxWorkerProps configures the worker. With Code alone it is a working
@@ -135,7 +134,7 @@ const (
 
 // EnvPushTopicFallback carries InboxWorkerProps.TopicFallback to the
 // functions that push ("true" or "false"; see package pushboot).
-const EnvPushTopicFallback = notify.EnvTopicFallback
+const EnvPushTopicFallback = stackenv.PushTopicFallback
 
 // NewInboxWorker creates the worker.
 func NewInboxWorker(scope constructs.Construct, id string, props *InboxWorkerProps) *InboxWorker {

@@ -24,12 +24,12 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/localcloud/frontdoor"
 	"github.com/oncepay/oncepay/internal/localcloud/inspect"
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 	"github.com/oncepay/oncepay/internal/localcloud/phone"
-	"github.com/oncepay/oncepay/internal/stackenv"
 	"github.com/oncepay/oncepay/internal/testkit/story"
 )
 

@@ -21,10 +21,10 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 	"github.com/oncepay/oncepay/internal/localcloud/inspect"
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 	"github.com/oncepay/oncepay/internal/localcloud/phone"
-	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 const usage = `usage: inspect --payment <payment_id> [--dsn <ledger DSN>] [--phone <pushes file>]

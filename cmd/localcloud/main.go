@@ -18,6 +18,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
 	"github.com/oncepay/oncepay/internal/awsclient/fullconfig"
 	"github.com/oncepay/oncepay/internal/awsclient/snsclient"
@@ -25,7 +26,6 @@ import (
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 	"github.com/oncepay/oncepay/internal/localcloud/provision"
 	"github.com/oncepay/oncepay/internal/localcloud/stack"
-	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 func main() {

@@ -22,11 +22,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 	"github.com/oncepay/oncepay/internal/client"
 	"github.com/oncepay/oncepay/internal/localcloud/frontdoor"
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 	"github.com/oncepay/oncepay/internal/localcloud/phone"
-	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 const usage = `oncepay: a buyer's client for the oncepay payment API.

@@ -16,9 +16,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 	"github.com/oncepay/oncepay/internal/localcloud/frontdoor"
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
-	"github.com/oncepay/oncepay/internal/stackenv"
 	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
 

@@ -13,9 +13,9 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/oncepay/oncepay/cdk/oncepay/config"
 	"github.com/oncepay/oncepay/internal/api"
 	"github.com/oncepay/oncepay/internal/clock"
-	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/event"
 	"github.com/oncepay/oncepay/internal/localcloud/harness"
 	"github.com/oncepay/oncepay/internal/testkit/worldtest"

@@ -28,12 +28,12 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
-	"github.com/oncepay/oncepay/internal/config"
+	"github.com/oncepay/oncepay/cdk/oncepay/config"
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/localcloud/invoke"
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
-	"github.com/oncepay/oncepay/internal/stackenv"
 	"github.com/oncepay/oncepay/internal/testkit/apitest"
 	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )

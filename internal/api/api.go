@@ -18,8 +18,8 @@ import (
 
 	"github.com/oncepay/oncepay/internal/albauth"
 
+	"github.com/oncepay/oncepay/cdk/oncepay/config"
 	"github.com/oncepay/oncepay/internal/clock"
-	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/event"
 	"github.com/oncepay/oncepay/internal/idem"
 	"github.com/oncepay/oncepay/internal/ledger"

@@ -12,7 +12,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	vegeta "github.com/tsenart/vegeta/v12/lib"
 
-	"github.com/oncepay/oncepay/internal/config"
+	"github.com/oncepay/oncepay/cdk/oncepay/config"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/localcloud/frontdoor"
 )

@@ -5,12 +5,12 @@ import (
 	"log/slog"
 	"os"
 
+	"github.com/oncepay/oncepay/cdk/oncepay/config"
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 	"github.com/oncepay/oncepay/internal/albauth"
 	"github.com/oncepay/oncepay/internal/boot"
-	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/metrics"
-	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 // FromEnv builds a Handler with every collaborator taken from the

@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncepay/oncepay/cdk/oncepay/config"
 	"github.com/oncepay/oncepay/internal/api"
-	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/idem"
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/ledger"

@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncepay/oncepay/cdk/oncepay/config"
 	"github.com/oncepay/oncepay/internal/client"
-	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
 	"github.com/oncepay/oncepay/internal/payment"

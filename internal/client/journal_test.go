@@ -17,8 +17,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/oncepay/oncepay/cdk/oncepay/config"
 	"github.com/oncepay/oncepay/internal/client"
-	"github.com/oncepay/oncepay/internal/config"
 	"github.com/oncepay/oncepay/internal/testkit/apitest"
 )
 

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
-	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -15,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 	"github.com/oncepay/oncepay/internal/notify"
 )
 
@@ -63,27 +63,13 @@ var (
 // PlatformApps reads the stack's platform applications (comma-separated
 // ARNs, arn:…:app/<PLATFORM>/<name>) into one per platform.
 func PlatformApps(list string) (map[notify.Platform]string, error) {
-	apps := map[notify.Platform]string{}
-	for _, arn := range strings.Split(list, ",") {
-		arn = strings.TrimSpace(arn)
-		if arn == "" {
-			continue
-		}
-		_, rest, ok := strings.Cut(arn, ":app/")
-		platform, _, ok2 := strings.Cut(rest, "/")
-		if !ok || !ok2 {
-			return nil, fmt.Errorf("devices: %q is not a platform application ARN", arn)
-		}
-		p := notify.Platform(platform)
-		switch p {
-		case notify.APNS, notify.APNSSandbox, notify.GCM:
-		default:
-			return nil, fmt.Errorf("devices: platform application %q: platform %q", arn, platform)
-		}
-		if _, dup := apps[p]; dup {
-			return nil, fmt.Errorf("devices: two platform applications for %s", p)
-		}
-		apps[p] = arn
+	byName, err := stackenv.PlatformApps(list)
+	if err != nil {
+		return nil, err
+	}
+	apps := make(map[notify.Platform]string, len(byName))
+	for p, arn := range byName {
+		apps[notify.Platform(p)] = arn
 	}
 	return apps, nil
 }

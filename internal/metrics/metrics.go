@@ -9,10 +9,12 @@ import (
 	"io"
 	"sync"
 	"time"
+
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 )
 
 // Namespace is the CloudWatch namespace of every oncepay metric.
-const Namespace = "oncepay"
+const Namespace = stackenv.MetricsNamespace
 
 // Emitter writes EMF lines to W. It is safe for concurrent use; a nil
 // *Emitter discards everything, so handlers need no nil checks.

@@ -46,6 +46,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	snstypes "github.com/aws/aws-sdk-go-v2/service/sns/types"
 
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 	"github.com/oncepay/oncepay/internal/event"
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/metrics"
@@ -223,7 +224,7 @@ type Devices interface {
 
 // EnvTopicFallback names the variable that chooses the topic fallback for a
 // deployed function: "true" in a sandbox, "false" (or unset) in production.
-const EnvTopicFallback = "ONCEPAY_PUSH_TOPIC_FALLBACK"
+const EnvTopicFallback = stackenv.PushTopicFallback
 
 // ErrNoTarget means no channel can take the push: the caller has no enabled
 // endpoint and the Notifier has no topic fallback. No retry changes that, so

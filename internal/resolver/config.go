@@ -6,7 +6,7 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/config"
+	"github.com/oncepay/oncepay/cdk/oncepay/config"
 	"github.com/oncepay/oncepay/internal/refund"
 )
 

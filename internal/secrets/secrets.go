@@ -38,8 +38,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws/retry"
 	v4 "github.com/aws/aws-sdk-go-v2/aws/signer/v4"
 
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 	"github.com/oncepay/oncepay/internal/awsclient"
-	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 // Defaults of Options.

@@ -9,6 +9,7 @@ import (
 
 	"github.com/aws/aws-lambda-go/events"
 
+	"github.com/oncepay/oncepay/cdk/oncepay/totalstable"
 	"github.com/oncepay/oncepay/internal/event"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/outbox"
@@ -16,11 +17,12 @@ import (
 
 // Version says what the job counts: the story's v1 counts declined payments
 // (its bug), v2 skips them.
-type Version int
+type Version = totalstable.Version
 
+// The versions (totalstable's, which the construct checks).
 const (
-	V1 Version = 1
-	V2 Version = 2
+	V1 = totalstable.V1
+	V2 = totalstable.V2
 )
 
 // DefaultHorizon is the acceptance horizon: a copy whose event time +

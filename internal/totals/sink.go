@@ -12,6 +12,8 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+
+	"github.com/oncepay/oncepay/cdk/oncepay/totalstable"
 )
 
 // Sink is where the job's output goes. Every write is absolute (SET total),
@@ -43,18 +45,19 @@ type TableAPI interface {
 	Query(ctx context.Context, in *dynamodb.QueryInput, opts ...func(*dynamodb.Options)) (*dynamodb.QueryOutput, error)
 }
 
-// The sink table's shape (the stack's TotalsTable, and the tests' own).
+// The sink table's shape (the stack's TotalsTable, and the tests' own);
+// the names the construct makes the table with are totalstable's.
 const (
-	AttrShard    = "shard"       // partition key: a stream shard's partial totals
-	AttrSortKey  = "sk"          // sort key: Key.String(), or a "~" item of the shard's
-	AttrKey      = "total_key"   // Key.String() on total rows only: the ByKey index's partition key
-	AttrMerchant = "merchant_id" //
-	AttrDay      = "day"         //
-	AttrCurrency = "currency"    //
-	AttrTotal    = "total"       //
-	AttrTag      = "tag"         // the ByTag index's sort key: only on total rows (sparse)
-	AttrNewest   = "newest_tag"  // on the shard's meta item
-	AttrData     = "data"        // a carry chunk
+	AttrShard    = totalstable.AttrShard   // partition key: a stream shard's partial totals
+	AttrSortKey  = totalstable.AttrSortKey // sort key: Key.String(), or a "~" item of the shard's
+	AttrKey      = totalstable.AttrKey     // Key.String() on total rows only: the ByKey index's partition key
+	AttrMerchant = "merchant_id"           //
+	AttrDay      = "day"                   //
+	AttrCurrency = "currency"              //
+	AttrTotal    = totalstable.AttrTotal   //
+	AttrTag      = totalstable.AttrTag     // the ByTag index's sort key: only on total rows (sparse)
+	AttrNewest   = "newest_tag"            // on the shard's meta item
+	AttrData     = "data"                  // a carry chunk
 	AttrCarry    = "carry_checkpoint"
 	AttrChunks   = "chunks"
 	AttrNonce    = "carry_nonce"
@@ -62,10 +65,10 @@ const (
 	// IndexByTag is a local secondary index (shard, tag): LSIs, unlike
 	// GSIs, read strongly consistent, and the flush must see every key its
 	// lost run wrote.
-	IndexByTag = "by_tag"
+	IndexByTag = totalstable.IndexByTag
 	// IndexByKey is a global secondary index (total_key, shard): a
 	// merchant's day summed across shards.
-	IndexByKey = "by_key"
+	IndexByKey = totalstable.IndexByKey
 
 	skMeta  = "~meta"
 	skCarry = "~carry"

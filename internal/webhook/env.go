@@ -7,10 +7,10 @@ import (
 	"os"
 	"time"
 
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 	"github.com/oncepay/oncepay/internal/boot"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/metrics"
-	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 // Environment variables of the webhook function.

@@ -24,10 +24,10 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 	"github.com/oncepay/oncepay/internal/boot"
 	"github.com/oncepay/oncepay/internal/ledger/migrations"
 	"github.com/oncepay/oncepay/internal/secrets"
-	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 // physicalID names the one schema this resource stands for.

@@ -7,8 +7,8 @@ import (
 
 	"github.com/aws/aws-sdk-go-v2/aws"
 
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 	"github.com/oncepay/oncepay/internal/notify"
-	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 // The fallback is off unless a deployment says "true"; anything else but

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/config"
+	"github.com/oncepay/oncepay/cdk/oncepay/config"
 	"github.com/oncepay/oncepay/internal/localcloud/frontdoor"
 	"github.com/oncepay/oncepay/internal/localcloud/invoke"
 	"github.com/oncepay/oncepay/internal/localcloud/pspsim"

@@ -15,7 +15,7 @@ import (
 	"sort"
 	"strings"
 
-	"github.com/oncepay/oncepay/internal/stackenv"
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 )
 
 // ErrNotProvisioned means .local/env does not exist: `make up` has not run.

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/oncepay/oncepay/internal/stackenv"
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 )
 
 func TestParseAndFormatRoundTrip(t *testing.T) {

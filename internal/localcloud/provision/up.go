@@ -21,6 +21,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
 	"github.com/oncepay/oncepay/internal/awsclient/fullconfig"
 	"github.com/oncepay/oncepay/internal/awsclient/sesclient"
@@ -30,7 +31,6 @@ import (
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 	"github.com/oncepay/oncepay/internal/localcloud/phone"
 	"github.com/oncepay/oncepay/internal/secrets"
-	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 // Config says where the local cloud listens and where to write its environment.

@@ -5,8 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
-	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 // .local/env holds the PSP simulator's webhook secret: it is written

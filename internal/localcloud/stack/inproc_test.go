@@ -9,17 +9,17 @@ import (
 	"sync"
 	"time"
 
+	"github.com/oncepay/oncepay/cdk/oncepay/eventsource"
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 	"github.com/oncepay/oncepay/internal/awsclient/sqsclient"
 	"github.com/oncepay/oncepay/internal/boot"
 	"github.com/oncepay/oncepay/internal/boot/pushboot"
-	"github.com/oncepay/oncepay/internal/eventsource"
 	"github.com/oncepay/oncepay/internal/inbox"
 	"github.com/oncepay/oncepay/internal/localcloud/invoke"
 	"github.com/oncepay/oncepay/internal/localcloud/provision"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/relay"
 	"github.com/oncepay/oncepay/internal/resolver"
-	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 // handler is one function's entry point over raw JSON.

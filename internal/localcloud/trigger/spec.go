@@ -19,7 +19,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/eventsource"
+	"github.com/oncepay/oncepay/cdk/oncepay/eventsource"
 	"github.com/oncepay/oncepay/internal/localcloud/provision"
 )
 

@@ -15,10 +15,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/sesv2"
 
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 	"github.com/oncepay/oncepay/internal/awsclient/sesclient"
 	"github.com/oncepay/oncepay/internal/dedup"
 	"github.com/oncepay/oncepay/internal/localcloud/phone"
-	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 // SES returns a client for the local cloud's SES (moto).

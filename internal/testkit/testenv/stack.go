@@ -14,9 +14,9 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/secretsmanager"
 	"github.com/jackc/pgx/v5"
 
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 	"github.com/oncepay/oncepay/internal/localcloud/provision"
-	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 // SecretsManager returns a client for the local cloud's Secrets Manager (moto).

@@ -20,9 +20,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 	"github.com/oncepay/oncepay/internal/ledger/migrations"
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
-	"github.com/oncepay/oncepay/internal/stackenv"
 )
 
 // TemplateDB is the migrated database fresh test databases are cloned from

@@ -1,7 +1,8 @@
-// Package nag applies the cdk-nag packs the oncepay stack must pass. It
-// lives apart from the constructs (cdk/oncepay), which only write the
-// suppressions' metadata: a stack that copies a construct chooses its own
-// checks and does not inherit cdk-nag as a dependency.
+// Package nag applies the cdk-nag packs the oncepay stack must pass. It is a
+// package of its own, used by the project's app and the tests: the
+// constructs (package oncepay) only write the suppressions' metadata, so a
+// stack that uses a construct chooses its own checks and compiles no
+// cdk-nag.
 package nag
 
 import (

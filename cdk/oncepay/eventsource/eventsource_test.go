@@ -4,7 +4,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/oncepay/oncepay/internal/eventsource"
+	"github.com/oncepay/oncepay/cdk/oncepay/eventsource"
 )
 
 func TestDefaultsAreLambdasDocumentedOnes(t *testing.T) {

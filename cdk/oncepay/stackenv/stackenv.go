@@ -2,7 +2,25 @@
 // functions and the local cloud writes for tests and tools: one list, so the
 // CDK code, the deployed handlers and the local cloud cannot drift apart.
 // It holds names only; reading a local cloud's values is localcloud/localenv.
+//
+// It lives in the constructs' module (which depends on nothing of the
+// handlers') and the handlers import it from here: the constructs say what
+// a function gets, the handlers read it.
 package stackenv
+
+import (
+	"fmt"
+	"strings"
+)
+
+// PushTopicFallback chooses the topic fallback for a deployed function
+// that pushes: "true" in a sandbox, "false" (or unset) in production.
+const PushTopicFallback = "ONCEPAY_PUSH_TOPIC_FALLBACK"
+
+// MetricsNamespace is the CloudWatch namespace of every metric the handlers
+// emit (EMF, dimension Function = the lambdas/<fn> name); the constructs'
+// alarms watch it.
+const MetricsNamespace = "oncepay"
 
 // The variables the provisioner writes and the handlers read. The stack's
 // outputs map onto them one to one (see OutputVars).
@@ -93,3 +111,33 @@ const (
 // alone is wrong in partitions it does not know (amazonaws.eu). The SDK's
 // AWS_ENDPOINT_URL_SECRETS_MANAGER and AWS_ENDPOINT_URL still win.
 const SecretsManagerEndpoint = "ONCEPAY_SECRETS_MANAGER_ENDPOINT"
+
+// Push platforms an SNS platform application in PushPlatformApps may be of.
+var pushPlatforms = map[string]bool{"APNS": true, "APNS_SANDBOX": true, "GCM": true}
+
+// PlatformApps reads PushPlatformApps' value: SNS platform application
+// ARNs, comma-separated, at most one per platform (APNS, APNS_SANDBOX,
+// GCM), by platform. The stack checks its list with it at synth; the
+// functions read theirs with it at start.
+func PlatformApps(list string) (map[string]string, error) {
+	apps := map[string]string{}
+	for _, arn := range strings.Split(list, ",") {
+		arn = strings.TrimSpace(arn)
+		if arn == "" {
+			continue
+		}
+		_, rest, ok := strings.Cut(arn, ":app/")
+		platform, _, ok2 := strings.Cut(rest, "/")
+		if !ok || !ok2 {
+			return nil, fmt.Errorf("devices: %q is not a platform application ARN", arn)
+		}
+		if !pushPlatforms[platform] {
+			return nil, fmt.Errorf("devices: platform application %q: platform %q", arn, platform)
+		}
+		if _, dup := apps[platform]; dup {
+			return nil, fmt.Errorf("devices: two platform applications for %s", platform)
+		}
+		apps[platform] = arn
+	}
+	return apps, nil
+}

@@ -1,0 +1,168 @@
+package main
+
+// The constructs' module (cdk/oncepay) depends on nothing of the handlers':
+// what the two must agree on beyond the shared names in cdk/oncepay's
+// stackenv, eventsource, config and totalstable is checked here, in the
+// root module, which sees both.
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
+	"github.com/aws/aws-sdk-go-v2/aws"
+
+	"github.com/oncepay/oncepay/cdk/oncepay"
+	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/recount"
+	"github.com/oncepay/oncepay/internal/totals"
+)
+
+// synthSandbox builds the app's sandbox stack in this process, from
+// cdk.json's context, and returns its template.
+func synthSandbox(t *testing.T) (*oncepay.Stack, map[string]any) {
+	t.Helper()
+	assets := t.TempDir()
+	for _, fn := range oncepay.Functions {
+		if err := os.MkdirAll(filepath.Join(assets, fn), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(assets, fn, "bootstrap"), []byte("placeholder"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw, err := os.ReadFile("../cdk.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Context map[string]any `json:"context"`
+	}
+	if err := json.Unmarshal(raw, &cfg); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Context[oncepay.AssetsContextKey] = assets
+	app := awscdk.NewApp(&awscdk.AppProps{Context: &cfg.Context})
+	props, err := oncepay.StackPropsFromContext(app)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := oncepay.NewStack(app, "Agree", props)
+	var js map[string]any
+	func() {
+		defer func() {
+			if r := recover(); r != nil {
+				t.Fatalf("synth: %v", r)
+			}
+		}()
+		js = *assertions.Template_FromStack(s.Stack, nil).ToJSON()
+	}()
+	return s, js
+}
+
+func resourceProps(t *testing.T, js map[string]any, s *oncepay.Stack, id string) map[string]any {
+	t.Helper()
+	r, ok := js["Resources"].(map[string]any)[id].(map[string]any)
+	if !ok {
+		t.Fatalf("no resource %s", id)
+	}
+	return r["Properties"].(map[string]any)
+}
+
+func jsonEq(a, b any) bool {
+	x, _ := json.Marshal(a)
+	y, _ := json.Marshal(b)
+	return string(x) == string(y)
+}
+
+// TestTheTotalsTableIsTheJobs: the stack's totals table is the one the
+// job's own tests run on (totals.TableSchema: keys, the strongly
+// consistent tag LSI, the day GSI) with the TTL the carry chunks use.
+func TestTheTotalsTableIsTheJobs(t *testing.T) {
+	s, js := synthSandbox(t)
+	id := *s.Stack.GetLogicalId(s.Totals.Table.Node().DefaultChild().(awscdk.CfnElement))
+	table := resourceProps(t, js, s, id)
+	schema := totals.TableSchema("x")
+	keys := func(v any) []string {
+		var out []string
+		for _, k := range v.([]any) {
+			k := k.(map[string]any)
+			out = append(out, fmt.Sprint(k["AttributeName"], " ", k["KeyType"]))
+		}
+		return out
+	}
+	var wantKeys []string
+	for _, k := range schema.KeySchema {
+		wantKeys = append(wantKeys, aws.ToString(k.AttributeName)+" "+string(k.KeyType))
+	}
+	if got := keys(table["KeySchema"]); !jsonEq(got, wantKeys) {
+		t.Errorf("key schema %v, want %v", got, wantKeys)
+	}
+	var gotAttrs, wantAttrs []string
+	for _, a := range table["AttributeDefinitions"].([]any) {
+		a := a.(map[string]any)
+		gotAttrs = append(gotAttrs, fmt.Sprint(a["AttributeName"], " ", a["AttributeType"]))
+	}
+	for _, a := range schema.AttributeDefinitions {
+		wantAttrs = append(wantAttrs, aws.ToString(a.AttributeName)+" "+string(a.AttributeType))
+	}
+	sort.Strings(gotAttrs)
+	sort.Strings(wantAttrs)
+	if !jsonEq(gotAttrs, wantAttrs) {
+		t.Errorf("attributes %v, want %v", gotAttrs, wantAttrs)
+	}
+	lsis, _ := table["LocalSecondaryIndexes"].([]any)
+	if len(lsis) != 1 {
+		t.Fatalf("local indexes %v, want the tag index", lsis)
+	}
+	lsi := lsis[0].(map[string]any)
+	l := schema.LocalSecondaryIndexes[0]
+	var wantLSI []string
+	for _, k := range l.KeySchema {
+		wantLSI = append(wantLSI, aws.ToString(k.AttributeName)+" "+string(k.KeyType))
+	}
+	if lsi["IndexName"] != aws.ToString(l.IndexName) || !jsonEq(keys(lsi["KeySchema"]), wantLSI) ||
+		lsi["Projection"].(map[string]any)["ProjectionType"] != string(l.Projection.ProjectionType) {
+		t.Errorf("tag index %v, want %s %v %s", lsi, aws.ToString(l.IndexName), wantLSI, l.Projection.ProjectionType)
+	}
+	gsis, _ := table["GlobalSecondaryIndexes"].([]any)
+	if len(gsis) != 1 {
+		t.Fatalf("global indexes %v, want the day index", gsis)
+	}
+	gsi := gsis[0].(map[string]any)
+	g := schema.GlobalSecondaryIndexes[0]
+	var wantGSI []string
+	for _, k := range g.KeySchema {
+		wantGSI = append(wantGSI, aws.ToString(k.AttributeName)+" "+string(k.KeyType))
+	}
+	if gsi["IndexName"] != aws.ToString(g.IndexName) || !jsonEq(keys(gsi["KeySchema"]), wantGSI) ||
+		!jsonEq(gsi["Projection"], map[string]any{"ProjectionType": "INCLUDE", "NonKeyAttributes": []any{totals.AttrTotal}}) {
+		t.Errorf("day index %v, want %s %v INCLUDE %s", gsi, aws.ToString(g.IndexName), wantGSI, totals.AttrTotal)
+	}
+	if !jsonEq(table["TimeToLiveSpecification"], map[string]any{"AttributeName": totals.AttrExpiresAt, "Enabled": true}) {
+		t.Errorf("TTL %v, want %s (superseded carry chunks)", table["TimeToLiveSpecification"], totals.AttrExpiresAt)
+	}
+}
+
+// TestTheRecountQueuesOutwaitADay: a recount request waits for its day to
+// end in holds of at most recount.MaxHold; the DLQ must not take one that
+// only waited.
+func TestTheRecountQueuesOutwaitADay(t *testing.T) {
+	if holds := int((24*time.Hour+recount.DefaultSettle)/recount.MaxHold) + 2; oncepay.RecountMaxReceives <= holds {
+		t.Errorf("RecountMaxReceives %d: a request that only waits for its day is delivered up to %d times", oncepay.RecountMaxReceives, holds)
+	}
+}
+
+// TestTheAlarmsWatchWhatTheHandlersEmit: metric names the constructs'
+// alarms watch and the handlers emit.
+func TestTheAlarmsWatchWhatTheHandlersEmit(t *testing.T) {
+	if oncepay.MetricOutboxRedriven != outbox.MetricRedriven {
+		t.Errorf("the alarm watches %q, the sweep emits %q", oncepay.MetricOutboxRedriven, outbox.MetricRedriven)
+	}
+}
