@@ -612,3 +612,26 @@ func TestAnUnusedTopicNeedsNoKey(t *testing.T) {
 		oncepay.NewInboxWorker(s, "Worker", props)
 	})
 }
+
+// TestTheWorkerWithoutATopic: NoPushTopic makes none and names none to
+// the function (it pushes to platform endpoints only); with the topic
+// fallback, which pushes to the topic, it is refused.
+func TestTheWorkerWithoutATopic(t *testing.T) {
+	_, tmpl, js := synthAloneIn(t, brownfieldEnv, func(s awscdk.Stack) {
+		props := workerProps(s)
+		props.NoPushTopic = true
+		props.PlatformApplicationArns = []string{"arn:aws:sns:eu-west-1:111111111111:app/APNS/payments"}
+		oncepay.NewInboxWorker(s, "Worker", props)
+	})
+	check(t, "no topic", func() { tmpl.ResourceCountIs(jsii.String("AWS::SNS::Topic"), jsii.Number(0)) })
+	for id, fn := range ofType(js, "AWS::Lambda::Function") {
+		if strings.Contains(render(fn["Properties"]), "ONCEPAY_PUSH_TOPIC_ARN") {
+			t.Errorf("%s is named a topic", id)
+		}
+	}
+	panicsWith(t, "NoPushTopic and TopicFallback exclude each other", func(s awscdk.Stack) {
+		props := workerProps(s)
+		props.NoPushTopic, props.TopicFallback = true, jsii.Bool(true)
+		oncepay.NewInboxWorker(s, "Worker", props)
+	})
+}

@@ -46,6 +46,10 @@ type InboxWorkerProps struct {
 	// over any awssns.ITopic); nil creates one from PushProps.
 	Push      *PushTopic
 	PushProps PushTopicProps
+	// NoPushTopic: no topic at all (none made, none named to the
+	// function). The worker pushes to the platform endpoints only, so it
+	// excludes Push, PushProps and TopicFallback.
+	NoPushTopic bool
 	// PlatformApplicationArns (SNS mobile push, literal ARNs): the worker may
 	// publish to the endpoints of these applications.
 	PlatformApplicationArns []string
@@ -100,7 +104,8 @@ type InboxWorkerProps struct {
 // function's own schedule (SweepSchedule), never by failing the message.
 type InboxWorker struct {
 	constructs.Construct
-	Events   *EventQueue
+	Events *EventQueue
+	// Push is nil with NoPushTopic.
 	Push     *PushTopic
 	Function *GoFunction
 	Mapping  awslambda.EventSourceMapping
@@ -173,15 +178,20 @@ func NewInboxWorker(scope constructs.Construct, id string, props *InboxWorkerPro
 		panic(fmt.Sprintf("oncepay: %s: Settings.MaxReceiveCount %d differs from the given queue's %d: set it on the queue's redrive policy, or leave it zero", what, n, c.Events.MaxReceiveCount))
 	}
 	c.Settings.VisibilityTimeout, c.Settings.MaxReceiveCount = c.Events.VisibilityTimeout, c.Events.MaxReceiveCount
+	if props.NoPushTopic {
+		exclusive(what, "NoPushTopic", true, "Push", props.Push != nil, "there is no topic to use")
+		exclusive(what, "NoPushTopic", true, "PushProps", !isZero(props.PushProps), "there is no topic to configure")
+		exclusive(what, "NoPushTopic", true, "TopicFallback", props.TopicFallback != nil && *props.TopicFallback, "the fallback pushes to the topic")
+	}
 	c.Push = props.Push
-	if c.Push == nil {
+	if c.Push == nil && !props.NoPushTopic {
 		pp := props.PushProps
 		pp.Protection = pp.Protection.inherit(props.Protection)
 		c.Push = NewPushTopic(c.Construct, "Push", &pp)
 	}
 	if c.TopicFallback = props.TopicFallback != nil && *props.TopicFallback; c.TopicFallback {
 		c.Push.resolve(what) // its key is granted only when the worker publishes to it
-	} else if c.Push.Key == nil && c.Push.Topic != nil {
+	} else if c.Push != nil && c.Push.Key == nil && c.Push.Topic != nil {
 		c.Push.Key = c.Push.Topic.MasterKey()
 	}
 
@@ -319,8 +329,10 @@ const SweepRate = time.Minute
 // variables that say so.
 func (c *InboxWorker) GrantPush(fn *GoFunction) {
 	env := map[string]*string{
-		EnvPushTopicArn:      c.Push.Topic.TopicArn(),
 		EnvPushTopicFallback: jsii.String(strconv.FormatBool(c.TopicFallback)),
+	}
+	if c.Push != nil {
+		env[EnvPushTopicArn] = c.Push.Topic.TopicArn()
 	}
 	if c.TopicFallback {
 		fn.Grant([]string{"sns:Publish"}, c.Push.Topic.TopicArn())
