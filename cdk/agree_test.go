@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"testing"
@@ -164,5 +165,25 @@ func TestTheRecountQueuesOutwaitADay(t *testing.T) {
 func TestTheAlarmsWatchWhatTheHandlersEmit(t *testing.T) {
 	if oncepay.MetricOutboxRedriven != outbox.MetricRedriven {
 		t.Errorf("the alarm watches %q, the sweep emits %q", oncepay.MetricOutboxRedriven, outbox.MetricRedriven)
+	}
+}
+
+// TestBothModulesBuildWithTheSameCDK: the app (this module) and the
+// constructs' tests (their module, which synthesizes the prod and ALB
+// templates make test-cfn lints) select the same CDK, jsii and cdk-nag;
+// an upgrade in one go.mod alone would let them drift.
+func TestBothModulesBuildWithTheSameCDK(t *testing.T) {
+	mods := []string{"github.com/aws/aws-cdk-go/awscdk/v2", "github.com/aws/constructs-go/constructs/v10", "github.com/aws/jsii-runtime-go", "github.com/cdklabs/cdk-nag-go/cdknag/v2"}
+	selected := func(dir string) string {
+		cmd := exec.Command("go", append([]string{"list", "-m", "-f", "{{.Path}} {{.Version}}"}, mods...)...)
+		cmd.Dir = dir
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("go list -m in %s: %v\n%s", dir, err, out)
+		}
+		return string(out)
+	}
+	if app, constructs := selected("."), selected("oncepay"); app != constructs {
+		t.Errorf("the app selects\n%s\nthe constructs' module\n%s", app, constructs)
 	}
 }

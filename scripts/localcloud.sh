@@ -188,7 +188,9 @@ start_app() { # name addr binary args...
 # its pollers keep their place and its schedules their rhythm.
 start_stack() {
   GOFLAGS=-buildvcs=false go build -o "$LOCAL/bin/localcloud" ./cmd/localcloud
-  local fnsrc; fnsrc=$(go list -deps -f '{{with .Module}}{{if .Main}}{{range $.GoFiles}}{{$.Dir}}/{{.}} {{end}}{{end}}{{end}}' ./lambdas/...)
+  # The functions' own sources: the project's and the constructs' module's
+  # (stackenv, config, eventsource, totalstable: the handlers import them).
+  local fnsrc; fnsrc=$(go list -deps -f '{{with .Module}}{{if or .Main (eq .Path "github.com/oncepay/oncepay/cdk/oncepay")}}{{range $.GoFiles}}{{$.Dir}}/{{.}} {{end}}{{end}}{{end}}' ./lambdas/...)
   # shellcheck disable=SC2086 # one path per word
   local sum; sum=$(cat "$LOCAL/bin/localcloud" "$ROOT/cdk.out/Oncepay.template.json" "$LOCAL/resources.json" \
     "$LOCAL/functions.json" "$ROOT/Makefile" $fnsrc 2>/dev/null | sha256sum | cut -c1-16)

@@ -617,7 +617,7 @@ func TestAnUnusedTopicNeedsNoKey(t *testing.T) {
 // the function (it pushes to platform endpoints only); with the topic
 // fallback, which pushes to the topic, it is refused.
 func TestTheWorkerWithoutATopic(t *testing.T) {
-	_, tmpl, js := synthAloneIn(t, brownfieldEnv, func(s awscdk.Stack) {
+	stack, tmpl, js := synthAloneIn(t, brownfieldEnv, func(s awscdk.Stack) {
 		props := workerProps(s)
 		props.NoPushTopic = true
 		props.PlatformApplicationArns = []string{"arn:aws:sns:eu-west-1:111111111111:app/APNS/payments"}
@@ -629,9 +629,22 @@ func TestTheWorkerWithoutATopic(t *testing.T) {
 			t.Errorf("%s is named a topic", id)
 		}
 	}
+	nagClean(t, stack)
 	panicsWith(t, "NoPushTopic and TopicFallback exclude each other", func(s awscdk.Stack) {
 		props := workerProps(s)
 		props.NoPushTopic, props.TopicFallback = true, jsii.Bool(true)
+		oncepay.NewInboxWorker(s, "Worker", props)
+	})
+	panicsWith(t, "NoPushTopic and Push exclude each other", func(s awscdk.Stack) {
+		props := workerProps(s)
+		props.NoPushTopic = true
+		props.Push = &oncepay.PushTopic{Topic: awssns.Topic_FromTopicArn(s, jsii.String("P"), jsii.String(pushTopicArn)), Unencrypted: true}
+		oncepay.NewInboxWorker(s, "Worker", props)
+	})
+	panicsWith(t, "NoPushTopic and PushProps exclude each other", func(s awscdk.Stack) {
+		props := workerProps(s)
+		props.NoPushTopic = true
+		props.PushProps = oncepay.PushTopicProps{Protection: oncepay.Protection{RemovalPolicy: awscdk.RemovalPolicy_DESTROY}}
 		oncepay.NewInboxWorker(s, "Worker", props)
 	})
 }

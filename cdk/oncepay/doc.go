@@ -12,8 +12,9 @@
 // checked at synth. Code (the handler's bootstrap) is always required, and
 // each construct has its own alarms unless AlarmProps.Disabled.
 //
-// The package is a module of its own that depends on the CDK alone: a
-// consumer's module graph gets nothing of the handlers' (docs/constructs.md).
+// The package's module is one of its own, and the package compiles the CDK
+// alone: a consumer's module graph gets nothing of the handlers'
+// (docs/constructs.md).
 //
 // The constructs an architect lifts into another stack, each usable alone in
 // an empty stack:

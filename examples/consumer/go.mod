@@ -29,6 +29,7 @@ require (
 	golang.org/x/tools/godoc v0.1.0-deprecated // indirect
 )
 
-// The constructs from this checkout, as a fork or a vendored copy would be;
-// a consumer of a release drops the replace.
+// The constructs from this checkout, as a copy of the directory would be;
+// a consumer of the repository requires a commit (or, once there are tags,
+// cdk/oncepay/vX.Y.Z) instead (docs/constructs.md#the-module).
 replace github.com/oncepay/oncepay/cdk/oncepay => ../../cdk/oncepay

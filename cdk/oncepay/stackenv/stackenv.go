@@ -1,7 +1,8 @@
 // Package stackenv names the environment variables the stack gives its
 // functions and the local cloud writes for tests and tools: one list, so the
 // CDK code, the deployed handlers and the local cloud cannot drift apart.
-// It holds names only; reading a local cloud's values is localcloud/localenv.
+// It holds names, and the parser of the one list-valued variable
+// (PlatformApps); reading a local cloud's values is localcloud/localenv.
 //
 // It lives in the constructs' module (which depends on nothing of the
 // handlers') and the handlers import it from here: the constructs say what

@@ -24,6 +24,17 @@ import (
 	"github.com/oncepay/oncepay/internal/totals"
 )
 
+// sameDay is d before t, or, when that is the day before (the story run in
+// the first hour after midnight UTC), halfway between t's midnight and t:
+// the beat counts one merchant day, and an event of yesterday is not in it.
+func sameDay(t time.Time, d time.Duration) time.Time {
+	midnight := t.UTC().Truncate(24 * time.Hour)
+	if at := t.Add(-d); !at.Before(midnight) {
+		return at
+	}
+	return midnight.Add(t.Sub(midnight) / 2)
+}
+
 // StreamCount is what the stream beat ends with.
 type StreamCount struct {
 	M1, M2        int64 // the sink's totals (m2: -1 when it holds none)
@@ -64,9 +75,9 @@ func StreamJob(ctx context.Context, w *World) (StreamCount, error) {
 		return StreamCount{}, err
 	}
 	earlier := event.Event{EventID: "pay_earlier:SUCCEEDED", PaymentID: "pay_earlier", State: event.Succeeded,
-		MerchantID: "m1", CallerID: "u0", Amount: 12000, Currency: ev7.Currency, OccurredAt: ev7.OccurredAt.Add(-time.Hour)}
+		MerchantID: "m1", CallerID: "u0", Amount: 12000, Currency: ev7.Currency, OccurredAt: sameDay(ev7.OccurredAt, time.Hour)}
 	declined := event.Event{EventID: "pay_d:FAILED", PaymentID: "pay_d", State: event.Failed,
-		MerchantID: "m2", CallerID: "u2", Amount: 500, Currency: ev7.Currency, OccurredAt: ev7.OccurredAt.Add(-time.Second)}
+		MerchantID: "m2", CallerID: "u2", Amount: 500, Currency: ev7.Currency, OccurredAt: sameDay(ev7.OccurredAt, time.Second)}
 
 	stream, err := w.newTable(ctx, outbox.AttrEventID, true)
 	if err != nil {
