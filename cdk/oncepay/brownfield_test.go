@@ -648,3 +648,15 @@ func TestTheWorkerWithoutATopic(t *testing.T) {
 		oncepay.NewInboxWorker(s, "Worker", props)
 	})
 }
+
+// TestARoleOfAnotherStackIsRefused: in place of CDK's DependencyCycle,
+// which names neither the role nor the fix.
+func TestARoleOfAnotherStackIsRefused(t *testing.T) {
+	panicsWith(t, "import the role into", func(s awscdk.Stack) {
+		platform := awscdk.NewStack(awscdk.Stage_Of(s), jsii.String("Platform"), nil)
+		role := awsiam.NewRole(platform, jsii.String("Role"), &awsiam.RoleProps{AssumedBy: awsiam.NewServicePrincipal(jsii.String("lambda.amazonaws.com"), nil)})
+		props := workerProps(s)
+		props.Role = role
+		oncepay.NewInboxWorker(s, "Worker", props)
+	})
+}

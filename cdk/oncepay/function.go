@@ -209,6 +209,13 @@ func NewGoFunction(scope constructs.Construct, id string, props *GoFunctionProps
 		})
 	}
 	c.Role = fp.Role
+	// A role of another stack (made or imported there) makes CDK put the
+	// grants' policy in that stack, which then refers to this one's
+	// resources: a DependencyCycle at synth, whose message names neither.
+	if theirs, ours := awscdk.Stack_Of(c.Role).Node().Path(), awscdk.Stack_Of(c.Construct).Node().Path(); *theirs != *ours {
+		panic(fmt.Sprintf("oncepay: function %s: its role is in stack %s, the function in %s: import the role into %s (awsiam.Role_FromRoleArn there), or CDK puts the grants' policy in %s and the two stacks refer to each other",
+			props.Name, *theirs, *ours, *ours, *theirs))
+	}
 	if fp.Vpc != nil && (fp.SecurityGroups == nil || len(*fp.SecurityGroups) == 0) {
 		c.SecurityGroup = awsec2.NewSecurityGroup(c.Construct, jsii.String("SecurityGroup"), &awsec2.SecurityGroupProps{
 			Vpc:         fp.Vpc,
