@@ -8,9 +8,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"os/exec"
-	"path/filepath"
 	"sort"
 	"testing"
 	"time"
@@ -18,6 +16,7 @@ import (
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/assertions"
 	"github.com/aws/aws-sdk-go-v2/aws"
+	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 
 	"github.com/oncepay/oncepay/cdk/oncepay"
 	"github.com/oncepay/oncepay/internal/outbox"
@@ -29,27 +28,8 @@ import (
 // cdk.json's context, and returns its template.
 func synthSandbox(t *testing.T) (*oncepay.Stack, map[string]any) {
 	t.Helper()
-	assets := t.TempDir()
-	for _, fn := range oncepay.Functions {
-		if err := os.MkdirAll(filepath.Join(assets, fn), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(assets, fn, "bootstrap"), []byte("placeholder"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	raw, err := os.ReadFile("../cdk.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg struct {
-		Context map[string]any `json:"context"`
-	}
-	if err := json.Unmarshal(raw, &cfg); err != nil {
-		t.Fatal(err)
-	}
-	cfg.Context[oncepay.AssetsContextKey] = assets
-	app := awscdk.NewApp(&awscdk.AppProps{Context: &cfg.Context})
+	ctx := appContext(t)
+	app := awscdk.NewApp(&awscdk.AppProps{Context: &ctx})
 	props, err := oncepay.StackPropsFromContext(app)
 	if err != nil {
 		t.Fatal(err)
@@ -67,7 +47,7 @@ func synthSandbox(t *testing.T) (*oncepay.Stack, map[string]any) {
 	return s, js
 }
 
-func resourceProps(t *testing.T, js map[string]any, s *oncepay.Stack, id string) map[string]any {
+func resourceProps(t *testing.T, js map[string]any, id string) map[string]any {
 	t.Helper()
 	r, ok := js["Resources"].(map[string]any)[id].(map[string]any)
 	if !ok {
@@ -88,7 +68,7 @@ func jsonEq(a, b any) bool {
 func TestTheTotalsTableIsTheJobs(t *testing.T) {
 	s, js := synthSandbox(t)
 	id := *s.Stack.GetLogicalId(s.Totals.Table.Node().DefaultChild().(awscdk.CfnElement))
-	table := resourceProps(t, js, s, id)
+	table := resourceProps(t, js, id)
 	schema := totals.TableSchema("x")
 	keys := func(v any) []string {
 		var out []string
@@ -98,10 +78,7 @@ func TestTheTotalsTableIsTheJobs(t *testing.T) {
 		}
 		return out
 	}
-	var wantKeys []string
-	for _, k := range schema.KeySchema {
-		wantKeys = append(wantKeys, aws.ToString(k.AttributeName)+" "+string(k.KeyType))
-	}
+	wantKeys := sdkKeys(schema.KeySchema)
 	if got := keys(table["KeySchema"]); !jsonEq(got, wantKeys) {
 		t.Errorf("key schema %v, want %v", got, wantKeys)
 	}
@@ -124,10 +101,7 @@ func TestTheTotalsTableIsTheJobs(t *testing.T) {
 	}
 	lsi := lsis[0].(map[string]any)
 	l := schema.LocalSecondaryIndexes[0]
-	var wantLSI []string
-	for _, k := range l.KeySchema {
-		wantLSI = append(wantLSI, aws.ToString(k.AttributeName)+" "+string(k.KeyType))
-	}
+	wantLSI := sdkKeys(l.KeySchema)
 	if lsi["IndexName"] != aws.ToString(l.IndexName) || !jsonEq(keys(lsi["KeySchema"]), wantLSI) ||
 		lsi["Projection"].(map[string]any)["ProjectionType"] != string(l.Projection.ProjectionType) {
 		t.Errorf("tag index %v, want %s %v %s", lsi, aws.ToString(l.IndexName), wantLSI, l.Projection.ProjectionType)
@@ -138,10 +112,7 @@ func TestTheTotalsTableIsTheJobs(t *testing.T) {
 	}
 	gsi := gsis[0].(map[string]any)
 	g := schema.GlobalSecondaryIndexes[0]
-	var wantGSI []string
-	for _, k := range g.KeySchema {
-		wantGSI = append(wantGSI, aws.ToString(k.AttributeName)+" "+string(k.KeyType))
-	}
+	wantGSI := sdkKeys(g.KeySchema)
 	if gsi["IndexName"] != aws.ToString(g.IndexName) || !jsonEq(keys(gsi["KeySchema"]), wantGSI) ||
 		!jsonEq(gsi["Projection"], map[string]any{"ProjectionType": "INCLUDE", "NonKeyAttributes": []any{totals.AttrTotal}}) {
 		t.Errorf("day index %v, want %s %v INCLUDE %s", gsi, aws.ToString(g.IndexName), wantGSI, totals.AttrTotal)
@@ -149,6 +120,15 @@ func TestTheTotalsTableIsTheJobs(t *testing.T) {
 	if !jsonEq(table["TimeToLiveSpecification"], map[string]any{"AttributeName": totals.AttrExpiresAt, "Enabled": true}) {
 		t.Errorf("TTL %v, want %s (superseded carry chunks)", table["TimeToLiveSpecification"], totals.AttrExpiresAt)
 	}
+}
+
+// sdkKeys renders a key schema as the template's keys are: "name TYPE".
+func sdkKeys(ks []ddbtypes.KeySchemaElement) []string {
+	var out []string
+	for _, k := range ks {
+		out = append(out, aws.ToString(k.AttributeName)+" "+string(k.KeyType))
+	}
+	return out
 }
 
 // TestTheRecountQueuesOutwaitADay: a recount request waits for its day to

@@ -29,28 +29,9 @@ func TestMain(m *testing.M) {
 // never a sandbox version of OncepayProd.
 func TestTheProfileNamesTheStack(t *testing.T) {
 	out := t.TempDir()
-	assets := t.TempDir()
-	for _, fn := range oncepay.Functions {
-		if err := os.MkdirAll(filepath.Join(assets, fn), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(assets, fn, "bootstrap"), []byte("placeholder"), 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// cdk.json's context (its feature flags), as the CLI would pass it.
-	raw, err := os.ReadFile("../cdk.json")
-	if err != nil {
-		t.Fatal(err)
-	}
-	var cfg struct {
-		Context map[string]any `json:"context"`
-	}
-	if err := json.Unmarshal(raw, &cfg); err != nil || cfg.Context == nil {
-		t.Fatalf("cdk.json context: %v", err)
-	}
-	cfg.Context["oncepay:profile"], cfg.Context["oncepay:assets"] = "prod", assets
-	ctxJSON, err := json.Marshal(cfg.Context)
+	ctx := appContext(t)
+	ctx["oncepay:profile"] = "prod"
+	ctxJSON, err := json.Marshal(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -65,4 +46,32 @@ func TestTheProfileNamesTheStack(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(out, "Oncepay.template.json")); err == nil {
 		t.Error("prod synthesized the sandbox's stack name, Oncepay")
 	}
+}
+
+// appContext is cdk.json's context (its feature flags), as the CLI would
+// pass it, with a folder of placeholder bootstraps as the assets: the tests
+// read templates, never the binaries.
+func appContext(t *testing.T) map[string]any {
+	t.Helper()
+	assets := t.TempDir()
+	for _, fn := range oncepay.Functions {
+		if err := os.MkdirAll(filepath.Join(assets, fn), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(assets, fn, "bootstrap"), []byte("placeholder"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	raw, err := os.ReadFile("../cdk.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cfg struct {
+		Context map[string]any `json:"context"`
+	}
+	if err := json.Unmarshal(raw, &cfg); err != nil || cfg.Context == nil {
+		t.Fatalf("cdk.json context: %v", err)
+	}
+	cfg.Context[oncepay.AssetsContextKey] = assets
+	return cfg.Context
 }

@@ -41,10 +41,15 @@ func newConstructAlarms(parent constructs.Construct, p AlarmProps) *constructAla
 	}
 }
 
-// add fires when m reaches threshold in one AlarmPeriod; no data is good
-// news, as in the stack's Monitoring.
 func (c *constructAlarms) add(id, desc string, m awscloudwatch.IMetric, threshold float64) {
-	a := awscloudwatch.NewAlarm(c.scope, jsii.String(id), &awscloudwatch.AlarmProps{
+	c.alarms[id] = newAlarm(c.scope, id, desc, m, threshold, c.topic)
+}
+
+// newAlarm fires when m reaches threshold in one AlarmPeriod; no data is
+// good news (no errors, no messages, nothing UNKNOWN reported). A topic,
+// if any, gets its ALARM and its OK.
+func newAlarm(scope constructs.Construct, id, desc string, m awscloudwatch.IMetric, threshold float64, topic awssns.ITopic) awscloudwatch.Alarm {
+	a := awscloudwatch.NewAlarm(scope, jsii.String(id), &awscloudwatch.AlarmProps{
 		AlarmDescription:   jsii.String(desc),
 		Metric:             m,
 		Threshold:          jsii.Number(threshold),
@@ -52,12 +57,12 @@ func (c *constructAlarms) add(id, desc string, m awscloudwatch.IMetric, threshol
 		EvaluationPeriods:  jsii.Number(1),
 		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
 	})
-	if c.topic != nil {
-		action := awscloudwatchactions.NewSnsAction(c.topic)
+	if topic != nil {
+		action := awscloudwatchactions.NewSnsAction(topic)
 		a.AddAlarmAction(action)
 		a.AddOkAction(action)
 	}
-	c.alarms[id] = a
+	return a
 }
 
 func (c *constructAlarms) all() map[string]awscloudwatch.Alarm {

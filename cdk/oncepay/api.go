@@ -196,11 +196,7 @@ func NewIdempotentApi(scope constructs.Construct, id string, props *IdempotentAp
 		fn.SetEnv(map[string]*string{EnvOutboxTable: props.Outbox.Table.TableName()})
 	}
 	if props.Ledger != nil {
-		user := props.LedgerUser
-		if user == "" {
-			user = LedgerAppUser
-		}
-		props.Ledger.Connect(fn, user)
+		props.Ledger.Connect(fn, props.LedgerUser)
 	}
 	if props.Psp != nil {
 		props.Psp.GrantKeyRead(fn)

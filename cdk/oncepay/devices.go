@@ -64,11 +64,7 @@ func NewDeviceRegistry(scope constructs.Construct, id string, props *DeviceRegis
 		Description:   "oncepay devices: a caller's push devices, ordered by the device's own counter",
 	})
 	fn := c.Function
-	user := props.LedgerUser
-	if user == "" {
-		user = LedgerAppUser
-	}
-	props.Ledger.Connect(fn, user)
+	props.Ledger.Connect(fn, props.LedgerUser)
 	if apps := props.PlatformApplicationArns; len(apps) > 0 {
 		var appArns, endpoints []*string
 		for _, app := range apps {

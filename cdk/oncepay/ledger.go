@@ -259,7 +259,11 @@ func (c *Ledger) EndpointPort() *string {
 // IAM token: rds-db:connect on that one database user, and PostgreSQL's
 // port open from fn's security group to the proxy or the cluster. It sets
 // ONCEPAY_LEDGER_DSN, ONCEPAY_LEDGER_ENDPOINT and ONCEPAY_LEDGER_APP_USER.
+// "" is LedgerAppUser, the constructs' LedgerUser default.
 func (c *Ledger) Connect(fn *GoFunction, user string) {
+	if user == "" {
+		user = LedgerAppUser
+	}
 	to := c.SecurityGroup
 	if c.Proxy != nil {
 		c.Proxy.GrantConnect(fn.Role, jsii.String(user))

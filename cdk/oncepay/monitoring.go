@@ -6,17 +6,13 @@ import (
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatchactions"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awselasticloadbalancingv2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
-	"github.com/aws/aws-cdk-go/awscdk/v2/awssqs"
 	"github.com/aws/aws-cdk-go/awscdk/v2/interfaces/interfacesawscloudwatch"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
-
-	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 )
 
 // Metrics the handlers emit (EMF, namespace stackenv.MetricsNamespace, dimension
@@ -160,21 +156,9 @@ func newMonitoring(s *Stack) *Monitoring {
 	}), nil)
 
 	period := seconds(AlarmPeriod)
-	depth := func(q awssqs.IQueue) awscloudwatch.IMetric {
-		return q.MetricApproximateNumberOfMessagesVisible(&awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")})
-	}
-	errs := func(fn *GoFunction) awscloudwatch.IMetric {
-		return fn.Function.MetricErrors(&awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Sum")})
-	}
-	custom := func(name, function, stat string) awscloudwatch.IMetric {
-		return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
-			Namespace:     jsii.String(stackenv.MetricsNamespace),
-			MetricName:    jsii.String(name),
-			DimensionsMap: &map[string]*string{"Function": jsii.String(function)},
-			Statistic:     jsii.String(stat),
-			Period:        period,
-		})
-	}
+	depth := queueDepth
+	errs := func(fn *GoFunction) awscloudwatch.IMetric { return fn.Function.MetricErrors(periodOpts("Sum")) }
+	custom := handlerMetric
 	atLeastOne := func(id, desc string, m awscloudwatch.IMetric) {
 		c.alarm(id, desc, m, 1)
 	}
@@ -202,13 +186,13 @@ func newMonitoring(s *Stack) *Monitoring {
 	atLeastOne(AlarmResolverPSPKeyUnreadable, keyUnreadable("resolver"), custom(MetricPSPKeyUnreadable, FnResolver, "Sum"))
 	atLeastOne(AlarmChargedButClosed, "The PSP reported a charge (payment_intent.succeeded) for a payment the ledger holds as FAILED or VOID: money taken with no payment behind it; refund or settle it by hand.", custom(MetricWebhookSucceededOnFailed, FnWebhook, "Sum"))
 	c.alarm(AlarmRelayIteratorAge, "The relay is more than a minute behind the outbox stream.",
-		s.Relay.Function.Function.Metric(jsii.String("IteratorAge"), &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")}),
+		s.Relay.Function.Function.Metric(jsii.String("IteratorAge"), periodOpts("Maximum")),
 		RelayIteratorAgeMaxMilli)
 
 	t := s.Totals
 	atLeastOne(AlarmTotalsErrors, "The stream job failed invocations: Lambda retries each from the last checkpoint (a restore; the job's flush keeps the totals right), then hands the batch to TotalsFailuresNotEmpty.", errs(t.Function))
 	atLeastOne(AlarmTotalsFailures, "The totals mapping gave up on a stream batch after its retries (the cause needs a look: the function's log says it). Its totals are not lost: the recount function recounts every day the batch may have touched from the ledger once the day is over (docs/stream-job.md#recount).",
-		t.FailureQueue.MetricNumberOfMessagesSent(&awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Sum")}))
+		t.FailureQueue.MetricNumberOfMessagesSent(periodOpts("Sum")))
 	atLeastOne(AlarmTotalsStaleState, "The stream job was handed a state older than what committed runs wrote (a reset mapping, a lost window state) and stopped its shard rather than erase totals: recount the shard's days, then delete its ~meta item (docs/stream-job.md#stale-state).", custom(MetricTotalsStaleStates, FnTotals, "Sum"))
 	atLeastOne(AlarmTotalsLateCopies, "The stream job rejected copies that came later than its two-hour horizon; each is in the recount queue.", custom(MetricTotalsLateCopies, FnTotals, "Sum"))
 	c.alarm(AlarmTotalsStateSize, "A shard's stream-job state passed 768 KB of Lambda's 1 MB: past 1 MB every window ends early and a state that cannot shrink is not verified against Lambda; the merchants' open days or the ids seen within the two-hour horizon have outgrown one shard (docs/stream-job.md, limits).",
@@ -221,7 +205,7 @@ func newMonitoring(s *Stack) *Monitoring {
 		atLeastOne(AlarmRecountStuck, "Without the recount function, late copies wait in the recount queue for an operator's recount of their merchant's day (docs/stream-job.md#recount).", depth(t.Recount))
 	}
 	c.alarm(AlarmTotalsIteratorAge, "The stream job is ten minutes or more behind the outbox stream: merchants' totals are stale.",
-		t.Function.Function.Metric(jsii.String("IteratorAge"), &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")}),
+		t.Function.Function.Metric(jsii.String("IteratorAge"), periodOpts("Maximum")),
 		TotalsIteratorAgeMaxMin*60_000)
 
 	if s.Cache != nil {
@@ -233,7 +217,7 @@ func newMonitoring(s *Stack) *Monitoring {
 		atLeastOne(AlarmCacheFailOpen, "The dedup cache could not be reached and reminders went out without it (fail open): duplicates are possible until it answers again.",
 			custom(MetricDedupFailOpen, FnWorker, "Sum"))
 	}
-	c.frontDoorAlarms(s, period, errs)
+	c.frontDoorAlarms(s, errs)
 	c.storeAlarms(s, period)
 
 	c.Dashboard = awscloudwatch.NewDashboard(c.Construct, jsii.String("Dashboard"), &awscloudwatch.DashboardProps{
@@ -248,7 +232,7 @@ func newMonitoring(s *Stack) *Monitoring {
 	for _, fn := range fns {
 		invocations = append(invocations, fn.Function.MetricInvocations(&awscloudwatch.MetricOptions{Period: period}))
 		errors = append(errors, errs(fn))
-		durations = append(durations, fn.Function.MetricDuration(&awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("p99")}))
+		durations = append(durations, fn.Function.MetricDuration(periodOpts("p99")))
 	}
 	graph := func(title string, ms ...awscloudwatch.IMetric) awscloudwatch.IWidget {
 		return awscloudwatch.NewGraphWidget(&awscloudwatch.GraphWidgetProps{Title: jsii.String(title), Left: &ms, Width: jsii.Number(8)})
@@ -266,7 +250,7 @@ func newMonitoring(s *Stack) *Monitoring {
 			custom(MetricNotifStuck, FnWorker, "Maximum"),
 			custom(MetricPSPKeyUnreadable, FnAPI, "Sum"), custom(MetricPSPKeyUnreadable, FnResolver, "Sum")),
 		graph("Relay iterator age (ms)",
-			s.Relay.Function.Function.Metric(jsii.String("IteratorAge"), &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Maximum")})),
+			s.Relay.Function.Function.Metric(jsii.String("IteratorAge"), periodOpts("Maximum"))),
 	)
 	var names []string
 	for n := range c.Alarms {
@@ -286,25 +270,14 @@ func newMonitoring(s *Stack) *Monitoring {
 // alarm fires when the metric reaches threshold in one period; no data is
 // good news (no errors, no messages, nothing UNKNOWN reported).
 func (c *Monitoring) alarm(id, desc string, m awscloudwatch.IMetric, threshold float64) {
-	a := awscloudwatch.NewAlarm(c.Construct, jsii.String(id), &awscloudwatch.AlarmProps{
-		AlarmDescription:   jsii.String(desc),
-		Metric:             m,
-		Threshold:          jsii.Number(threshold),
-		ComparisonOperator: awscloudwatch.ComparisonOperator_GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-		EvaluationPeriods:  jsii.Number(1),
-		TreatMissingData:   awscloudwatch.TreatMissingData_NOT_BREACHING,
-	})
-	action := awscloudwatchactions.NewSnsAction(c.Topic)
-	a.AddAlarmAction(action)
-	a.AddOkAction(action)
-	c.Alarms[id] = a
+	c.Alarms[id] = newAlarm(c.Construct, id, desc, m, threshold, c.Topic)
 }
 
 // frontDoorAlarms watch what a caller meets: the functions on the request
 // path failing or throttled, the HTTP API's (or the ALB's) 5xx and its tail.
-func (c *Monitoring) frontDoorAlarms(s *Stack, period awscdk.Duration, errs func(*GoFunction) awscloudwatch.IMetric) {
+func (c *Monitoring) frontDoorAlarms(s *Stack, errs func(*GoFunction) awscloudwatch.IMetric) {
 	throttles := func(fn *GoFunction) awscloudwatch.IMetric {
-		return fn.Function.MetricThrottles(&awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Sum")})
+		return fn.Function.MetricThrottles(periodOpts("Sum"))
 	}
 	c.alarm(AlarmApiErrors, "The api function failed invocations (a crash or timeout: the caller got a 5xx from the front door; a retry with the same key is safe).", errs(s.Api.Function), 1)
 	c.alarm(AlarmWebhookErrors, "The webhook function failed invocations: the PSP retries its events for days, but a settled outcome waits on them.", errs(s.Webhook), 1)
@@ -316,12 +289,12 @@ func (c *Monitoring) frontDoorAlarms(s *Stack, period awscdk.Duration, errs func
 	c.alarm(AlarmWorkerThrottles, "The worker function was throttled: credits and pushes wait in the events queue.", throttles(s.Worker.Function), 1)
 	if h := s.Api.HttpApi; h != nil {
 		c.alarm(AlarmHttpApi5xx, "The HTTP API answered 5xx (integration errors, timeouts, the api's own 503s): see the api's logs by payment_id.",
-			h.MetricServerError(&awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Sum")}), 1)
+			h.MetricServerError(periodOpts("Sum")), 1)
 		c.alarm(AlarmHttpApiLatency, "The HTTP API's p99 latency passed half the payment deadline: a slow ledger, PSP or claim table; next come refusals and 202s.",
-			h.MetricLatency(&awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("p99")}), HttpApiLatencyAlarm(s.Timing.Deadline))
+			h.MetricLatency(periodOpts("p99")), HttpApiLatencyAlarm(s.Timing.Deadline))
 	}
 	if a := s.Alb; a != nil {
-		sum := &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String("Sum")}
+		sum := periodOpts("Sum")
 		c.alarm(AlarmAlb5xx, "The ALB answered 5xx itself (a target failed, timed out or was throttled).",
 			a.LoadBalancer.Metrics().HttpCodeElb(awselasticloadbalancingv2.HttpCodeElb_ELB_5XX_COUNT, sum), 1)
 		// The api's own 5xx (503 ledger down or deadline passed, a stored
@@ -335,11 +308,8 @@ func (c *Monitoring) frontDoorAlarms(s *Stack, period awscdk.Duration, errs func
 // storeAlarms watch the stores: the events queue's head waiting, the
 // ledger near its capacity or connection limit, the tables throttled.
 func (c *Monitoring) storeAlarms(s *Stack, period awscdk.Duration) {
-	opts := func(stat string) *awscloudwatch.MetricOptions {
-		return &awscloudwatch.MetricOptions{Period: period, Statistic: jsii.String(stat)}
-	}
 	c.alarm(AlarmEventsOldest, "An event has waited five minutes in the events queue: its merchant's later credits wait behind it (FIFO). Look at the worker's errors; the DLQ takes it after five receives.",
-		s.Data.Events.Queue.MetricApproximateAgeOfOldestMessage(opts("Maximum")), EventsOldestMaxSeconds)
+		s.Data.Events.Queue.MetricApproximateAgeOfOldestMessage(periodOpts("Maximum")), EventsOldestMaxSeconds)
 	l := s.Data.Ledger
 	// The writer's own ACUUtilization: the cluster's figure averages in an
 	// idle reader, behind which a writer at its maximum would hide.
@@ -351,9 +321,9 @@ func (c *Monitoring) storeAlarms(s *Stack, period awscdk.Duration) {
 			Statistic:     jsii.String("Maximum"), Period: period,
 		}), LedgerCapacityMaxPercent)
 	c.alarm(AlarmLedgerConnections, "The ledger's connections passed 80% of max_connections (an estimate from its maximum ACUs unless LedgerProps.ConnectionsAlarm is set): cold starts will be refused logins. Use the proxy (prod) or fewer concurrent functions.",
-		l.Cluster.MetricDatabaseConnections(opts("Maximum")), l.connectionsAlarm())
+		l.Cluster.MetricDatabaseConnections(periodOpts("Maximum")), l.connectionsAlarm())
 	tableMetric := func(t awsdynamodb.ITable, name string) awscloudwatch.IMetric {
-		return t.Metric(jsii.String(name), opts("Sum"))
+		return t.Metric(jsii.String(name), periodOpts("Sum"))
 	}
 	c.alarm(AlarmClaimsReadThrottle, "The claim table throttled reads: replays and status reads slowed or fell back to the ledger.", tableMetric(s.Data.Claims.Table, "ReadThrottleEvents"), 1)
 	c.alarm(AlarmClaimsWriteThrottle, "The claim table throttled writes: first calls fell back to the ledger's unique key (KeyStoreDegraded) or were refused.", tableMetric(s.Data.Claims.Table, "WriteThrottleEvents"), 1)

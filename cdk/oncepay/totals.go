@@ -214,11 +214,7 @@ func (c *StreamTotals) addRecount(props *StreamTotalsProps, version totalstable.
 		Description:   "oncepay recount: late copies and discarded stream batches -> each merchant's day recounted from the ledger once it is over",
 	})
 	fn := c.RecountFunction
-	user := props.LedgerUser
-	if user == "" {
-		user = LedgerAppUser
-	}
-	props.Ledger.Connect(fn, user)
+	props.Ledger.Connect(fn, props.LedgerUser)
 	// The recount's and the pending rows (PutItem) on the sink; nothing
 	// else of it.
 	fn.Grant([]string{"dynamodb:PutItem"}, c.Table.TableArn())

@@ -230,11 +230,7 @@ func NewInboxWorker(scope constructs.Construct, id string, props *InboxWorkerPro
 	c.platformApps = props.PlatformApplicationArns
 	c.GrantPush(fn)
 	if props.Ledger != nil {
-		user := props.LedgerUser
-		if user == "" {
-			user = LedgerAppUser
-		}
-		props.Ledger.Connect(fn, user)
+		props.Ledger.Connect(fn, props.LedgerUser)
 	}
 	if props.EmailFrom != "" {
 		c.addEmail(props.EmailFrom)
