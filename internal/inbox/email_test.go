@@ -139,6 +139,9 @@ func (w *emailWorld) dieAfterSend(t *testing.T, e event.Event, channel string) {
 	w.lapse(t, e.EventID)
 }
 
+// counted is the sum of the worker's and the sweeps' metric name so far.
+func (w *emailWorld) counted(name string) float64 { return metrics.Sum(w.emf.Bytes(), name) }
+
 // lapse ends the leases on eventID's rows: time passes (a redelivery comes
 // 180 s after the worker took the message, past its 1 min lease).
 func (w *emailWorld) lapse(t *testing.T, eventID string) {
@@ -191,11 +194,27 @@ func (w *emailWorld) emails(t *testing.T) []phone.Email {
 
 func (w *emailWorld) emailState(t *testing.T, eventID string) string {
 	t.Helper()
+	return w.rowState(t, eventID, notify.ChannelEmail)
+}
+
+// rowState is eventID's row of channel ("none" without one).
+func (w *emailWorld) rowState(t *testing.T, eventID, channel string) string {
+	t.Helper()
 	var s string
-	if err := w.pool.QueryRow(context.Background(), `SELECT COALESCE((SELECT state FROM notif WHERE event_id = $1 AND channel = 'email'), 'none')`, eventID).Scan(&s); err != nil {
+	if err := w.pool.QueryRow(context.Background(), `SELECT COALESCE((SELECT state FROM notif WHERE event_id = $1 AND channel = $2), 'none')`, eventID, channel).Scan(&s); err != nil {
 		t.Fatal(err)
 	}
 	return s
+}
+
+// dieAfterCommit delivers e with the worker dying after the inbox
+// transaction, before the gate and any send.
+func (w *emailWorld) dieAfterCommit(t *testing.T, e event.Event) {
+	t.Helper()
+	*w.crashCommit = true
+	if _, err := w.w.Process(context.Background(), e); err == nil {
+		t.Fatal("the crash after the commit did not stop the delivery")
+	}
 }
 
 // One payment: one push and one email, each once, however often the event
@@ -238,7 +257,7 @@ func TestTheSweepCountsTheRepeatOfAnEmailWhoseWorkerDied(t *testing.T) {
 	if n := len(w.emails(t)); n != 2 || w.emailState(t, e.EventID) != inbox.NotifSent {
 		t.Fatalf("%d emails (row %s), want 2", n, w.emailState(t, e.EventID))
 	}
-	if strings.Count(w.emf.String(), `"NotifResent":1`) != 1 {
+	if w.counted("NotifResent") != 1 {
 		t.Errorf("the sweep's repeat was not counted once: %s", w.emf.String())
 	}
 }
@@ -266,7 +285,7 @@ func TestARepeatAfterAFailedAttemptIsStillCounted(t *testing.T) {
 	if n := len(w.emails(t)); n != 3 || w.emailState(t, e.EventID) != inbox.NotifSent {
 		t.Fatalf("%d emails (row %s), want 3: the lost answer's, the crashed retry's, the repeat", n, w.emailState(t, e.EventID))
 	}
-	if strings.Count(w.emf.String(), `"NotifResent":1`) != 1 {
+	if w.counted("NotifResent") != 1 {
 		t.Errorf("want one counted repeat (the first retry followed a recorded failure): %s", w.emf.String())
 	}
 }
@@ -286,7 +305,7 @@ func TestAWorkerCrashAfterTheEmailSendsASecondCopyAndNotAThird(t *testing.T) {
 	if n := len(w.emails(t)); n != 2 || w.emailState(t, e.EventID) != inbox.NotifSent {
 		t.Fatalf("%d emails (row %s), want 2: the one before the crash and its one repeat", n, w.emailState(t, e.EventID))
 	}
-	if !strings.Contains(w.emf.String(), `"NotifResent":1`) || strings.Count(w.emf.String(), `"NotifResent":`) != 1 {
+	if w.counted("NotifResent") != 1 {
 		t.Errorf("the repeat was not counted once: %s", w.emf.String())
 	}
 	if w.pusher.count() != 1 {
@@ -305,7 +324,7 @@ func TestAReceiptWhoseSendTimedOutIsSentAgain(t *testing.T) {
 	if err != nil || res.Extra != "email=failed" || w.emailState(t, e.EventID) != inbox.NotifPending {
 		t.Fatalf("%+v %v, row %s", res, err, w.emailState(t, e.EventID))
 	}
-	if !strings.Contains(w.emf.String(), `"NotifUnknownRetried":1`) {
+	if w.counted("NotifUnknownRetried") < 1 {
 		t.Errorf("the unknown send was not counted: %s", w.emf.String())
 	}
 	// The sweep picks it up once its backoff has passed.
@@ -380,7 +399,7 @@ func TestWithTheCacheDownBothRemindersGoOut(t *testing.T) {
 	if _, err := w.w.Process(context.Background(), e2); err != nil {
 		t.Fatal(err)
 	}
-	if r, _ := w.reminded(t); r != 2 || strings.Count(emf.String(), `"DedupFailOpen":1`) != 1 {
+	if r, _ := w.reminded(t); r != 2 || metrics.Sum(emf.Bytes(), "DedupFailOpen") != 1 {
 		t.Fatalf("%d reminders (want both), fail-open counted: %s", r, emf.String())
 	}
 }
@@ -424,11 +443,10 @@ func TestAReminderWhoseSendTimedOutIsNotRepeated(t *testing.T) {
 	if n, err := w.reminders.FinishPending(context.Background(), 10); err != nil || n != 0 {
 		t.Fatalf("the sweep took %d: %v", n, err)
 	}
-	var state string
-	if err := w.pool.QueryRow(context.Background(), `SELECT state FROM notif WHERE event_id = $1 AND channel = 'reminder'`, e.EventID).Scan(&state); err != nil || state != inbox.NotifUnknown {
-		t.Fatalf("the reminder's row: %s %v", state, err)
+	if state := w.rowState(t, e.EventID, notify.ChannelReminder); state != inbox.NotifUnknown {
+		t.Fatalf("the reminder's row: %s", state)
 	}
-	if r, _ := w.reminded(t); r != 1 || !strings.Contains(w.emf.String(), `"NotifUnknownDropped":1`) {
+	if r, _ := w.reminded(t); r != 1 || w.counted("NotifUnknownDropped") < 1 {
 		t.Fatalf("%d reminders taken by SES (want the one whose answer was lost); metrics %s", r, w.emf.String())
 	}
 }
@@ -440,10 +458,7 @@ func TestAWorkerThatDiesBeforeTheReminderLeavesItToTheRedelivery(t *testing.T) {
 	g, _ := reminderGate(t, testenv.Cache(t), 0)
 	w := newEmailWorld(t, g)
 	e := w.settled(t, "pay_rc1", w.to, "pm_card_chargeDeclined", event.Failed)
-	*w.crashCommit = true
-	if _, err := w.w.Process(context.Background(), e); err == nil {
-		t.Fatal("the crash after the commit did not stop the delivery")
-	}
+	w.dieAfterCommit(t, e)
 	for range 2 {
 		if _, err := w.w.Process(context.Background(), e); err != nil {
 			t.Fatal(err)
@@ -461,10 +476,7 @@ func TestTheSweepSendsAReminderTheWorkerNeverSent(t *testing.T) {
 	g, _ := reminderGate(t, testenv.Cache(t), 0)
 	w := newEmailWorld(t, g)
 	e := w.settled(t, "pay_rc2", w.to, "pm_card_chargeDeclined", event.Failed)
-	*w.crashCommit = true
-	if _, err := w.w.Process(context.Background(), e); err == nil {
-		t.Fatal("the crash after the commit did not stop the delivery")
-	}
+	w.dieAfterCommit(t, e)
 	for range 2 {
 		if _, err := w.reminders.FinishPending(context.Background(), 10); err != nil {
 			t.Fatal(err)
@@ -472,6 +484,32 @@ func TestTheSweepSendsAReminderTheWorkerNeverSent(t *testing.T) {
 	}
 	if r, _ := w.reminded(t); r != 1 {
 		t.Fatalf("%d reminders, want 1", r)
+	}
+}
+
+// The sweep's own send of a reminder loses its answer (the worker died
+// before sending it): the sweep, like the worker, records it UNKNOWN,
+// counted, and neither it nor a redelivery sends it again.
+func TestTheSweepRecordsAReminderWhoseAnswerItLostUnknown(t *testing.T) {
+	g, _ := reminderGate(t, testenv.Cache(t), 0)
+	w := newEmailWorld(t, g)
+	e := w.settled(t, "pay_rc4", w.to, "pm_card_chargeDeclined", event.Failed)
+	w.dieAfterCommit(t, e)
+	w.ses.arm(1)
+	if _, err := w.reminders.FinishPending(context.Background(), 10); err != nil {
+		t.Fatal(err)
+	}
+	if state := w.rowState(t, e.EventID, notify.ChannelReminder); state != inbox.NotifUnknown {
+		t.Fatalf("the reminder's row: %s", state)
+	}
+	if _, err := w.reminders.FinishPending(context.Background(), 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.w.Process(context.Background(), e); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := w.reminded(t); r != 1 || w.counted("NotifUnknownDropped") != 1 || w.counted("NotifResent") != 0 {
+		t.Fatalf("%d reminders (want the one whose answer was lost); metrics %s", r, w.emf.String())
 	}
 }
 
@@ -486,11 +524,10 @@ func TestARemindersRepeatAfterACrashIsNotSent(t *testing.T) {
 	if _, err := w.w.Process(context.Background(), e); err != nil {
 		t.Fatal(err)
 	}
-	var state string
-	if err := w.pool.QueryRow(context.Background(), `SELECT state FROM notif WHERE event_id = $1 AND channel = 'reminder'`, e.EventID).Scan(&state); err != nil || state != inbox.NotifUnknown {
-		t.Fatalf("the reminder's row: %s %v", state, err)
+	if state := w.rowState(t, e.EventID, notify.ChannelReminder); state != inbox.NotifUnknown {
+		t.Fatalf("the reminder's row: %s", state)
 	}
-	if r, _ := w.reminded(t); r != 1 || !strings.Contains(w.emf.String(), `"NotifUnknownDropped":1`) || strings.Contains(w.emf.String(), "NotifResent") {
+	if r, _ := w.reminded(t); r != 1 || w.counted("NotifUnknownDropped") < 1 || w.counted("NotifResent") != 0 {
 		t.Fatalf("%d reminders (want the one before the crash); metrics %s", r, w.emf.String())
 	}
 }
@@ -535,7 +572,7 @@ func TestEveryPaymentEmailWhoseSendTimedOutIsSentAgain(t *testing.T) {
 			if n := len(w.emails(t)); n != 2 || w.emailState(t, e.EventID) != inbox.NotifSent {
 				t.Fatalf("%d emails (row %s), want the timed-out one and its repeat", n, w.emailState(t, e.EventID))
 			}
-			if !strings.Contains(w.emf.String(), `"NotifUnknownRetried":1`) {
+			if w.counted("NotifUnknownRetried") < 1 {
 				t.Errorf("not counted: %s", w.emf.String())
 			}
 		})
@@ -573,10 +610,7 @@ func TestTheSweepAsksTheGateToo(t *testing.T) {
 	var ids []string
 	for _, pid := range []string{"pay_sg1", "pay_sg2"} {
 		e := w.settled(t, pid, w.to, "pm_card_chargeDeclined", event.Failed)
-		*w.crashCommit = true
-		if _, err := w.w.Process(context.Background(), e); err == nil {
-			t.Fatal("the crash after the commit did not stop the delivery")
-		}
+		w.dieAfterCommit(t, e)
 		ids = append(ids, e.EventID)
 	}
 	if _, err := w.reminders.FinishPending(context.Background(), 10); err != nil {
@@ -609,7 +643,7 @@ func TestARepeatThatAlsoDiesIsNotSentAThirdTime(t *testing.T) {
 	if n := len(w.emails(t)); n != 2 || w.emailState(t, e.EventID) != inbox.NotifUnknown {
 		t.Fatalf("%d emails (row %s), want 2 and UNKNOWN", n, w.emailState(t, e.EventID))
 	}
-	if strings.Count(w.emf.String(), `"NotifResent":1`) != 1 || strings.Count(w.emf.String(), `"NotifUnknownDropped":1`) != 1 {
+	if w.counted("NotifResent") != 1 || w.counted("NotifUnknownDropped") != 1 {
 		t.Errorf("want one repeat and one unknown counted: %s", w.emf.String())
 	}
 }

@@ -300,26 +300,26 @@ func (r *Raise) admit(ctx context.Context, db interface {
 // recordUnknown records a send that may have gone and is not made again:
 // UNKNOWN, final.
 func recordUnknown(ctx context.Context, db execer, eventID, channel, why string) error {
-	ctx, cancel := recordCtx(ctx)
-	defer cancel()
-	if _, err := db.Exec(ctx, `
-		UPDATE notif SET state = 'UNKNOWN', last_error = $3, lease_until = NULL, sending_at = NULL
-		WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, eventID, channel, why); err != nil {
-		return fmt.Errorf("inbox: record %s's %s UNKNOWN: %w", eventID, channel, err)
-	}
-	return nil
+	return finalize(ctx, db, eventID, channel, NotifUnknown, why)
 }
 
 // drop records a logical message the gate did not let through: DROPPED,
 // final. Recording it can fail harmlessly: the gate answers the next
 // asker the same.
 func drop(ctx context.Context, db execer, eventID, channel, verdict string) error {
+	return finalize(ctx, db, eventID, channel, NotifDropped, "dedup: "+verdict)
+}
+
+// finalize ends a PENDING row in a final state with its reason, releasing
+// its lease and its send under way; the outcome is recorded even as the
+// invocation's deadline passes.
+func finalize(ctx context.Context, db execer, eventID, channel, state, why string) error {
 	ctx, cancel := recordCtx(ctx)
 	defer cancel()
 	if _, err := db.Exec(ctx, `
-		UPDATE notif SET state = 'DROPPED', last_error = $3, lease_until = NULL, sending_at = NULL
-		WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, eventID, channel, "dedup: "+verdict); err != nil {
-		return fmt.Errorf("inbox: record %s's %s dropped: %w", eventID, channel, err)
+		UPDATE notif SET state = $3, last_error = $4, lease_until = NULL, sending_at = NULL
+		WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, eventID, channel, state, why); err != nil {
+		return fmt.Errorf("inbox: record %s's %s %s: %w", eventID, channel, state, err)
 	}
 	return nil
 }

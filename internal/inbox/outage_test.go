@@ -237,6 +237,44 @@ func TestAPushNoChannelCanTakeIsUndeliverableAndTheEventDone(t *testing.T) {
 	}
 }
 
+// The sweep finds a PENDING push that no channel can take any more (the
+// push failed while the topic was down; by the sweep the deployment pushes
+// to devices only and the caller has none): it records it UNDELIVERABLE,
+// counted, final, and a later sweep leaves it.
+func TestTheSweepRecordsAPushNoChannelCanTakeUndeliverable(t *testing.T) {
+	p := newPushWorld(t)
+	ctx := context.Background()
+	p.breakSNS(t)
+	e := payment("pay_su", "m1", inbox.Succeeded, 700)
+	if resp, err := p.w.Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{message(t, e, 1)}}); err != nil || len(resp.BatchItemFailures) != 0 {
+		t.Fatalf("Handle = %+v, %v", resp, err)
+	}
+	if s := p.notif(t, e.EventID); s != inbox.NotifPending {
+		t.Fatalf("notif %s after the failed push, want PENDING", s)
+	}
+	devicesOnly, err := notify.New(p.snsc, notify.NewDeviceStore(p.pool), notify.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	emf := &bytes.Buffer{}
+	sw, err := inbox.NewNotifSweeper(p.pool, devicesOnly, inbox.SweepConfig{Logger: quiet, Metrics: metrics.New(emf, "worker"), Grace: time.Millisecond, Base: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(5 * time.Millisecond) // past the grace
+	for range 2 {
+		if _, err := sw.FinishPending(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s := p.notif(t, e.EventID); s != inbox.NotifUndeliverable {
+		t.Fatalf("notif %s, want UNDELIVERABLE", s)
+	}
+	if got := metrics.Sum(emf.Bytes(), "PushUndeliverable"); got != 1 {
+		t.Fatalf("PushUndeliverable = %v, want 1", got)
+	}
+}
+
 // settledRefund runs a payment and its refund through the real ledger and
 // returns the events their outbox intents carry: the path a refund's event
 // takes to the worker, like a payment's.

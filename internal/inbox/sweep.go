@@ -280,19 +280,15 @@ func (s *NotifSweeper) finish(ctx context.Context, n dueNotif) (ok bool, err err
 		log.Info("pending notification sent by the sweep", "replace_id", p.ReplaceID)
 		return true, nil
 	case errors.Is(sendErr, notify.ErrNoTarget):
-		if _, err := s.db.Exec(ctx, `
-			UPDATE notif SET state = 'UNDELIVERABLE', lease_until = NULL, sending_at = NULL, last_error = $3
-			WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, n.eventID, s.cfg.Channel, sendErr.Error()); err != nil {
-			return false, fmt.Errorf("inbox: mark %s UNDELIVERABLE: %w", n.eventID, err)
+		if err := finalize(ctx, s.db, n.eventID, s.cfg.Channel, NotifUndeliverable, sendErr.Error()); err != nil {
+			return false, err
 		}
 		s.cfg.Metrics.Count("PushUndeliverable", 1)
 		log.Warn("no channel can take the pending notification; recorded UNDELIVERABLE")
 		return true, nil
 	case dropsUnknown(e, s.cfg.Message, sendErr):
-		if _, err := s.db.Exec(ctx, `
-			UPDATE notif SET state = 'UNKNOWN', lease_until = NULL, sending_at = NULL, last_error = $3
-			WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, n.eventID, s.cfg.Channel, sendErr.Error()); err != nil {
-			return false, fmt.Errorf("inbox: mark %s UNKNOWN: %w", n.eventID, err)
+		if err := recordUnknown(ctx, s.db, n.eventID, s.cfg.Channel, sendErr.Error()); err != nil {
+			return false, err
 		}
 		s.cfg.Metrics.Count("NotifUnknownDropped", 1)
 		log.Warn("the provider's answer is unknown and this message is not repeated (a rare loss accepted); recorded UNKNOWN")
