@@ -43,13 +43,21 @@ type deviceServer struct {
 	mu    sync.Mutex
 	mark  int64
 	drops int
-	sent  []int64
+	// unavailable answers the first requests 503, applying nothing.
+	unavailable int
+	sent        []int64
 }
 
 func (s *deviceServer) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 	n, _ := strconv.ParseInt(r.Header.Get("Device-Counter"), 10, 64)
 	s.mu.Lock()
 	s.sent = append(s.sent, n)
+	if s.unavailable > 0 {
+		s.unavailable--
+		s.mu.Unlock()
+		rw.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
 	applied := n > s.mark
 	if applied {
 		s.mark = n
@@ -90,6 +98,36 @@ func TestALostDeviceReplyIsResentWithTheSameCounter(t *testing.T) {
 	r, err = c.RemoveDevice(context.Background())
 	if err != nil || r.Sent != 2 || !r.Applied {
 		t.Fatalf("remove: %+v %v, want counter 2 applied", r, err)
+	}
+}
+
+// A 503 (the ledger down) is sent again with the same counter; a device
+// route down past every attempt is an error, with the counter journaled
+// and sent, never a success.
+func TestAnUnavailableDeviceRouteIsRetriedAndThenAnError(t *testing.T) {
+	for _, c := range []struct {
+		name        string
+		unavailable int
+		wantErr     bool
+	}{{"one 503", 1, false}, {"down past every attempt", 10, true}} {
+		t.Run(c.name, func(t *testing.T) {
+			srv := &deviceServer{unavailable: c.unavailable}
+			ts := httptest.NewServer(srv)
+			defer ts.Close()
+			cl := client.New(client.Config{BaseURL: ts.URL, Token: "t", Caller: "u1", Sleep: func(context.Context, time.Duration) error { return nil }}, openJournal(t))
+			r, err := cl.RegisterDevice(context.Background(), "GCM", "tok")
+			if (err != nil) != c.wantErr || r.Sent != 1 {
+				t.Fatalf("result %+v, err %v; want error %v with counter 1 sent", r, err, c.wantErr)
+			}
+			for _, n := range srv.sent {
+				if n != 1 {
+					t.Fatalf("counters sent %v, want 1 each time", srv.sent)
+				}
+			}
+			if !c.wantErr && (len(srv.sent) != 2 || !r.Applied) {
+				t.Fatalf("sent %v, result %+v; want the second attempt applied", srv.sent, r)
+			}
+		})
 	}
 }
 

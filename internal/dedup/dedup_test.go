@@ -21,6 +21,12 @@ func gate(t *testing.T, c dedup.Cache, cfg dedup.Config) (*dedup.Gate, *bytes.Bu
 	t.Helper()
 	emf := &bytes.Buffer{}
 	cfg.Logger, cfg.Metrics = quiet, metrics.New(emf, "worker")
+	if cfg.Timeout == 0 {
+		// The tests of what the gate decides must not fail open because a
+		// loaded CI machine answered in 600 ms (the pool's own 1 s bounds
+		// a dead primary whatever this is).
+		cfg.Timeout = 5 * time.Second
+	}
 	g, err := dedup.New(c, cfg)
 	if err != nil {
 		t.Fatal(err)
@@ -105,6 +111,21 @@ func TestTheSameEventAskingAgainGetsTheSameAnswer(t *testing.T) {
 	}
 }
 
+// An event asking again after its fingerprint expired (a window shorter
+// than the cap's period: a sweep's retry hours later) is counted against
+// the cap once: the period's count remembers which events it holds.
+func TestAnEventAskingAgainAfterItsWindowIsNotCountedTwice(t *testing.T) {
+	g, _ := gate(t, testenv.Cache(t), dedup.Config{Cap: 1, Window: time.Second})
+	m := dedup.Message{Recipient: "u-" + testenv.RandomID(6), Template: "card-declined-reminder", Key: "pm_a"}
+	if v := g.Accept(context.Background(), m, "evA", now); v != dedup.Send {
+		t.Fatalf("first ask: %s", v)
+	}
+	time.Sleep(1100 * time.Millisecond) // the fingerprint's window passes
+	if v := g.Accept(context.Background(), m, "evA", now); v != dedup.Send {
+		t.Fatalf("the same event after its window: %s, want send (it already holds its place under the cap)", v)
+	}
+}
+
 // The cache down: the message goes out (a duplicate reminder is better
 // than a lost one), counted.
 func TestACacheThatCannotBeReachedFailsOpen(t *testing.T) {
@@ -118,6 +139,24 @@ func TestACacheThatCannotBeReachedFailsOpen(t *testing.T) {
 		t.Fatalf("%s, want fail-open", v)
 	}
 	if !strings.Contains(emf.String(), `"DedupFailOpen":1`) {
+		t.Errorf("not counted: %s", emf.String())
+	}
+}
+
+// oddCache answers a verdict the gate does not know (a script of another
+// version, a proxy in the way).
+type oddCache struct{}
+
+func (oddCache) Admit(context.Context, dedup.Admission) (string, error) { return "weird", nil }
+
+// A verdict the gate does not know is no verdict: the message goes out,
+// counted, rather than being dropped on an answer nobody decided.
+func TestAnAnswerTheGateDoesNotKnowFailsOpen(t *testing.T) {
+	g, emf := gate(t, oddCache{}, dedup.Config{})
+	if v := g.Accept(context.Background(), dedup.Message{Recipient: "u1", Template: "t", Key: "k"}, "ev1", now); v != dedup.FailOpen {
+		t.Fatalf("%s, want fail-open", v)
+	}
+	if metrics.Sum(emf.Bytes(), "DedupFailOpen") != 1 {
 		t.Errorf("not counted: %s", emf.String())
 	}
 }

@@ -319,6 +319,42 @@ func TestARegistrationReenablesADisabledEndpoint(t *testing.T) {
 	}
 }
 
+// A removal resent with its own counter changes nothing more: it answers
+// what the row holds, not applied, as any counter at or below the mark.
+func TestAResentRemovalIsNotAppliedTwice(t *testing.T) {
+	w := newWorld(t)
+	w.do("u1", http.MethodPut, "D1", 42, register("tok-R"))
+	if st, a, _ := w.do("u1", http.MethodDelete, "D1", 43, ""); st != http.StatusOK || !a.Applied || a.State != devices.Removed {
+		t.Fatalf("delete 43: %d %+v", st, a)
+	}
+	if st, a, _ := w.do("u1", http.MethodDelete, "D1", 43, ""); st != http.StatusOK || a.Applied || a.State != devices.Removed || a.Counter != 43 {
+		t.Fatalf("the resent 43: %d %+v, want 200, not applied, the row's 43", st, a)
+	}
+}
+
+// The worker disables the device a push found gone only while its row
+// holds the registration the push was read from: a registration since (a
+// higher counter, on the same endpoint) stays enabled.
+func TestAStaleDisableLeavesANewerRegistration(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	w.do("u1", http.MethodPut, "D1", 1, register("tok-S"))
+	store := notify.NewDeviceStore(w.pool)
+	read, err := store.Endpoints(ctx, "u1")
+	if err != nil || len(read) != 1 {
+		t.Fatalf("endpoints %v, %v", read, err)
+	}
+	if st, a, _ := w.do("u1", http.MethodPut, "D1", 2, register("tok-S")); st != http.StatusOK || !a.Applied {
+		t.Fatalf("register 2: %d %+v", st, a)
+	}
+	if err := store.Disable(ctx, read[0]); err != nil {
+		t.Fatal(err)
+	}
+	if eps := w.endpoints("u1"); len(eps) != 1 {
+		t.Fatalf("after the stale disable the worker would push to %v, want the newer registration", eps)
+	}
+}
+
 // Bad input is a 400 problem naming the field, and changes nothing.
 func TestBadInputIsAProblemAndChangesNothing(t *testing.T) {
 	w := newWorld(t)

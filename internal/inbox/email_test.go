@@ -262,6 +262,66 @@ func TestTheSweepCountsTheRepeatOfAnEmailWhoseWorkerDied(t *testing.T) {
 	}
 }
 
+// An email SES keeps failing past the give-up horizon is flagged STUCK,
+// counted and kept; re-armed (the operator's fix), the sweep sends it.
+func TestAnEmailFailingPastTheHorizonIsStuckUntilRearmed(t *testing.T) {
+	w := newEmailWorld(t)
+	ctx := context.Background()
+	e := w.paid(t, "pay_e9", w.to)
+	w.ses.arm(1)
+	if res, err := w.w.Process(ctx, e); err != nil || res.Extra != "email=failed" {
+		t.Fatalf("%+v %v", res, err)
+	}
+	if _, err := w.pool.Exec(ctx, `UPDATE notif SET armed_at = now() - interval '2 days', next_attempt_at = now() WHERE event_id = $1 AND channel = 'email'`, e.EventID); err != nil {
+		t.Fatal(err)
+	}
+	w.ses.arm(1)
+	if _, err := w.sweeper.FinishPending(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if s := w.emailState(t, e.EventID); s != inbox.NotifStuck || w.counted("NotifStuckFlagged") != 1 {
+		t.Fatalf("row %s, NotifStuckFlagged %v; want STUCK, flagged once", s, w.counted("NotifStuckFlagged"))
+	}
+	if n, err := w.sweeper.Rearm(ctx, e.EventID); err != nil || n != 1 {
+		t.Fatalf("re-armed %d: %v", n, err)
+	}
+	if _, err := w.sweeper.FinishPending(ctx, 10); err != nil {
+		t.Fatal(err)
+	}
+	if s := w.emailState(t, e.EventID); s != inbox.NotifSent {
+		t.Fatalf("row %s after the re-arm, want SENT", s)
+	}
+}
+
+// Failures the sweep saw answered are not repeats: an email that failed at
+// the worker and again at the sweep, then went, was sent once, and nothing
+// counts it as a possible duplicate.
+func TestAnEmailThatFailedTwiceIsNotCountedARepeat(t *testing.T) {
+	w := newEmailWorld(t)
+	ctx := context.Background()
+	e := w.paid(t, "pay_e12", w.to)
+	failed := func() error {
+		_, err := w.pool.Exec(ctx, `UPDATE notif SET next_attempt_at = now() WHERE event_id = $1 AND channel = 'email'`, e.EventID)
+		return err
+	}
+	w.ses.arm(1)
+	if res, err := w.w.Process(ctx, e); err != nil || res.Extra != "email=failed" {
+		t.Fatalf("%+v %v", res, err)
+	}
+	for _, lose := range []int{1, 0} {
+		if err := failed(); err != nil {
+			t.Fatal(err)
+		}
+		w.ses.arm(lose)
+		if _, err := w.sweeper.FinishPending(ctx, 10); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if w.emailState(t, e.EventID) != inbox.NotifSent || w.counted("NotifResent") != 0 {
+		t.Fatalf("row %s, NotifResent %v; want SENT and no repeat counted", w.emailState(t, e.EventID), w.counted("NotifResent"))
+	}
+}
+
 // A send that failed, then a retry that died after its send: the third
 // attempt knows the second may have gone out.
 func TestARepeatAfterAFailedAttemptIsStillCounted(t *testing.T) {
@@ -354,7 +414,10 @@ func TestEveryMessageTypeChoosesWhatAnUnknownSendCosts(t *testing.T) {
 func reminderGate(t *testing.T, c dedup.Cache, cap int) (*dedup.Gate, *bytes.Buffer) {
 	t.Helper()
 	emf := &bytes.Buffer{}
-	g, err := dedup.New(c, dedup.Config{Cap: cap, Logger: quiet, Metrics: metrics.New(emf, "worker")})
+	// A generous timeout: a loaded CI machine must not make these tests of
+	// the gate's decisions fail open (TestWithTheCacheDownBothRemindersGoOut
+	// fails open by a cache that refuses, at once).
+	g, err := dedup.New(c, dedup.Config{Cap: cap, Timeout: 5 * time.Second, Logger: quiet, Metrics: metrics.New(emf, "worker")})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -367,8 +430,10 @@ func reminderGate(t *testing.T, c dedup.Cache, cap int) (*dedup.Gate, *bytes.Buf
 func TestTwoDeclinesOfTheSameCardRaiseOneReminder(t *testing.T) {
 	g, _ := reminderGate(t, testenv.Cache(t), 0)
 	w := newEmailWorld(t, g)
+	var ids []string
 	for _, pid := range []string{"pay_d1", "pay_d2"} {
 		e := w.settled(t, pid, w.to, "pm_card_chargeDeclined", event.Failed)
+		ids = append(ids, e.EventID)
 		for range 2 {
 			if _, err := w.w.Process(context.Background(), e); err != nil {
 				t.Fatal(err)
@@ -377,6 +442,9 @@ func TestTwoDeclinesOfTheSameCardRaiseOneReminder(t *testing.T) {
 	}
 	if r, d := w.reminded(t); r != 1 || d != 2 {
 		t.Fatalf("%d reminders and %d decline emails, want 1 and 2", r, d)
+	}
+	if first, second := w.rowState(t, ids[0], notify.ChannelReminder), w.rowState(t, ids[1], notify.ChannelReminder); first != inbox.NotifSent || second != inbox.NotifDropped {
+		t.Fatalf("the reminders' rows: %s and %s, want SENT and the duplicate DROPPED", first, second)
 	}
 }
 
@@ -510,6 +578,24 @@ func TestTheSweepRecordsAReminderWhoseAnswerItLostUnknown(t *testing.T) {
 	}
 	if r, _ := w.reminded(t); r != 1 || w.counted("NotifUnknownDropped") != 1 || w.counted("NotifResent") != 0 {
 		t.Fatalf("%d reminders (want the one whose answer was lost); metrics %s", r, w.emf.String())
+	}
+}
+
+// The sweep, not a redelivery, finds a reminder whose worker died between
+// its send and SENT: it records it UNKNOWN, counted, and sends nothing.
+func TestTheSweepDoesNotRepeatAReminderWhoseWorkerDied(t *testing.T) {
+	g, _ := reminderGate(t, testenv.Cache(t), 0)
+	w := newEmailWorld(t, g)
+	e := w.settled(t, "pay_rc5", w.to, "pm_card_chargeDeclined", event.Failed)
+	w.dieAfterSend(t, e, notify.ChannelReminder)
+	if _, err := w.reminders.FinishPending(context.Background(), 10); err != nil {
+		t.Fatal(err)
+	}
+	if state := w.rowState(t, e.EventID, notify.ChannelReminder); state != inbox.NotifUnknown {
+		t.Fatalf("the reminder's row: %s", state)
+	}
+	if r, _ := w.reminded(t); r != 1 || w.counted("NotifUnknownDropped") != 1 || w.counted("NotifResent") != 0 {
+		t.Fatalf("%d reminders (want the one before the crash); metrics %s", r, w.emf.String())
 	}
 }
 
@@ -696,6 +782,38 @@ func TestAnEmailIsNotStartedWithoutTimeToRecordIt(t *testing.T) {
 	}
 	if res, err := w.w.Process(context.Background(), e); err != nil || res.Extra != "email=sent" {
 		t.Fatalf("the next delivery, with time: %+v %v", res, err)
+	}
+}
+
+// The sweep, like the worker, starts no email without time to record it:
+// the row goes back unleased with its attempt uncounted, and the next run
+// with time sends it.
+func TestTheSweepStartsNoEmailWithoutTimeToRecordIt(t *testing.T) {
+	w := newEmailWorld(t)
+	e := w.paid(t, "pay_e11", w.to)
+	w.dieAfterCommit(t, e)
+	var before int
+	if err := w.pool.QueryRow(context.Background(), `SELECT attempts FROM notif WHERE event_id = $1 AND channel = 'email'`, e.EventID).Scan(&before); err != nil {
+		t.Fatal(err)
+	}
+	short, cancel := context.WithTimeout(context.Background(), inbox.SendWindow-time.Second)
+	defer cancel()
+	if _, err := w.sweeper.FinishPending(short, 10); err != nil {
+		t.Fatal(err)
+	}
+	var attempts int
+	var leased bool
+	if err := w.pool.QueryRow(context.Background(), `SELECT attempts, lease_until IS NOT NULL FROM notif WHERE event_id = $1 AND channel = 'email'`, e.EventID).Scan(&attempts, &leased); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(w.emails(t)); n != 0 || w.emailState(t, e.EventID) != inbox.NotifPending || attempts != before || leased {
+		t.Fatalf("%d emails, row %s, attempts %d (before %d), leased %v; want none, PENDING, unchanged, released", n, w.emailState(t, e.EventID), attempts, before, leased)
+	}
+	if _, err := w.sweeper.FinishPending(context.Background(), 10); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(w.emails(t)); n != 1 || w.emailState(t, e.EventID) != inbox.NotifSent {
+		t.Fatalf("the next run, with time: %d emails, row %s", n, w.emailState(t, e.EventID))
 	}
 }
 

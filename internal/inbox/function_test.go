@@ -9,6 +9,7 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"github.com/oncepay/oncepay/internal/inbox"
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
 
 // The worker function has two triggers: an SQS batch credits and pushes;
@@ -62,5 +63,28 @@ func TestTheWorkerFunctionCreditsOnABatchAndFinishesFailedPushesOnItsSchedule(t 
 	}
 	if _, err := (inbox.Function{Worker: w.w}).Invoke(ctx, tick); err == nil {
 		t.Error("a tick reached a worker without a sweeper and nothing said so")
+	}
+}
+
+// A tick runs every sweep it has, the channels' too: one that fails (its
+// ledger gone) fails the tick, so EventBridge's retry and the worker's
+// error alarm see it, while the others still finish their rows.
+func TestATickReportsTheFailureOfAnExtraSweep(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, func(c *inbox.Config) { c.RetryAfter = time.Millisecond })
+	sw, err := inbox.NewNotifSweeper(w.pool, w.pusher, inbox.SweepConfig{Logger: quiet, Grace: time.Millisecond, Base: time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone, _ := testenv.Ledger(t)
+	extra, err := inbox.NewNotifSweeper(gone, w.pusher, inbox.SweepConfig{Channel: "email", Repeats: true, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	gone.Close()
+	fn := inbox.Function{Worker: w.w, Sweeper: sw, Extra: []*inbox.NotifSweeper{extra}}
+	tick := json.RawMessage(`{"version":"0","id":"t1","detail-type":"Scheduled Event","source":"aws.events","detail":{}}`)
+	if _, err := fn.Invoke(ctx, tick); err == nil {
+		t.Fatal("a tick whose email sweep failed answered success")
 	}
 }
