@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # The local cloud (docs/mechanism.md#design-6): DynamoDB Local (:8000), moto_server (:4566),
 # a PostgreSQL cluster of the project's own (own data dir, own port) and the
-# dedup cache, a redis-server of its own (:56379). Every
+# dedup cache, a redis-server of its own (:56379). A second Region's stores
+# beside them (issue 15): DynamoDB Local (:8001) and a PostgreSQL cluster
+# (:54330); moto serves both Regions (a client signing with another Region
+# gets its own queues). Every
 # port is on 127.0.0.1; logs and pids live under .local/ (git-ignored).
 #   localcloud.sh up     start what is not running, wait until ready (idempotent)
 #   localcloud.sh down   stop what runs (idempotent)
@@ -26,6 +29,8 @@ source "$ROOT/scripts/ports.sh"
 DDB_PORT=${ONCEPAY_DDB_PORT:-8000}
 MOTO_PORT=${ONCEPAY_MOTO_PORT:-4566}
 PG_PORT=${ONCEPAY_PG_PORT:-54329}
+R2_DDB_PORT=${ONCEPAY_R2_DDB_PORT:-8001}
+R2_PG_PORT=${ONCEPAY_R2_PG_PORT:-54330}
 CACHE_PORT=${ONCEPAY_CACHE_PORT:-56379}
 READY_TIMEOUT=${ONCEPAY_READY_TIMEOUT:-60}
 
@@ -71,15 +76,18 @@ pg_data_dir() {
   echo "$alt/data"
 }
 
-start_ddb() {
-  if port_open "$DDB_PORT"; then say "dynamodb-local already on :$DDB_PORT"; return; fi
+start_ddb() { # [name port]: the first Region's by default
+  local name=${1:-dynamodb-local} port=${2:-$DDB_PORT}
+  if port_open "$port"; then say "$name already on :$port"; return; fi
   local dir=$LOCAL/tools/dynamodb-local
   [ -f "$dir/DynamoDBLocal.jar" ] || die "DynamoDB Local is not installed: run 'make setup'"
-  (cd "$dir" && setsid nohup java -Djava.library.path="$dir/DynamoDBLocal_lib" -jar "$dir/DynamoDBLocal.jar" \
-      -inMemory -port "$DDB_PORT" -disableTelemetry >"$LOGS/dynamodb-local.log" 2>&1 &)
-  wait_for dynamodb-local port_open "$DDB_PORT"
+  # exec: no shell stays behind holding this script's stdout (a `make up |
+  # tee` would wait on it until the server stops).
+  (cd "$dir" && exec setsid nohup java -Djava.library.path="$dir/DynamoDBLocal_lib" -jar "$dir/DynamoDBLocal.jar" \
+      -inMemory -port "$port" -disableTelemetry >"$LOGS/$name.log" 2>&1 &)
+  wait_for "$name" port_open "$port"
   # setsid may fork, so $! is not always the server: record the server itself.
-  pgrep -n -f "$dir/DynamoDBLocal.jar -inMemory -port $DDB_PORT" >"$PIDS/dynamodb-local.pid"
+  pgrep -n -f "$dir/DynamoDBLocal.jar -inMemory -port $port -disableTelemetry" >"$PIDS/$name.pid"
 }
 
 start_moto() {
@@ -102,39 +110,80 @@ start_cache() {
   pgrep -n -f "redis-server 127.0.0.1:$CACHE_PORT" >"$PIDS/cache.pid" || pgrep -n -f "redis-server.*$CACHE_PORT" >"$PIDS/cache.pid"
 }
 
-start_pg() {
+# The server's settings. wal_level=logical, with slots, senders and workers
+# to spare, lets a test replicate one Region's ledger to the other's
+# (internal/localcloud/pgrepl: a few subscriptions at once, each with its
+# table-sync workers).
+pg_opts() { # port data-dir
+  echo "-p $1 -c listen_addresses=127.0.0.1 -k $2 -c max_connections=300 -c wal_level=logical" \
+    "-c max_replication_slots=32 -c max_wal_senders=32 -c max_logical_replication_workers=32 -c max_worker_processes=48"
+}
+
+start_pg() { # name port data-dir-name: postgres $PG_PORT data, postgres-r2 $R2_PG_PORT data-r2
+  local name=$1 port=$2 dirname=$3
+  local pathfile=$LOCAL/pgdata${name#postgres}.path # pgdata.path, pgdata-r2.path
   [ -n "$PGBIN" ] || die "PostgreSQL is not installed: run 'make setup'"
-  if port_open "$PG_PORT"; then
-    say "postgres already on :$PG_PORT"
-    [ -f "$LOCAL/pgdata.path" ] && pg_tls "$(cat "$LOCAL/pgdata.path")"
+  if port_open "$port"; then
+    say "$name already on :$port"
+    if [ -f "$pathfile" ]; then
+      pg_logical "$name" "$port" "$(cat "$pathfile")"
+      pg_tls "$port" "$(cat "$pathfile")"
+      pg_retry "$port"
+    fi
     return
   fi
-  local data; data=$(pg_data_dir)
-  echo "$data" >"$LOCAL/pgdata.path"
+  # The second Region's data dir is a sibling of the first's.
+  local data; data="$(dirname "$(pg_data_dir)")/$dirname"
+  echo "$data" >"$pathfile"
   # The server writes its log as the postgres user: next to its data dir,
   # which that user can reach; .local/logs gets a link to it.
-  local pglog; pglog="$(dirname "$data")/postgres.log"
+  local pglog; pglog="$(dirname "$data")/$name.log"
   if [ ! -f "$data/PG_VERSION" ]; then
     say "initdb $data"
-    (cd / && runuser -u postgres -- "$PGBIN/initdb" -D "$data" -U postgres -A trust -E UTF8 --no-instructions) >"$LOGS/postgres-initdb.log" 2>&1 \
-      || { tail -n 20 "$LOGS/postgres-initdb.log" >&2; die "initdb failed"; }
+    (cd / && runuser -u postgres -- "$PGBIN/initdb" -D "$data" -U postgres -A trust -E UTF8 --no-instructions) >"$LOGS/$name-initdb.log" 2>&1 \
+      || { tail -n 20 "$LOGS/$name-initdb.log" >&2; die "$name: initdb failed"; }
   fi
   (cd / && runuser -u postgres -- touch "$pglog")
-  ln -sfn "$pglog" "$LOGS/postgres.log"
+  ln -sfn "$pglog" "$LOGS/$name.log"
   (cd / && runuser -u postgres -- "$PGBIN/pg_ctl" -D "$data" -l "$pglog" -w -t "$READY_TIMEOUT" \
-    -o "-p $PG_PORT -c listen_addresses=127.0.0.1 -k $data -c max_connections=300" start) >/dev/null \
-    || { tail -n 20 "$pglog" >&2; die "postgres did not start"; }
-  head -1 "$data/postmaster.pid" >"$PIDS/postgres.pid"
-  wait_for postgres "$PGBIN/pg_isready" -h 127.0.0.1 -p "$PG_PORT"
-  pg_tls "$data"
+    -o "$(pg_opts "$port" "$data")" start) >/dev/null \
+    || { tail -n 20 "$pglog" >&2; die "$name did not start"; }
+  head -1 "$data/postmaster.pid" >"$PIDS/$name.pid"
+  wait_for "$name" "$PGBIN/pg_isready" -h 127.0.0.1 -p "$port"
+  pg_tls "$port" "$data"
+  pg_retry "$port"
+}
+
+# The logical replication launcher starts at most one subscription's worker
+# per wal_retrieve_retry_interval (5 s by default, for the whole cluster):
+# each test's new subscription would wait that long. Reloadable, so set in
+# place like ssl.
+pg_retry() { # port
+  if [ "$(psql_admin "$1" -Atc 'SHOW wal_retrieve_retry_interval')" != 200ms ]; then
+    psql_admin "$1" -qc "ALTER SYSTEM SET wal_retrieve_retry_interval = '200ms'" -c "SELECT pg_reload_conf()" >/dev/null
+  fi
+}
+
+# wal_level takes a restart: a cluster an older checkout started without
+# logical decoding is restarted once with today's settings (its sessions are
+# cut; the stack's pools reconnect).
+pg_logical() { # name port data-dir
+  local name=$1 port=$2 data=$3
+  [ "$(psql_admin "$port" -Atc 'SHOW wal_level')" = logical ] && return
+  say "$name: restarting with wal_level=logical"
+  (cd / && runuser -u postgres -- "$PGBIN/pg_ctl" -D "$data" -l "$(dirname "$data")/$name.log" -w -t "$READY_TIMEOUT" \
+    -m fast -o "$(pg_opts "$port" "$data")" restart) >/dev/null \
+    || { tail -n 20 "$LOGS/$name.log" >&2; die "$name did not restart"; }
+  head -1 "$data/postmaster.pid" >"$PIDS/$name.pid"
+  wait_for "$name" "$PGBIN/pg_isready" -h 127.0.0.1 -p "$port"
 }
 
 # The stack's DSN says sslmode=require (Aurora's rds.force_ssl): the local
 # cluster speaks TLS too, with a self-signed certificate made once in its
 # data dir. ssl is a reloadable setting, so a cluster already running
 # without it is switched on in place, with no restart.
-pg_tls() { # data-dir
-  local data=$1
+pg_tls() { # port data-dir
+  local port=$1 data=$2
   if ! runuser -u postgres -- test -f "$data/server.crt"; then
     command -v openssl >/dev/null || die "openssl is not installed: run 'make setup'"
     (cd / && runuser -u postgres -- openssl req -x509 -newkey rsa:2048 -nodes -days 3650 \
@@ -143,13 +192,24 @@ pg_tls() { # data-dir
       || { tail -n 20 "$LOGS/postgres-tls.log" >&2; die "could not make the ledger's TLS certificate"; }
     chmod 600 "$data/server.key"
   fi
-  if [ "$(psql_admin -Atc 'SHOW ssl')" != on ]; then
-    psql_admin -qc "ALTER SYSTEM SET ssl = on" -c "SELECT pg_reload_conf()" >/dev/null
-    say "postgres: TLS on"
+  if [ "$(psql_admin "$port" -Atc 'SHOW ssl')" != on ]; then
+    psql_admin "$port" -qc "ALTER SYSTEM SET ssl = on" -c "SELECT pg_reload_conf()" >/dev/null
+    say "postgres :$port: TLS on"
   fi
 }
 
-psql_admin() { "$PGBIN/psql" -h 127.0.0.1 -p "$PG_PORT" -U postgres -d postgres -X "$@"; }
+psql_admin() { local port=$1; shift; "$PGBIN/psql" -h 127.0.0.1 -p "$port" -U postgres -d postgres -X "$@"; }
+
+pg_stop() { # name
+  local pathfile=$LOCAL/pgdata${1#postgres}.path
+  if [ -f "$pathfile" ] && [ -n "$PGBIN" ]; then
+    local data; data=$(cat "$pathfile")
+    if [ -f "$data/postmaster.pid" ]; then
+      (cd / && runuser -u postgres -- "$PGBIN/pg_ctl" -D "$data" -m fast -w stop) >/dev/null 2>&1 && say "stopped $1" || true
+    fi
+    rm -f "$PIDS/$1.pid"
+  fi
+}
 
 # The project's own local services: built from this checkout and restarted on
 # every `up`, so they always run the code in the tree.
@@ -247,10 +307,14 @@ stop_pid() { # name [grace seconds]
 
 case "${1:-}" in
   up)
-    start_ddb
+    # The two DynamoDB Locals (a JVM start each) come up while the rest does.
+    start_ddb & ddb1=$!
+    start_ddb dynamodb-local-r2 "$R2_DDB_PORT" & ddb2=$!
     start_moto
-    start_pg
+    start_pg postgres "$PG_PORT" data
+    start_pg postgres-r2 "$R2_PG_PORT" data-r2
     start_cache
+    wait "$ddb1" && wait "$ddb2" || die "a DynamoDB Local did not start"
     ;;
   apps)
     start_apps
@@ -262,15 +326,11 @@ case "${1:-}" in
     for n in frontdoor pspsim; do stop_pid "$n"; done
     rm -f "$PIDS/stack.sum"
     stop_pid dynamodb-local
+    stop_pid dynamodb-local-r2
     stop_pid moto
     stop_pid cache
-    if [ -f "$LOCAL/pgdata.path" ] && [ -n "$PGBIN" ]; then
-      data=$(cat "$LOCAL/pgdata.path")
-      if [ -f "$data/postmaster.pid" ]; then
-        (cd / && runuser -u postgres -- "$PGBIN/pg_ctl" -D "$data" -m fast -w stop) >/dev/null 2>&1 && say "stopped postgres" || true
-      fi
-      rm -f "$PIDS/postgres.pid"
-    fi
+    pg_stop postgres
+    pg_stop postgres-r2
     ;;
   restart-dynamodb)
     # Only for a run of the emulators alone (the chaos runner's worlds make
@@ -286,6 +346,8 @@ case "${1:-}" in
     port_open "$DDB_PORT" && say "dynamodb-local :$DDB_PORT up" || say "dynamodb-local :$DDB_PORT down"
     port_open "$MOTO_PORT" && say "moto :$MOTO_PORT up" || say "moto :$MOTO_PORT down"
     port_open "$PG_PORT" && say "postgres :$PG_PORT up" || say "postgres :$PG_PORT down"
+    port_open "$R2_DDB_PORT" && say "dynamodb-local-r2 :$R2_DDB_PORT up" || say "dynamodb-local-r2 :$R2_DDB_PORT down"
+    port_open "$R2_PG_PORT" && say "postgres-r2 :$R2_PG_PORT up" || say "postgres-r2 :$R2_PG_PORT down"
     port_open "$CACHE_PORT" && say "cache :$CACHE_PORT up" || say "cache :$CACHE_PORT down"
     port_open "${PSPSIM_ADDR##*:}" && say "pspsim $PSPSIM_ADDR up" || say "pspsim $PSPSIM_ADDR down"
     port_open "${FRONTDOOR_ADDR##*:}" && say "frontdoor $FRONTDOOR_ADDR up" || say "frontdoor $FRONTDOOR_ADDR down"

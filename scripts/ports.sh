@@ -26,6 +26,7 @@ _oncepay_pair() {
 }
 
 _oncepay_pair ONCEPAY_DDB_PORT ONCEPAY_DDB_URL 8000 port &&
+  _oncepay_pair ONCEPAY_R2_DDB_PORT ONCEPAY_R2_DDB_URL 8001 port &&
   _oncepay_pair ONCEPAY_MOTO_PORT ONCEPAY_AWS_URL 4566 port &&
   _oncepay_pair ONCEPAY_PSPSIM_ADDR ONCEPAY_PSP_URL 127.0.0.1:8090 addr &&
   _oncepay_pair ONCEPAY_FRONTDOOR_ADDR ONCEPAY_FRONTDOOR_URL 127.0.0.1:8080 addr || exit 1

@@ -22,6 +22,10 @@ type DataPlaneProps struct {
 	Events  EventQueueProps
 	Push    PushTopicProps
 	Ledger  LedgerProps
+	// Regions makes the claim table a global table, adds the home record
+	// table, and joins the ledger to an Aurora global database
+	// (docs/regions.md); nil is one Region.
+	Regions *Regions
 }
 
 // DataPlane is everything that holds or carries a payment's state. Later
@@ -36,6 +40,8 @@ type DataPlane struct {
 	Events  *EventQueue
 	Push    *PushTopic
 	Ledger  *Ledger
+	// Homes is the home record table; nil in one Region.
+	Homes *HomeTable
 }
 
 // NewDataPlane creates one KMS key (unless given) and the parts around it.
@@ -67,7 +73,18 @@ func NewDataPlane(scope constructs.Construct, id string, props *DataPlaneProps) 
 
 	claims := props.Claims
 	claims.Protection = claims.Protection.inherit(shared)
-	c.Claims = NewClaimTable(c.Construct, "Claims", &claims)
+	if r := props.Regions; r != nil {
+		if claims.Override != nil {
+			panic("oncepay: DataPlaneProps.Claims.Override takes a one-Region table's props; across Regions the claim table is a TableV2 (NewGlobalClaimTable's Override)")
+		}
+		// The data key stays with the Region's other stores: a global
+		// table's replicas use DynamoDB's AWS-managed key (GlobalTableProps).
+		global := GlobalTableProps{Protection: Protection{RemovalPolicy: claims.RemovalPolicy, DeletionProtection: claims.DeletionProtection}, Regions: r}
+		c.Claims = NewGlobalClaimTable(c.Construct, "Claims", &global)
+		c.Homes = NewHomeTable(c.Construct, "Homes", &global)
+	} else {
+		c.Claims = NewClaimTable(c.Construct, "Claims", &claims)
+	}
 
 	outbox := props.Outbox
 	outbox.Protection = outbox.Protection.inherit(shared)
@@ -85,6 +102,9 @@ func NewDataPlane(scope constructs.Construct, id string, props *DataPlaneProps) 
 	ledger.Protection = ledger.Protection.inherit(shared)
 	if ledger.Vpc == nil {
 		ledger.Vpc = c.Vpc
+	}
+	if r := props.Regions; r != nil {
+		ledger.Global = &LedgerGlobal{Identifier: r.GlobalClusterID(), Primary: r.IsPrimary()}
 	}
 	c.Ledger = NewLedger(c.Construct, "Ledger", &ledger)
 	return c

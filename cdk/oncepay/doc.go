@@ -31,5 +31,7 @@
 // group), Psp (the Stripe secret), LedgerMigration (the deploy-time schema
 // migration), AlbFrontDoor (the alternative front door). NewStack wires them
 // into the deployable stack with alarms and a dashboard; Profile picks
-// sandbox or prod settings.
+// sandbox or prod settings. Across Regions (docs/regions.md),
+// NewRegionStacks makes a stack per Region, with NewGlobalClaimTable,
+// HomeTable and the ledger in an Aurora global database (LedgerGlobal).
 package oncepay

@@ -44,6 +44,11 @@ const (
 	EnvPSPURL          = stackenv.PSPURL
 	EnvAlbArn          = stackenv.AlbArn
 	EnvAlbKeysURL      = stackenv.AlbKeysURL
+	EnvHomesTable      = stackenv.HomesTable
+	EnvClaimsSweep     = stackenv.ClaimsSweep
+	EnvStandbyCheck    = stackenv.StandbyCheck
+	EnvHomeDefault     = stackenv.HomeDefault
+	EnvRegionURLs      = stackenv.RegionURLs
 )
 
 // AssetsContextKey names the directory that holds build/<fn>/bootstrap

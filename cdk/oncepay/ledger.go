@@ -53,6 +53,24 @@ type LedgerProps struct {
 	ConnectionsAlarm float64
 	// Override sees the final cluster props before the cluster is created.
 	Override func(*awsrds.DatabaseClusterProps)
+	// Global joins the cluster to an Aurora global database; nil is a
+	// cluster of its own.
+	Global *LedgerGlobal
+}
+
+// LedgerGlobal places the ledger in an Aurora global database
+// (docs/regions.md): one writer in the primary Region, a read-only
+// secondary in each other, promoted by a failover.
+type LedgerGlobal struct {
+	// Identifier of the AWS::RDS::GlobalCluster, the same in every
+	// Region's stack.
+	Identifier string
+	// Primary makes the global cluster here, from this cluster. Otherwise
+	// the cluster is a secondary of the global cluster, which must exist
+	// (deploy the primary's stack first): it has no admin login of its own
+	// (the primary's users and schema replicate), so no secret, and its
+	// storage is encrypted with this Region's key.
+	Primary bool
 }
 
 // Ledger is the payments database: journal, outbox intents, inbox, credits.
@@ -68,6 +86,9 @@ type Ledger struct {
 	Proxy              awsrds.DatabaseProxy
 	ProxyRole          awsiam.Role
 	ProxySecurityGroup awsec2.SecurityGroup
+	// GlobalCluster is the global database, made in the primary's stack;
+	// nil elsewhere. Secret is nil in a secondary.
+	GlobalCluster awsrds.CfnGlobalCluster
 	// MaxCapacity is the cluster's maximum ACUs, as deployed (after
 	// Override): the connections alarm is sized from it.
 	MaxCapacity float64
@@ -109,11 +130,21 @@ func NewLedger(scope constructs.Construct, id string, props *LedgerProps) *Ledge
 		Description:      jsii.String("oncepay ledger: PostgreSQL from the functions that hold a ledger grant"),
 		AllowAllOutbound: jsii.Bool(false), // a database initiates nothing
 	})
-	c.Secret = awsrds.NewDatabaseSecret(c.Construct, jsii.String("Secret"), &awsrds.DatabaseSecretProps{
-		Username:      jsii.String(LedgerUsername),
-		Dbname:        jsii.String(LedgerDatabase),
-		EncryptionKey: c.Key,
-	})
+	secondary := props.Global != nil && !props.Global.Primary
+	credentials, dbName := awsrds.Credentials(nil), jsii.String(LedgerDatabase)
+	if secondary {
+		// CDK makes a secret unless given a password: the placeholder is
+		// removed from the template in joinGlobal, and no database is
+		// named (the primary's replicate).
+		credentials, dbName = awsrds.Credentials_FromPassword(jsii.String(LedgerUsername), awscdk.SecretValue_UnsafePlainText(jsii.String("none: a secondary has no login of its own"))), nil
+	} else {
+		c.Secret = awsrds.NewDatabaseSecret(c.Construct, jsii.String("Secret"), &awsrds.DatabaseSecretProps{
+			Username:      jsii.String(LedgerUsername),
+			Dbname:        jsii.String(LedgerDatabase),
+			EncryptionKey: c.Key,
+		})
+		credentials = awsrds.Credentials_FromSecret(c.Secret, nil)
+	}
 
 	var readers []awsrds.IClusterInstance
 	for i := 1; i <= props.Readers; i++ {
@@ -127,8 +158,8 @@ func NewLedger(scope constructs.Construct, id string, props *LedgerProps) *Ledge
 		Writer:                  awsrds.ClusterInstance_ServerlessV2(jsii.String("Writer"), nil),
 		ServerlessV2MinCapacity: minACU,
 		ServerlessV2MaxCapacity: maxACU,
-		Credentials:             awsrds.Credentials_FromSecret(c.Secret, nil),
-		DefaultDatabaseName:     jsii.String(LedgerDatabase),
+		Credentials:             credentials,
+		DefaultDatabaseName:     dbName,
 		IamAuthentication:       jsii.Bool(true),
 		StorageEncrypted:        jsii.Bool(true),
 		StorageEncryptionKey:    c.Key,
@@ -166,6 +197,9 @@ func NewLedger(scope constructs.Construct, id string, props *LedgerProps) *Ledge
 	// cloud cannot run and the stack's IAM checks refuse.
 	c.MaxCapacity, c.ConnectionsAlarm = *cp.ServerlessV2MaxCapacity, props.ConnectionsAlarm
 	c.Cluster = awsrds.NewDatabaseCluster(c.Construct, jsii.String("Cluster"), cp)
+	if props.Global != nil {
+		c.joinGlobal(props, cp)
+	}
 	// The secret, security group and parameter group follow a retained
 	// cluster: without its password or parameters it is a recovery job, and
 	// deleting them while the cluster uses them fails anyway.
@@ -187,11 +221,39 @@ func NewLedger(scope constructs.Construct, id string, props *LedgerProps) *Ledge
 	if props.Proxy {
 		c.addProxy(props)
 	}
-	suppress(cfn(c.Secret), "AwsSolutions-SMG4",
-		"The admin secret is not on the payment path: handlers authenticate with short-lived IAM tokens. It is used by the migration function and operators. "+
-			"Secrets Manager's PostgreSQL rotation is not turned on: it sets the new password with ALTER USER ... WITH PASSWORD in plain text, which the cluster's log_statement=ddl writes to the exported log; "+
-			"an operator changes it as a SCRAM verifier and puts the password in the secret (docs/deploy.md).")
+	if c.Secret != nil {
+		suppress(cfn(c.Secret), "AwsSolutions-SMG4",
+			"The admin secret is not on the payment path: handlers authenticate with short-lived IAM tokens. It is used by the migration function and operators. "+
+				"Secrets Manager's PostgreSQL rotation is not turned on: it sets the new password with ALTER USER ... WITH PASSWORD in plain text, which the cluster's log_statement=ddl writes to the exported log; "+
+				"an operator changes it as a SCRAM verifier and puts the password in the secret (docs/deploy.md).")
+	}
 	return c
+}
+
+// joinGlobal makes the global cluster from this one (primary), or makes
+// this one a secondary of it.
+func (c *Ledger) joinGlobal(props *LedgerProps, cp *awsrds.DatabaseClusterProps) {
+	g := props.Global
+	if g.Identifier == "" {
+		panic("oncepay: NewLedger: LedgerProps.Global needs the global cluster's Identifier")
+	}
+	if g.Primary {
+		// Engine, version, encryption and database come from the source
+		// cluster (CloudFormation refuses them beside it).
+		c.GlobalCluster = awsrds.NewCfnGlobalCluster(c.Construct, jsii.String("GlobalCluster"), &awsrds.CfnGlobalClusterProps{
+			GlobalClusterIdentifier:   jsii.String(g.Identifier),
+			SourceDbClusterIdentifier: c.Cluster.ClusterArn(),
+			DeletionProtection:        jsii.Bool(props.deletionProtection()),
+		})
+		c.GlobalCluster.ApplyRemovalPolicy(cp.RemovalPolicy, nil)
+		return
+	}
+	l1 := cfn(c.Cluster).(awsrds.CfnDBCluster)
+	l1.SetGlobalClusterIdentifier(jsii.String(g.Identifier))
+	// A secondary takes the primary's master user, password and database:
+	// RDS refuses them on a cluster that joins a global database.
+	l1.AddPropertyDeletionOverride(jsii.String("MasterUsername"))
+	l1.AddPropertyDeletionOverride(jsii.String("MasterUserPassword"))
 }
 
 // addProxy creates the proxy: IAM from the client to the proxy and from the
@@ -288,6 +350,9 @@ func (c *Ledger) Connect(fn *GoFunction, user string) {
 // admin with the secret's password: GetSecretValue on that one secret and
 // the port open to the cluster itself (never through the IAM-only proxy).
 func (c *Ledger) ConnectAdmin(fn *GoFunction) {
+	if c.Secret == nil {
+		panic(fmt.Sprintf("oncepay: Ledger.ConnectAdmin(%s): the ledger is a secondary of a global database, with no admin login: connect to the primary's", fn.Name))
+	}
 	for _, sg := range fn.securityGroups("Ledger.ConnectAdmin") {
 		c.SecurityGroup.AddIngressRule(sg, awsec2.Port_Tcp(jsii.Number(LedgerPort)),
 			jsii.String("PostgreSQL from the "+fn.Name+" function"), nil)

@@ -23,6 +23,13 @@ const (
 	MetricUnknownOverHorizon = "UnknownOverHorizon"
 	// MetricKeyStoreDegraded: the api carried on without the claim table.
 	MetricKeyStoreDegraded = "KeyStoreDegraded"
+	// MetricHomeUnavailable: the api refused a request whose caller's home
+	// it could not read, or whose home Region it has no URL for (across
+	// Regions, docs/regions.md).
+	MetricHomeUnavailable = "HomeUnavailable"
+	// MetricResolveLostRow: a resolve found the PSP holding a payment the
+	// ledger does not know: lost with a failed Region's last writes.
+	MetricResolveLostRow = "ResolveLostRow"
 	// MetricWebhookSucceededOnFailed: the PSP reported a charge for a
 	// payment the ledger holds as FAILED or VOID (webhook.MetricSucceededOnFailed).
 	MetricWebhookSucceededOnFailed = "WebhookSucceededOnFailed"
@@ -60,6 +67,8 @@ const (
 	AlarmRelayIteratorAge    = "RelayIteratorAge"
 	AlarmUnknownOverHorizon  = "UnknownOverHorizon"
 	AlarmKeyStoreDegraded    = "KeyStoreDegraded"
+	AlarmHomeUnavailable     = "HomeUnavailable"
+	AlarmResolveLostRow      = "ResolveLostRow"
 	AlarmChargedButClosed    = "ChargedButClosed"
 	AlarmNotifStuck          = "NotifStuck"
 	AlarmOutboxRedriven      = "OutboxRedriven"
@@ -173,6 +182,12 @@ func newMonitoring(s *Stack) *Monitoring {
 		custom(MetricNotifStuck, FnWorker, "Maximum"))
 	atLeastOne(AlarmOutboxRedriven, "The resolver's sweep re-drove events the worker had not processed 30 s after their commit: the relay, the events queue or the worker is failing or slow (events parked in the events DLQ are re-driven too, so they return once the cause is fixed). The resolver logs each re-drive with its event id.", custom(MetricOutboxRedriven, FnResolver, "Sum"))
 	atLeastOne(AlarmKeyStoreDegraded, "The api answered without the claim table (the ledger's unique key alone guarded those payments).", custom(MetricKeyStoreDegraded, FnAPI, "Sum"))
+	if s.Regions != nil {
+		atLeastOne(AlarmHomeUnavailable, "The api refused requests (503 home-unavailable): it could not read the caller's home record, or the record names a Region it has no URL for (docs/regions.md). Check the home table's replica in this Region and ONCEPAY_REGION_URLS.",
+			custom(MetricHomeUnavailable, FnAPI, "Sum"))
+		atLeastOne(AlarmResolveLostRow, "A resolve found a payment the PSP knows (charged, declined or still open) that this Region's ledger does not: written in a failed Region's last replication lag and lost in the failover. The key is held open; reconcile the payment against the PSP (docs/regions.md, what an unplanned failover loses).",
+			custom(MetricResolveLostRow, FnAPI, "Sum"))
+	}
 	// Without the key no PSP call is made: the api leaves each payment
 	// UNKNOWN and the resolver cannot settle them, so money waits while
 	// nothing else fails (no function error, no 5xx beyond the 202s).

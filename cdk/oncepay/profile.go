@@ -234,7 +234,8 @@ func StackPropsFromContext(scope constructs.Construct) (*StackProps, error) {
 	get := map[string]string{}
 	for _, k := range []string{ContextPSPKeySecretArn, ContextPSPKeySecretKmsKey, ContextWebhookSecretArn, ContextWebhookSecretKmsKey, ContextPSPURL,
 		ContextJWTIssuer, ContextJWTAudience, ContextAlbCertificateArn, ContextAlbDomainName, ContextAlbCognitoDomainPrefix, ContextAlbKeysURL,
-		ContextPlatformApplicationArns, ContextLedgerProxy, ContextResolverConcurrency, ContextEmailFrom} {
+		ContextPlatformApplicationArns, ContextLedgerProxy, ContextResolverConcurrency, ContextEmailFrom,
+		ContextRegions, ContextRegionURLs, ContextClaims, ContextWitnessRegion} {
 		if get[k], err = str(k); err != nil {
 			return nil, err
 		}
@@ -288,6 +289,14 @@ func StackPropsFromContext(scope constructs.Construct) (*StackProps, error) {
 		p.LedgerProxy = jsii.Bool(v == "true")
 	default:
 		return nil, fmt.Errorf("oncepay: context %s must be true or false, got %q", ContextLedgerProxy, v)
+	}
+	if p.Regions, err = regionsFromContext(get, list, profile); err != nil {
+		return nil, err
+	}
+	if p.Regions != nil {
+		if err := p.checkRegionBound(); err != nil {
+			return nil, err
+		}
 	}
 	return p, nil
 }

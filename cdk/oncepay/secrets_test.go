@@ -182,7 +182,15 @@ func TestEachPSPSecretIsReadOnlyByItsOwnFunctions(t *testing.T) {
 // Mappings section or a Fn::FindInMap (the CDK's per-Region layer and
 // account maps: a deploy to a Region outside the map fails).
 func TestNoRegionDependentMapping(t *testing.T) {
-	for name, s := range map[string]*synthesized{"sandbox": synth(t, oncepay.ProfileSandbox), "prod": synth(t, oncepay.ProfileProd), "alb": synthALB(t)} {
+	variants := map[string]*synthesized{"sandbox": synth(t, oncepay.ProfileSandbox), "prod": synth(t, oncepay.ProfileProd), "alb": synthALB(t)}
+	// Across Regions each stack names its Region, where CDK would fill
+	// such maps in.
+	for _, rs := range []*regionStacks{synthTwoRegions(t), synthTwoRegionsProd(t), synthStrongRegions(t)} {
+		for _, s := range rs.each() {
+			variants[s.String()+" ("+string(s.stack.Regions.Claims)+")"] = s
+		}
+	}
+	for name, s := range variants {
 		if m, ok := s.json["Mappings"]; ok {
 			t.Errorf("%s: Mappings %s", name, show(m))
 		}
@@ -279,14 +287,21 @@ func TestTheGoneRevisionContextIsRefused(t *testing.T) {
 	}
 }
 
-// TestVariantTemplates synthesizes the prod and ALB variants (what make
-// test-cfn lints, written to $ONCEPAY_TEMPLATES_OUT) and checks each has
-// the resources only it holds.
+// TestVariantTemplates synthesizes the prod and ALB variants and the
+// stacks across Regions (what make test-cfn lints, written to
+// $ONCEPAY_TEMPLATES_OUT) and checks each has the resources only it holds.
 func TestVariantTemplates(t *testing.T) {
 	if n := len(synth(t, oncepay.ProfileProd).resourcesOfType("AWS::RDS::DBProxy")); n != 1 {
 		t.Errorf("prod: %d RDS proxies, want 1", n)
 	}
 	if n := len(synthALB(t).resourcesOfType("AWS::ElasticLoadBalancingV2::LoadBalancer")); n != 1 {
 		t.Errorf("alb: %d load balancers, want 1", n)
+	}
+	// Across Regions: a stack per Region, the primary's with the global
+	// tables and cluster (regions-<region>, regions-prod-…, regions-strong-…).
+	for _, rs := range []*regionStacks{synthTwoRegions(t), synthTwoRegionsProd(t), synthStrongRegions(t)} {
+		if n := len(rs.primary().resourcesOfType("AWS::RDS::GlobalCluster")); n != 1 {
+			t.Errorf("%s: %d global clusters, want 1", rs.primary(), n)
+		}
 	}
 }

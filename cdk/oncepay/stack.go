@@ -1,6 +1,8 @@
 package oncepay
 
 import (
+	"fmt"
+
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsapigatewayv2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsevents"
@@ -46,6 +48,9 @@ type StackProps struct {
 	ResolverReservedConcurrency *int
 	// Throttle of the HTTP API's stage.
 	Throttle *awsapigatewayv2.ThrottleSettings
+	// Regions places the stack in a deployment across Regions (Regions.Here
+	// is its Region; NewRegionStacks makes them all); nil is one Region.
+	Regions *Regions
 }
 
 // Stack is the oncepay deployment.
@@ -77,6 +82,8 @@ type Stack struct {
 	// Alb is nil unless StackProps.Alb has a certificate.
 	Alb        *AlbFrontDoor
 	Monitoring *Monitoring
+	// Regions is StackProps.Regions: nil in one Region.
+	Regions *Regions
 }
 
 // Output ids: the local provisioner and the integration tests read these.
@@ -103,6 +110,7 @@ const (
 	OutputAlarmTopicArn    = "AlarmTopicArn"
 	OutputDashboardName    = "DashboardName"
 	OutputAlbURL           = "AlbUrl"
+	OutputHomesTableName   = "HomesTableName"
 )
 
 // NewStack creates the stack. It panics on an unknown profile, as CDK
@@ -119,7 +127,10 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) *Stack {
 	if sp.TerminationProtection == nil {
 		sp.TerminationProtection = jsii.Bool(profile.IsProd())
 	}
-	s := &Stack{Stack: awscdk.NewStack(scope, jsii.String(id), &sp), Profile: profile}
+	if r := props.Regions; r != nil {
+		sp.Env = regionalEnv(r, props)
+	}
+	s := &Stack{Stack: awscdk.NewStack(scope, jsii.String(id), &sp), Profile: profile, Regions: props.Regions}
 
 	dp := props.DataPlane
 	dp.Protection = dp.Protection.inherit(ProtectionFor(profile, nil))
@@ -147,6 +158,7 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) *Stack {
 	case !dp.Ledger.Proxy:
 		dp.Ledger.Proxy = profile.LedgerProxy()
 	}
+	dp.Regions = props.Regions
 	s.Data = NewDataPlane(s.Stack, "Data", &dp)
 	s.Timing = timingOrDefault(props.Timing)
 	s.addFunctions(props)
@@ -197,6 +209,9 @@ func (s *Stack) addFunctions(props *StackProps) {
 		Throttle:     props.Throttle,
 		LogRetention: retention,
 	})
+	if d.Homes != nil {
+		d.Homes.GrantRead(s.Api.Function) // it routes every request by its caller's home
+	}
 	s.Relay = NewOutboxRelay(s.Stack, "Relay", &OutboxRelayProps{
 		Code:         CodeFromBuild(s.Stack, FnRelay),
 		Alarms:       own,
@@ -275,6 +290,19 @@ func (s *Stack) addFunctions(props *StackProps) {
 	s.Resolver.Grant([]string{"dynamodb:UpdateItem"}, d.Claims.Table.TableArn())
 	s.Resolver.grantKey(d.Claims.Key, kmsWrite)
 	s.Resolver.SetEnv(map[string]*string{EnvIdemTable: d.Claims.Table.TableName()})
+	if props.Regions != nil {
+		// A standby's resolver and worker sweeps wait while its ledger is
+		// read-only, instead of failing every minute until a promotion.
+		for _, fn := range []*GoFunction{s.Resolver, s.Worker.Function} {
+			fn.SetEnv(map[string]*string{EnvStandbyCheck: jsii.String("true")})
+		}
+	}
+	if r := props.Regions; r != nil && r.Strong() {
+		// MRSC has no TTL: the resolver deletes expired key records (a
+		// scan, and a delete conditional on the record still being expired).
+		s.Resolver.Grant([]string{"dynamodb:Scan", "dynamodb:DeleteItem"}, d.Claims.Table.TableArn())
+		s.Resolver.SetEnv(map[string]*string{EnvClaimsSweep: jsii.String("true")})
+	}
 	s.ResolverSchedule = awsevents.NewRule(s.Stack, jsii.String("ResolverSchedule"), &awsevents.RuleProps{
 		Description: jsii.String("oncepay: run the resolver's sweep"),
 		Schedule:    awsevents.Schedule_Rate(seconds(ResolverRate)),
@@ -304,13 +332,18 @@ func (s *Stack) addFunctions(props *StackProps) {
 	s.Api.AddUnauthenticatedRoute(RouteWebhook, s.Webhook.Function,
 		"The PSP cannot present a JWT: each webhook is authenticated by its Stripe-Signature (HMAC-SHA256 over the timestamp and body with the endpoint secret, timestamp tolerance enforced), verified by the webhook function before anything changes; a forged or stale one gets 400.")
 
-	s.Migration = NewLedgerMigration(s.Stack, "Migration", &LedgerMigrationProps{
-		Code:            CodeFromBuild(s.Stack, FnMigrate),
-		Ledger:          d.Ledger,
-		DeadLetterQueue: s.AsyncFailures,
-		LogRetention:    retention,
-		RemovalPolicy:   removal,
-	})
+	// A secondary of the global database is read-only and has no admin
+	// login: the schema and the application user replicate from the
+	// primary, where the migration runs.
+	if r := props.Regions; r == nil || r.IsPrimary() {
+		s.Migration = NewLedgerMigration(s.Stack, "Migration", &LedgerMigrationProps{
+			Code:            CodeFromBuild(s.Stack, FnMigrate),
+			Ledger:          d.Ledger,
+			DeadLetterQueue: s.AsyncFailures,
+			LogRetention:    retention,
+			RemovalPolicy:   removal,
+		})
+	}
 
 	if props.Alb != nil && props.Alb.CertificateArn != "" {
 		s.Alb = NewAlbFrontDoor(s.Stack, "Alb", &AlbFrontDoorProps{
@@ -354,7 +387,9 @@ func (s *Stack) addOutputs() {
 	out(OutputEventsDlqURL, "events DLQ URL", d.Events.Dlq.QueueUrl())
 	out(OutputEventsDlqArn, "events DLQ ARN", d.Events.Dlq.QueueArn())
 	out(OutputPushTopicArn, "push notifications topic", d.Push.Topic.TopicArn())
-	out(OutputLedgerSecretArn, "ledger admin secret (Secrets Manager)", d.Ledger.Secret.SecretArn())
+	if d.Ledger.Secret != nil { // a secondary of the global database has none
+		out(OutputLedgerSecretArn, "ledger admin secret (Secrets Manager)", d.Ledger.Secret.SecretArn())
+	}
 	out(OutputLedgerEndpoint, "ledger writer endpoint (host)", d.Ledger.Cluster.ClusterEndpoint().Hostname())
 	out(OutputTotalsTableName, "the stream job's totals table (merchants' daily totals, partial per shard)", s.Totals.Table.TableName())
 	out(OutputRecountQueueURL, "the stream job's recount queue (late copies to recount)", s.Totals.Recount.QueueUrl())
@@ -369,7 +404,33 @@ func (s *Stack) addOutputs() {
 	out(OutputWebhookSecretArn, "PSP webhook signing secret, read by the webhook: put {\"webhook_secret\": the endpoint's whsec_...} here", s.Psp.WebhookSecret.SecretArn())
 	out(OutputAlarmTopicArn, "alarm notifications topic (subscribe to it)", s.Monitoring.Topic.TopicArn())
 	out(OutputDashboardName, "CloudWatch dashboard", s.Monitoring.Dashboard.DashboardName())
+	if d.Homes != nil {
+		out(OutputHomesTableName, "home record table (a global table: each caller's home Region)", d.Homes.Table.TableName())
+	}
 	if s.Alb != nil {
 		out(OutputAlbURL, "ALB front door (point the certificate's name at it)", awscdk.Fn_Join(jsii.String(""), jsii.Strings("https://", *s.Alb.LoadBalancer.LoadBalancerDnsName(), "/")))
 	}
+}
+
+// regionalEnv checks a stack's place across Regions and returns its
+// environment: Here's Region, and whatever account props name (none is
+// fine: nothing here needs one).
+func regionalEnv(r *Regions, props *StackProps) *awscdk.Environment {
+	if r.Here == "" {
+		panic("oncepay: StackProps.Regions.Here is empty: set this stack's Region, or make the stacks with NewRegionStacks")
+	}
+	if err := r.Validate(); err != nil {
+		panic(err)
+	}
+	if err := props.checkRegionBound(); err != nil {
+		panic(err)
+	}
+	env := awscdk.Environment{Region: jsii.String(r.Here)}
+	if e := props.Env; e != nil {
+		if e.Region != nil && *e.Region != r.Here {
+			panic(fmt.Sprintf("oncepay: StackProps.Env.Region %s is not Regions.Here %s", *e.Region, r.Here))
+		}
+		env.Account = e.Account
+	}
+	return &env
 }

@@ -3,7 +3,8 @@
 // door — the PSP charges but its reply (and its webhook) is lost, so the
 // payment is UNKNOWN — then a live payment with the CLI from the tap to the
 // push on the phone, then the story's whole story on the real handlers with a
-// fake clock (internal/story), printing its event table and final count, and
+// fake clock (internal/story), printing its event table and final count, then
+// the Region beat on two local Regions (internal/testkit/regions), and
 // last the opening's payment as the live resolver settled it on its
 // schedule. It exits non-zero when any beat's count differs from what it
 // must be.
@@ -30,6 +31,7 @@ import (
 	"github.com/oncepay/oncepay/internal/localcloud/inspect"
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 	"github.com/oncepay/oncepay/internal/localcloud/phone"
+	"github.com/oncepay/oncepay/internal/testkit/regions"
 	"github.com/oncepay/oncepay/internal/testkit/story"
 )
 
@@ -78,6 +80,12 @@ func run(ctx context.Context) error {
 		return fmt.Errorf("story: %w", err)
 	}
 	fmt.Println("== the count is the story's")
+
+	fmt.Println("\n== the sixth beat, across Regions (docs/regions.md): two local Regions, each its own DynamoDB Local, PostgreSQL cluster, queues and topic, replicating with a real 1.0 s lag")
+	if err := regions.Run(ctx, os.Stdout); err != nil {
+		return fmt.Errorf("regions: %w", err)
+	}
+	fmt.Println("== the Region beat's count is the seed's")
 
 	return settled(ctx, root, door, sim, env.Get(stackenv.LedgerDSN), token, lost)
 }

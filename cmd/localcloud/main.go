@@ -59,6 +59,14 @@ func run(ctx context.Context, args []string) error {
 	}
 	fs.IntVar(&c.PGPort, "pg-port", pgPort, "PostgreSQL port (default $ONCEPAY_PG_PORT, as scripts/localcloud.sh starts it)")
 	fs.StringVar(&c.Database, "db", "oncepay", "ledger database")
+	// The second Region's stores (issue 15): tests only, nothing of the stack.
+	fs.StringVar(&c.R2Region, "r2-region", "us-west-2", "the second Region's name")
+	fs.StringVar(&c.R2DynamoURL, "r2-dynamodb", envOr("ONCEPAY_R2_DDB_URL", "http://127.0.0.1:8001"), "the second Region's DynamoDB Local")
+	r2PGPort, err := strconv.Atoi(envOr("ONCEPAY_R2_PG_PORT", "54330"))
+	if err != nil {
+		return fmt.Errorf("localcloud: ONCEPAY_R2_PG_PORT: %w", err)
+	}
+	fs.IntVar(&c.R2PGPort, "r2-pg-port", r2PGPort, "the second Region's PostgreSQL port, 0 for none (default $ONCEPAY_R2_PG_PORT, as scripts/localcloud.sh starts it)")
 	fs.StringVar(&c.PSPURL, "psp", envOr("ONCEPAY_PSP_URL", "http://127.0.0.1:8090"), "PSP simulator URL")
 	fs.StringVar(&c.CacheURL, "cache", "redis://127.0.0.1:"+envOr("ONCEPAY_CACHE_PORT", "56379"), "the dedup cache (as scripts/localcloud.sh starts it)")
 	fs.StringVar(&c.FrontDoor, "frontdoor", envOr("ONCEPAY_FRONTDOOR_URL", "http://127.0.0.1:8080"), "local front door URL")

@@ -224,6 +224,17 @@ func run(ctx context.Context, args []string, stdout io.Writer) (int, error) {
 		}
 	}
 	cfg := client.Config{BaseURL: *baseURL, Token: *token, Caller: *caller, Timeout: *timeout}
+	// Across Regions (docs/regions.md): the Regions' API base URLs a 421
+	// may send the client to, the same JSON object the api is given.
+	if raw := os.Getenv(stackenv.RegionURLs); raw != "" {
+		var urls map[string]string
+		if err := json.Unmarshal([]byte(raw), &urls); err != nil {
+			return exitUsage, fmt.Errorf("%s: %w", stackenv.RegionURLs, err)
+		}
+		for _, u := range urls {
+			cfg.HomeURLs = append(cfg.HomeURLs, u)
+		}
+	}
 	if !*asJSON {
 		cfg.Progress = func(attempt int, wait time.Duration, why string) {
 			fmt.Fprintf(os.Stderr, "  retry %d in %s (%s), same key\n", attempt, wait.Round(time.Millisecond), why)

@@ -21,6 +21,7 @@ import (
 	"github.com/oncepay/oncepay/cdk/oncepay/config"
 	"github.com/oncepay/oncepay/internal/clock"
 	"github.com/oncepay/oncepay/internal/event"
+	"github.com/oncepay/oncepay/internal/home"
 	"github.com/oncepay/oncepay/internal/idem"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/metrics"
@@ -69,6 +70,11 @@ type Hooks struct {
 	BeforeComplete     func(ctx context.Context) error
 }
 
+// Homes places a caller in its home Region (internal/home.Router).
+type Homes interface {
+	Decide(ctx context.Context, caller string) (home.Decision, error)
+}
+
 // Deps are the Handler's collaborators.
 type Deps struct {
 	Claims    Claims
@@ -86,6 +92,9 @@ type Deps struct {
 	// an ALB event; nil: this function sits behind no load balancer, and
 	// an ALB event is refused 401.
 	ALB *albauth.Verifier
+	// Homes routes each caller to its home Region (docs/regions.md); nil:
+	// one Region, every caller served here.
+	Homes Homes
 }
 
 // Handler serves the payment API.
@@ -123,6 +132,9 @@ type Request struct {
 	Caller string
 	// Arrival is the front door's arrival stamp.
 	Arrival time.Time
+
+	// home is what the home router decided for this request (set by Serve).
+	home home.Decision
 }
 
 // Response is the answer.

@@ -107,6 +107,18 @@ func BenchmarkFirstCall(b *testing.B) { firstCall(b, 0) }
 // against a PSP call of realistic length. Run it with a small count.
 func BenchmarkFirstCallPSP300(b *testing.B) { firstCall(b, 300) }
 
+// timedFirstCall sends a first call with a fresh key through h and adds
+// its time to into.
+func (w *world) timedFirstCall(b *testing.B, h *api.Handler, into *samples, prefix string, i int) {
+	w.h = h
+	start := time.Now()
+	r := w.payAt("bench", fmt.Sprintf("%s-%d-%d", prefix, time.Now().UnixNano(), i), body3000, time.Now())
+	*into = append(*into, time.Since(start))
+	if r.Status != http.StatusCreated {
+		b.Fatalf("answer %d %s", r.Status, r.Body)
+	}
+}
+
 func firstCall(b *testing.B, pspDelayMS int64) {
 	w := newWorld(b)
 	w.timing = config.Default()
@@ -125,15 +137,7 @@ func firstCall(b *testing.B, pspDelayMS int64) {
 		Log: slog.New(slog.NewJSONHandler(io.Discard, nil)), ALB: albsign.Default.Verifier(time.Now)})
 	ctx := context.Background()
 	var floor, design, withPut, noPut samples
-	pay := func(h *api.Handler, into *samples, i int) {
-		w.h = h
-		start := time.Now()
-		r := w.payAt("bench", fmt.Sprintf("first-%d-%d", time.Now().UnixNano(), i), body3000, time.Now())
-		*into = append(*into, time.Since(start))
-		if r.Status != http.StatusCreated {
-			b.Fatalf("answer %d %s", r.Status, r.Body)
-		}
-	}
+	pay := func(h *api.Handler, into *samples, i int) { w.timedFirstCall(b, h, into, "first", i) }
 	steps := []func(i int){
 		func(i int) {
 			start := time.Now()

@@ -43,7 +43,16 @@ func FromEnv(ctx context.Context, log *slog.Logger) (*Handler, error) {
 			return nil, err
 		}
 	}
+	router, err := boot.HomeRouter(core.AWS)
+	if err != nil {
+		return nil, err
+	}
+	var homes Homes
+	if router != nil {
+		homes = router // a typed nil would make a non-nil interface
+	}
 	return New(Deps{
+		Homes:     homes,
 		ALB:       alb,
 		Publisher: pub,
 		Claims:    core.Claims,

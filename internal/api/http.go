@@ -12,6 +12,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/albauth"
 	"github.com/oncepay/oncepay/internal/arrival"
+	"github.com/oncepay/oncepay/internal/home"
 	"github.com/oncepay/oncepay/internal/httpevent"
 	"github.com/oncepay/oncepay/internal/payment"
 	"github.com/oncepay/oncepay/internal/problem"
@@ -21,6 +22,11 @@ import (
 func (h *Handler) Serve(ctx context.Context, r Request) Response {
 	if r.Caller == "" {
 		return problemResponse(problem.Unauthorized())
+	}
+	var stop bool
+	var resp Response
+	if r.home, resp, stop = h.routeHome(ctx, r.Caller); stop {
+		return resp
 	}
 	switch {
 	case r.Path == "/payments":
@@ -32,6 +38,28 @@ func (h *Handler) Serve(ctx context.Context, r Request) Response {
 		return h.subresource(ctx, r) // /payments/{key}/resolve, /payments/{key}/refund
 	}
 	return problemResponse(problem.NotFound())
+}
+
+// routeHome answers a request that is not this Region's to serve, before
+// anything is read or written: 421 with the home's URL, or 503 when the
+// caller's home cannot be read (fail closed: serving a caller this Region
+// cannot place could serve it in two Regions at once).
+func (h *Handler) routeHome(ctx context.Context, caller string) (home.Decision, Response, bool) {
+	if h.d.Homes == nil {
+		return home.Decision{}, Response{}, false
+	}
+	d, err := h.d.Homes.Decide(ctx, caller)
+	if err != nil {
+		h.d.Log.ErrorContext(ctx, "home record unreadable; refusing", "err", err)
+		h.d.Metrics.Count("HomeUnavailable", 1)
+		return d, problemResponse(problem.HomeUnavailable()), true
+	}
+	if d.Here {
+		return d, Response{}, false
+	}
+	h.d.Log.InfoContext(ctx, "misdirected: the caller's home is another Region", "home_region", d.Home.Region, "home_version", d.Home.Version)
+	h.d.Metrics.Count("Misdirected", 1)
+	return d, problemResponse(problem.Misdirected(d.Home.Region, d.URL, d.Home.Version)), true
 }
 
 // callerOfClaims reads the JWT subject the gateway's authorizer verified.

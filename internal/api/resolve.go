@@ -8,11 +8,13 @@ import (
 	"strings"
 	"time"
 
+	"github.com/oncepay/oncepay/internal/home"
 	"github.com/oncepay/oncepay/internal/idem"
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/payment"
 	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/psp"
 )
 
 // Resolver is what the resolve call needs from the ledger beyond Ledger
@@ -136,7 +138,17 @@ func (h *Handler) resolve(ctx context.Context, r Request, key string) Response {
 		return problemResponse(problem.LedgerUnavailable())
 	}
 
-	// 2. Absent: the ledger's insert-if-absent decides.
+	// 2. Absent. In one Region that means the request never reached the
+	// durable guard. Across Regions it may mean the guard's row was written
+	// in a Region that failed before it replicated (docs/regions.md): the
+	// PSP then knows the payment, and "never ran" would be false. Asked
+	// first; a yes keeps the key open (the client's retry with the same key
+	// runs it here, and the PSP replays its charge).
+	if h.d.Homes != nil {
+		if resp, stop := h.askPSPBeforeVoid(ctx, r.home.Home, pid, now, log); stop {
+			return resp
+		}
+	}
 	row, inserted, err := led.InsertVoid(ctx, pid, r.Caller, key)
 	if errors.Is(err, ledger.ErrOutcomeUnknown) {
 		// The pay path's rule (attempt.afterUnknownInsert): the reply was
@@ -176,6 +188,51 @@ func (h *Handler) resolve(ctx context.Context, r Request, key string) Response {
 	h.d.Metrics.Count("KeyVoided", 1)
 	log.Info("resolve: voided: not found, and it never will be", "record_state", rec.State)
 	return resolved(row)
+}
+
+// looker finds a payment at the PSP by our reference (psp.Client.Lookup).
+type looker interface {
+	Lookup(ctx context.Context, paymentID string) (psp.Result, error)
+}
+
+// lostRowHold is how long after a caller's home moved an absent key is not
+// voided at all: the PSP's search, which tells a lost row from a key never
+// sent, lags its charges by up to an hour during Stripe's outages (A4 in
+// docs/guarantees.md), and what a failover loses was charged just before
+// the move. Holding the key open costs the client a wait; voiding a charged
+// key would let its next tap pay twice.
+const lostRowHold = time.Hour
+
+// askPSPBeforeVoid keeps an absent key open (409, retry with the same key)
+// when its payment may have been lost with another Region's last writes:
+// the caller's home moved less than lostRowHold ago, or the PSP knows the
+// payment, or cannot be asked. The client's retry with the same key then
+// runs the payment here, and the PSP replays its charge.
+func (h *Handler) askPSPBeforeVoid(ctx context.Context, rec home.Record, pid string, now time.Time, log *slog.Logger) (Response, bool) {
+	if !rec.MovedAt.IsZero() && now.Sub(rec.MovedAt) < lostRowHold {
+		log.Warn("resolve: absent key of a caller moved recently; not voiding", "moved_at", rec.MovedAt, "home_version", rec.Version)
+		h.d.Metrics.Count("ResolveHeld", 1)
+		return problemResponse(problem.InProgress(h.d.Timing.Margin)), true
+	}
+	l, ok := h.d.PSP.(looker)
+	if !ok {
+		// No way to ask: never "nothing ran" on a guess.
+		log.Warn("resolve: absent key, and this PSP client cannot look a payment up; not voiding")
+		h.d.Metrics.Count("ResolveHeld", 1)
+		return problemResponse(problem.InProgress(h.d.Timing.Margin)), true
+	}
+	res, err := l.Lookup(ctx, pid)
+	switch {
+	case err != nil:
+		log.Warn("resolve: absent key, and the PSP could not be asked; not voiding", "err", err)
+		h.d.Metrics.Count("ResolveHeld", 1)
+	case res.Outcome != psp.NotFound:
+		log.Error("resolve: absent key the PSP knows: its row was lost with another Region's last writes; not voiding", "outcome", res.Outcome)
+		h.d.Metrics.Count("ResolveLostRow", 1)
+	default:
+		return Response{}, false
+	}
+	return problemResponse(problem.InProgress(h.d.Timing.Margin)), true
 }
 
 // voidRecord is the key store's half of the void. A record that holds the

@@ -21,6 +21,7 @@ import (
 	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 	"github.com/oncepay/oncepay/internal/awsclient"
 	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
+	"github.com/oncepay/oncepay/internal/home"
 	"github.com/oncepay/oncepay/internal/idem"
 	"github.com/oncepay/oncepay/internal/outbox"
 	"github.com/oncepay/oncepay/internal/psp"
@@ -84,6 +85,28 @@ func Claims(cfg aws.Config) (*idem.Store, error) {
 		return nil, err
 	}
 	return idem.NewStore(dynamoclient.New(cfg), table), nil
+}
+
+// HomeRouter returns the home-Region router (docs/regions.md) over
+// ONCEPAY_HOMES_TABLE, or nil when it is unset: one Region, no routing.
+func HomeRouter(cfg aws.Config) (*home.Router, error) {
+	table := os.Getenv(stackenv.HomesTable)
+	if table == "" {
+		return nil, nil
+	}
+	fallback, err := Require(stackenv.HomeDefault)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := Require(stackenv.RegionURLs)
+	if err != nil {
+		return nil, err
+	}
+	urls, err := home.ParseURLs(raw)
+	if err != nil {
+		return nil, err
+	}
+	return home.NewRouter(home.NewStore(dynamoclient.New(cfg), table), cfg.Region, fallback, urls)
 }
 
 // Ledger returns a pool to the ledger at ONCEPAY_LEDGER_DSN. The pool is

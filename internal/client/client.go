@@ -35,6 +35,7 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -84,6 +85,10 @@ type Config struct {
 	// ResolvePolls bounds the resolve calls while the payment is still
 	// being confirmed (default 10).
 	ResolvePolls int
+	// HomeURLs are the deployment's Region API base URLs (docs/regions.md):
+	// a 421 is followed only to one of them, since the bearer token goes
+	// along. Empty: a 421 is never followed (the intent stays open).
+	HomeURLs []string
 	// HTTP makes the calls (default: a client with Timeout). Redirects are
 	// never followed: a POST /payments answered with a 3xx is a question.
 	HTTP *http.Client
@@ -104,6 +109,11 @@ type Client struct {
 	journal *Journal
 	scope   Scope
 	err     error // why this client cannot pay (no caller)
+
+	// home is the base URL a 421 sent this client to (docs/regions.md):
+	// later sends go there first. "" until a 421 names one.
+	homeMu sync.Mutex
+	home   string
 }
 
 // New returns a Client over journal.
@@ -402,6 +412,10 @@ func (c *Client) run(ctx context.Context, in Intent) (Result, error) {
 			}
 		case a.status == http.StatusUnauthorized:
 			return c.keep(in, "unauthorized: check the token")
+		case a.misdirected():
+			// Not followed (a 421 loop, or a home URL it must not send
+			// the token to): nothing ran where it was answered.
+			return c.keep(in, "misdirected: the caller's home "+a.HomeURL+" was not followed")
 		default:
 			// A refusal, or an answer the API never gives: a question. An
 			// earlier send (this run's or a killed one's) may have paid.
@@ -548,6 +562,12 @@ type answer struct {
 	title       string
 	PaymentID   string `json:"payment_id"`
 	State       string `json:"state"`
+	HomeURL     string `json:"home_url"` // a 421's: the caller's home
+}
+
+// misdirected is the API's 421: another Region is the caller's home.
+func (a answer) misdirected() bool {
+	return a.status == http.StatusMisdirectedRequest && strings.HasSuffix(a.problemType, "/misdirected")
 }
 
 // final is the API's own final answer, and nothing else: 201 SUCCEEDED,
@@ -569,10 +589,73 @@ func (a answer) voided() bool {
 	return a.status == http.StatusConflict && strings.HasSuffix(a.problemType, "/key-voided")
 }
 
+// maxFollows bounds how many 421s one send follows: two moves while a
+// request is on its way is already a failover gone round; more is a loop.
+const maxFollows = 2
+
+// send posts to the caller's home: the base URL, or where a 421 sent this
+// client. A 421 (misdirected: another Region is the caller's home) is
+// followed at once with the same key and body, because nothing ran where
+// it was answered.
 func (c *Client) send(ctx context.Context, path, key string, body []byte) (answer, error) {
+	for hop := 0; ; hop++ {
+		base := c.base()
+		a, err := c.sendTo(ctx, base, path, key, body)
+		if base != c.cfg.BaseURL && (err != nil || a.status == http.StatusTooManyRequests || a.status >= 500) {
+			// The home a 421 named stopped answering, or is fenced (a
+			// stage throttled to 0 answers 429) or failing (its Region may
+			// be failing over): the next send goes to the entry point
+			// again, which names the home as it is then.
+			c.forget(base)
+		}
+		if err != nil || !a.misdirected() || hop == maxFollows || !c.follow(a.HomeURL) {
+			return a, err
+		}
+	}
+}
+
+// forget drops home as this client's home, if it still is.
+func (c *Client) forget(home string) {
+	c.homeMu.Lock()
+	defer c.homeMu.Unlock()
+	if c.home == home {
+		c.home = ""
+	}
+}
+
+// base is where the next send goes.
+func (c *Client) base() string {
+	c.homeMu.Lock()
+	defer c.homeMu.Unlock()
+	if c.home != "" {
+		return c.home
+	}
+	return c.cfg.BaseURL
+}
+
+// follow takes a 421's home URL as this client's home, if it is one of
+// Config.HomeURLs: the bearer token goes there, so never to a host the
+// client was not configured with, whatever a response says.
+func (c *Client) follow(homeURL string) bool {
+	known := false
+	for _, u := range c.cfg.HomeURLs {
+		if strings.TrimRight(u, "/") == strings.TrimRight(homeURL, "/") && homeURL != "" {
+			known = true
+		}
+	}
+	if !known {
+		return false
+	}
+	c.homeMu.Lock()
+	defer c.homeMu.Unlock()
+	c.home = homeURL
+	return true
+}
+
+func (c *Client) sendTo(ctx context.Context, base, path, key string, body []byte) (answer, error) {
 	ctx, cancel := context.WithTimeout(ctx, c.cfg.Timeout)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(c.cfg.BaseURL, "/")+path, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, strings.TrimRight(base, "/")+path, bytes.NewReader(body))
 	if err != nil {
 		return answer{}, err
 	}

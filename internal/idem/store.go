@@ -71,6 +71,18 @@ func (st *Store) Claim(ctx context.Context, c Claim) error {
 		ExpressionAttributeValues:           map[string]types.AttributeValue{":now": n(c.Now.Unix())},
 		ReturnValuesOnConditionCheckFailure: types.ReturnValuesOnConditionCheckFailureAllOld,
 	})
+	var rwc *types.ReplicatedWriteConflictException
+	if errors.As(err, &rwc) {
+		// A strongly consistent (MRSC) table refuses a write that meets one
+		// in progress in another Region (docs/regions.md): someone else is
+		// claiming this scope right now. Answered as a repeat in progress,
+		// with this request's own lease, so the client retries the same key
+		// and meets the winner's record.
+		return &ExistsError{Record: Record{
+			Scope: c.Scope, State: InProgress, Fingerprint: c.Fingerprint, PaymentID: c.PaymentID,
+			InProgressUntil: c.InProgressUntil, ExpiresAt: c.ExpiresAt,
+		}}
+	}
 	return st.conditional(err, "claim", c.Scope, true)
 }
 
@@ -80,6 +92,15 @@ func (st *Store) Claim(ctx context.Context, c Claim) error {
 func (st *Store) conditional(err error, op, scope string, withItem bool) error {
 	if err == nil {
 		return nil
+	}
+	var rwc *types.ReplicatedWriteConflictException
+	if errors.As(err, &rwc) && !withItem {
+		// MRSC: another Region's write to this record is in progress. The
+		// takeover, completion or release lost a race, as with a failed
+		// condition: the caller reads the record and answers what it holds
+		// (never the store-down path, which would run on the durable guard
+		// alone while the other Region runs too).
+		return ErrNotOwner
 	}
 	var ccf *types.ConditionalCheckFailedException
 	if errors.As(err, &ccf) {
@@ -138,15 +159,37 @@ func (st *Store) Complete(ctx context.Context, scope, owner string, a *Answer, e
 		values[":pointer"] = &types.AttributeValueMemberBOOL{Value: true}
 		update += ", pointer = :pointer REMOVE answer"
 	}
-	_, err := st.db.UpdateItem(ctx, &dynamodb.UpdateItemInput{
+	in := &dynamodb.UpdateItemInput{
 		TableName:                 &st.table,
 		Key:                       key(scope),
 		UpdateExpression:          aws.String(update),
 		ConditionExpression:       aws.String("#o = :me"),
 		ExpressionAttributeNames:  map[string]string{"#o": attrOwner, "#s": attrState},
 		ExpressionAttributeValues: values,
-	})
+	}
+	_, err := st.db.UpdateItem(ctx, in)
+	// MRSC: a write to this record in progress in another Region refuses
+	// the completion without saying who wins. The owner's answer is at
+	// stake (it charged), so ask again once that write has landed: a
+	// takeover there then fails the condition (ErrNotOwner, rightly), and
+	// anything else lets the completion through.
+	for try := 0; try < conflictRetries && isConflict(err); try++ {
+		time.Sleep(conflictWait)
+		_, err = st.db.UpdateItem(ctx, in)
+	}
 	return st.conditional(err, "complete", scope, false)
+}
+
+// conflictRetries and conflictWait bound Complete's retries of an MRSC
+// write conflict.
+const (
+	conflictRetries = 3
+	conflictWait    = 50 * time.Millisecond
+)
+
+func isConflict(err error) bool {
+	var rwc *types.ReplicatedWriteConflictException
+	return errors.As(err, &rwc)
 }
 
 // MarkVoid turns the owner's record into a VOID record: the ledger said the

@@ -33,6 +33,10 @@ type loseReplies struct {
 	// hold, when set, stops each send on its way in: it says so on
 	// entered and waits for hold to close (a send in progress).
 	hold, entered chan struct{}
+	// failed counts the sends moto itself failed (a connection the loaded
+	// emulator cut, as seen once under -race): each may have been sent and
+	// then sent again, so a test counting emails adds them.
+	failed int
 }
 
 func (l *loseReplies) SendEmail(ctx context.Context, in *sesv2.SendEmailInput, opts ...func(*sesv2.Options)) (*sesv2.SendEmailOutput, error) {
@@ -46,6 +50,9 @@ func (l *loseReplies) SendEmail(ctx context.Context, in *sesv2.SendEmailInput, o
 	out, err := l.SESAPI.SendEmail(ctx, in, opts...)
 	l.mu.Lock()
 	defer l.mu.Unlock()
+	if err != nil {
+		l.failed++
+	}
 	if err == nil && l.skip > 0 {
 		l.skip--
 		return out, err
@@ -342,11 +349,14 @@ func TestARepeatAfterAFailedAttemptIsStillCounted(t *testing.T) {
 	if _, err := w.w.Process(context.Background(), e); err != nil {
 		t.Fatal(err)
 	}
-	if n := len(w.emails(t)); n != 3 || w.emailState(t, e.EventID) != inbox.NotifSent {
-		t.Fatalf("%d emails (row %s), want 3: the lost answer's, the crashed retry's, the repeat", n, w.emailState(t, e.EventID))
+	w.ses.mu.Lock()
+	extra := w.ses.failed // answers the emulator lost, each a send made and retried
+	w.ses.mu.Unlock()
+	if n := len(w.emails(t)); n < 3 || n > 3+extra || w.emailState(t, e.EventID) != inbox.NotifSent {
+		t.Fatalf("%d emails (row %s), want 3: the lost answer's, the crashed retry's, the repeat (+ up to %d the emulator's own lost answers)", n, w.emailState(t, e.EventID), extra)
 	}
-	if w.counted("NotifResent") != 1 {
-		t.Errorf("want one counted repeat (the first retry followed a recorded failure): %s", w.emf.String())
+	if n := w.counted("NotifResent"); n < 1 || n > float64(1+extra) {
+		t.Errorf("want one counted repeat (the first retry followed a recorded failure), + up to %d: %s", extra, w.emf.String())
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/dedup"
 	"github.com/oncepay/oncepay/internal/event"
+	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/notify"
 )
@@ -62,6 +63,10 @@ type SweepConfig struct {
 	// NotifStuckFlagged and, on every run, the NotifStuck gauge (rows STUCK
 	// now) that the NotifStuck alarm watches.
 	Metrics *metrics.Emitter
+	// CheckStandby makes FinishPending first ask whether the ledger is
+	// read-only (a standby Region before its promotion: the rows it shows
+	// are the home's to send) and do nothing if so. Across Regions only.
+	CheckStandby bool
 }
 
 func (c *SweepConfig) setDefaults() error {
@@ -146,6 +151,13 @@ type dueNotif struct {
 func (s *NotifSweeper) FinishPending(ctx context.Context, limit int) (int, error) {
 	var errs []error
 	finished := 0
+	// A standby Region's ledger is read-only until its promotion
+	// (docs/regions.md): the rows it shows are the home's to send.
+	if s.cfg.CheckStandby {
+		if ro, err := ledger.ReadOnly(ctx, s.db); err != nil || ro {
+			return 0, err
+		}
+	}
 	if limit > 0 {
 		due, err := s.claim(ctx, limit)
 		if err != nil {

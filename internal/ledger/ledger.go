@@ -371,3 +371,24 @@ func settleIn(ctx context.Context, q rowQuerier, paymentID string, o Outcome, no
 	}
 	return p, &e, true, nil
 }
+
+// Row is what ReadOnly needs of a pool or a connection.
+type Row interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+}
+
+// ReadOnly reports whether the ledger refuses writes: an Aurora global
+// database's secondary cluster before its promotion (docs/regions.md), or
+// a server in recovery. A standby Region's scheduled functions find their
+// ledger so and wait, instead of failing every run.
+func ReadOnly(ctx context.Context, db Row) (bool, error) {
+	var ro bool
+	err := db.QueryRow(ctx, `SELECT pg_is_in_recovery() OR current_setting('transaction_read_only') = 'on'`).Scan(&ro)
+	if err != nil {
+		return false, fmt.Errorf("ledger: read-only check: %w", err)
+	}
+	return ro, nil
+}
+
+// ReadOnly reports whether this ledger refuses writes (see ReadOnly).
+func (s *Store) ReadOnly(ctx context.Context) (bool, error) { return ReadOnly(ctx, s.pool) }

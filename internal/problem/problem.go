@@ -40,6 +40,8 @@ const (
 	TypeNotFound          = TypeBase + "not-found"
 	TypeMethodNotAllowed  = TypeBase + "method-not-allowed"
 	TypeInternal          = TypeBase + "internal"
+	TypeMisdirected       = TypeBase + "misdirected"
+	TypeHomeUnavailable   = TypeBase + "home-unavailable"
 )
 
 // Problem is an RFC 9457 problem details object. Extensions are extra
@@ -314,6 +316,35 @@ func MethodNotAllowed() Problem {
 		Type:   TypeMethodNotAllowed,
 		Title:  "Method not allowed",
 		Status: http.StatusMethodNotAllowed,
+	}
+}
+
+// Misdirected is the 421 for a request that reached a Region which is not
+// the caller's home (docs/regions.md): nothing was read or written here. The
+// client sends the same request, with the same Idempotency-Key, to
+// home_url (the home's API base URL) plus the same path; home_version is
+// the home record's version, which only grows.
+func Misdirected(region, homeURL string, version int64) Problem {
+	return Problem{
+		Type:   TypeMisdirected,
+		Title:  "Misdirected Request",
+		Status: http.StatusMisdirectedRequest,
+		Detail: "This caller is served in another Region. Nothing was run here. Send the same request, with the same Idempotency-Key, to home_url.",
+		Extensions: map[string]any{
+			"home_region": region, "home_url": homeURL, "home_version": version,
+		},
+	}
+}
+
+// HomeUnavailable is the 503 when the caller's home record cannot be read:
+// nothing was run, and a retry with the same key is safe.
+func HomeUnavailable() Problem {
+	return Problem{
+		Type:       TypeHomeUnavailable,
+		Title:      "Service temporarily unavailable",
+		Status:     http.StatusServiceUnavailable,
+		Detail:     "The service could not tell which Region serves this caller, so it ran nothing. Retry with the same Idempotency-Key.",
+		Extensions: map[string]any{"retry_after": 1},
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/oncepay/oncepay/cdk/oncepay/config"
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 	"github.com/oncepay/oncepay/internal/refund"
 )
 
@@ -59,6 +60,10 @@ type Config struct {
 	// (ONCEPAY_REFUND_RETRY_BASE, ONCEPAY_REFUND_RETRY_MAX,
 	// ONCEPAY_REFUND_RETRY_BUDGET; default 30 s doubling to 1 h, budget 8).
 	Refund refund.Backoff
+	// CheckStandby makes a run first ask whether the ledger is read-only (a
+	// standby Region before its promotion, docs/regions.md) and do nothing
+	// if so. Across Regions only (ONCEPAY_STANDBY_CHECK).
+	CheckStandby bool
 }
 
 // DefaultConfig returns the defaults.
@@ -140,6 +145,7 @@ func ConfigFromEnv() (Config, error) {
 		return Config{}, err
 	}
 	c.Margin, c.KeyWindow = timing.Margin, timing.PSPKeyWindow
+	c.CheckStandby = os.Getenv(stackenv.StandbyCheck) == "true"
 	for name, d := range map[string]*time.Duration{
 		"ONCEPAY_RESOLVER_LEASE":        &c.Lease,
 		"ONCEPAY_RESOLVER_CALL_TIMEOUT": &c.CallTimeout,

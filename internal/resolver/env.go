@@ -8,7 +8,10 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
+	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
 	"github.com/oncepay/oncepay/internal/boot"
+	"github.com/oncepay/oncepay/internal/idem"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/metrics"
 	"github.com/oncepay/oncepay/internal/outbox"
@@ -38,6 +41,15 @@ func SetupFromEnv(ctx context.Context, log *slog.Logger) (Setup, error) {
 	d := Deps{
 		Ledger: ledger.New(pool), PSP: core.PSP, Claims: core.Claims,
 		Log: log, Metrics: metrics.New(os.Stdout, "resolver"),
+	}
+	// The MRSC claim table has no TTL: this resolver sweeps it
+	// (docs/regions.md). The stack sets the variable in that mode only.
+	if os.Getenv(stackenv.ClaimsSweep) == "true" {
+		table, err := boot.Require(stackenv.IdemTable)
+		if err != nil {
+			return Setup{}, err
+		}
+		d.ClaimSweeper = idem.NewSweeper(dynamoclient.New(awsCfg), table)
 	}
 	pub, err := boot.Outbox(awsCfg, log)
 	if err != nil {

@@ -64,6 +64,8 @@ type Ledger interface {
 	CountOpenBefore(ctx context.Context, before time.Time) (int, error)
 	Settle(ctx context.Context, paymentID string, o ledger.Outcome, now time.Time, hooks ...ledger.Hook) (ledger.Payment, *event.Event, bool, error)
 	ClaimRefunds(ctx context.Context, c ledger.Claim) ([]ledger.Refund, error)
+	// ReadOnly is true in a standby Region before its promotion.
+	ReadOnly(ctx context.Context) (bool, error)
 	refund.Ledger
 }
 
@@ -73,6 +75,15 @@ type PSP interface {
 	Retrieve(ctx context.Context, paymentIntentID string) (psp.Result, error)
 	refund.PSP
 }
+
+// ClaimSweeper deletes expired key records (internal/idem.Sweeper).
+type ClaimSweeper interface {
+	Sweep(ctx context.Context, now time.Time, pages int) (idem.SweepReport, error)
+}
+
+// claimSweepPages bounds one run's sweep of the claim table (100 items a
+// page): the next run of a warm resolver goes on where this one stopped.
+const claimSweepPages = 20
 
 // Claims rewrites stored pointers (internal/idem.Store).
 type Claims interface {
@@ -114,6 +125,9 @@ type Deps struct {
 	Log       *slog.Logger     // nil: slog.Default()
 	Metrics   *metrics.Emitter // nil: none
 	Hooks     Hooks
+	// ClaimSweeper deletes expired key records from a claim table without a
+	// TTL (the MRSC option, docs/regions.md); nil: the table's TTL does.
+	ClaimSweeper ClaimSweeper
 	// Cap: the cap the PSP client's transport already applies
 	// (Cap.Transport), so the resolver does not wait twice. nil: the
 	// resolver applies a cap of Config.PSPRate before each call.
@@ -153,13 +167,15 @@ func New(cfg Config, d Deps) (*Resolver, error) {
 
 // Report says what one run did.
 type Report struct {
-	Claimed           int                `json:"claimed"`           // open payments taken
-	Succeeded         int                `json:"succeeded"`         // settled SUCCEEDED by this run
-	Failed            int                `json:"failed"`            // settled FAILED by this run
-	AlreadySettled    int                `json:"already_settled"`   // settled meanwhile by someone else (webhook, API)
-	Open              int                `json:"open"`              // the PSP's answer was still open: left for the next run
-	Errors            int                `json:"errors"`            // the answer came but could not be recorded
-	Crashed           int                `json:"crashed,omitempty"` // dropped by a test hook
+	Standby           bool               `json:"standby,omitempty"`      // the ledger was read-only: a standby Region, nothing done
+	ClaimsSwept       int                `json:"claims_swept,omitempty"` // expired key records deleted (a claim table without TTL)
+	Claimed           int                `json:"claimed"`                // open payments taken
+	Succeeded         int                `json:"succeeded"`              // settled SUCCEEDED by this run
+	Failed            int                `json:"failed"`                 // settled FAILED by this run
+	AlreadySettled    int                `json:"already_settled"`        // settled meanwhile by someone else (webhook, API)
+	Open              int                `json:"open"`                   // the PSP's answer was still open: left for the next run
+	Errors            int                `json:"errors"`                 // the answer came but could not be recorded
+	Crashed           int                `json:"crashed,omitempty"`      // dropped by a test hook
 	PointersRewritten int                `json:"pointers_rewritten"`
 	Published         int                `json:"published"`
 	PSPCalls          int64              `json:"psp_calls"`
@@ -214,6 +230,20 @@ func (r *Resolver) Handle(ctx context.Context, _ json.RawMessage) (Report, error
 // PSP answer that stays open is not an error.
 func (r *Resolver) Run(ctx context.Context) (Report, error) {
 	var rep Report
+	// A standby Region's ledger is read-only until its promotion
+	// (docs/regions.md): it has nothing to settle yet, and every write
+	// would fail. After the promotion the same run takes every open
+	// payment the failed Region left.
+	if !r.cfg.CheckStandby {
+		// One Region: no standby, no check.
+	} else if ro, err := r.d.Ledger.ReadOnly(ctx); err != nil {
+		return rep, err
+	} else if ro {
+		rep.Standby = true
+		r.d.Metrics.Count("ResolverStandby", 1)
+		r.d.Log.Info("standby: the ledger is read-only until this Region is promoted; nothing to settle")
+		return rep, nil
+	}
 	rn := &run{}
 	if dl, ok := ctx.Deadline(); ok {
 		// Lambda's deadline: leave room for a call and its writes.
@@ -224,7 +254,10 @@ func (r *Resolver) Run(ctx context.Context) (Report, error) {
 	phases := []func(){
 		func() { payErr = r.payments(ctx, &rep, rn) },
 		func() { refundErr = r.refunds(ctx, &rep.Refunds, rn) },
-		func() { rep.Sweep = r.sweep(ctx, rn) },
+		func() {
+			rep.Sweep = r.sweep(ctx, rn)
+			rep.ClaimsSwept = r.sweepClaims(ctx, rn)
+		},
 	}
 	if r.cfg.Concurrency == 1 {
 		// One thing at a time, phases in turn: what a replayable test
@@ -531,6 +564,29 @@ func (r *Resolver) publish(ctx context.Context, ev *event.Event, log *slog.Logge
 // sweep re-puts the outbox intents left unpublished (Sweeper's own limit
 // bounds it). It needs no PSP call, so nothing else in the run can hold it
 // back.
+// sweepClaims deletes expired key records when the claim table has no TTL;
+// it returns how many.
+func (r *Resolver) sweepClaims(ctx context.Context, rn *run) int {
+	if r.d.ClaimSweeper == nil || !rn.starting(ctx) {
+		return 0
+	}
+	// Bounded by the run's own stop: the sweep only reclaims space, and
+	// must not take the time the run's last metrics need.
+	sctx := ctx
+	if !rn.stopAt.IsZero() {
+		var cancel context.CancelFunc
+		sctx, cancel = context.WithDeadline(ctx, rn.stopAt)
+		defer cancel()
+	}
+	res, err := r.d.ClaimSweeper.Sweep(sctx, r.d.Clock.Now(), claimSweepPages)
+	if err != nil {
+		r.d.Log.Warn("claim table sweep incomplete; the next run goes on", "err", err)
+		r.d.Metrics.Count("ClaimsSweepFailed", 1)
+	}
+	r.d.Metrics.Count("ClaimsSwept", res.Deleted)
+	return res.Deleted
+}
+
 func (r *Resolver) sweep(ctx context.Context, rn *run) outbox.SweepResult {
 	if r.d.Sweeper == nil || !rn.starting(ctx) {
 		return outbox.SweepResult{}

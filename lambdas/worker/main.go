@@ -12,6 +12,7 @@ import (
 	"github.com/aws/aws-lambda-go/lambda"
 
 	"github.com/oncepay/oncepay/cdk/oncepay/eventsource"
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 	"github.com/oncepay/oncepay/internal/boot"
 	"github.com/oncepay/oncepay/internal/boot/pushboot"
 	"github.com/oncepay/oncepay/internal/event"
@@ -38,11 +39,13 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
+	// Across Regions a standby's sweeps wait while its ledger is read-only.
+	standby := os.Getenv(stackenv.StandbyCheck) == "true"
 	var extra []inbox.Channel
 	var sweepers []*inbox.NotifSweeper
 	if email, ok := pushboot.Email(cfg, pool, log); ok {
 		extra = append(extra, inbox.Channel{Name: notify.ChannelEmail, Sender: email, OnlyWithReceipt: true})
-		sw, err := inbox.NewNotifSweeper(pool, email, inbox.SweepConfig{Channel: notify.ChannelEmail, Repeats: true, Logger: log, Metrics: m})
+		sw, err := inbox.NewNotifSweeper(pool, email, inbox.SweepConfig{Channel: notify.ChannelEmail, Repeats: true, Logger: log, Metrics: m, CheckStandby: standby})
 		if err != nil {
 			fail(err)
 		}
@@ -58,7 +61,7 @@ func main() {
 			raise := &inbox.Raise{Gate: gate, Template: string(notify.CardDeclinedReminder), States: []string{event.Failed}}
 			extra = append(extra, inbox.Channel{Name: notify.ChannelReminder, Sender: reminder, Message: notify.CardDeclinedReminder, Raise: raise})
 			sw, err := inbox.NewNotifSweeper(pool, reminder, inbox.SweepConfig{Channel: notify.ChannelReminder, Message: notify.CardDeclinedReminder,
-				Repeats: true, Raise: raise, Logger: log, Metrics: m})
+				Repeats: true, Raise: raise, Logger: log, Metrics: m, CheckStandby: standby})
 			if err != nil {
 				fail(err)
 			}
@@ -75,7 +78,7 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	sw, err := inbox.NewNotifSweeper(pool, n, inbox.SweepConfig{Logger: log, Metrics: m})
+	sw, err := inbox.NewNotifSweeper(pool, n, inbox.SweepConfig{Logger: log, Metrics: m, CheckStandby: standby})
 	if err != nil {
 		fail(err)
 	}

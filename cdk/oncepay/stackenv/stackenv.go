@@ -63,6 +63,21 @@ const (
 	// overrides where its public keys are read (GovCloud, tests).
 	AlbArn     = "ONCEPAY_ALB_ARN"
 	AlbKeysURL = "ONCEPAY_ALB_KEYS_URL"
+	// Across Regions (docs/regions.md). HomesTable is the home record table
+	// (a global table; unset: one Region, no home routing). HomeDefault is
+	// the Region a caller without a record is homed in. RegionURLs maps each
+	// Region to its API's base URL (JSON object), for the 421's home URL.
+	HomesTable = "ONCEPAY_HOMES_TABLE"
+	// StandbyCheck ("true", in a deployment across Regions) makes the
+	// resolver and the worker's sweeps first ask whether their ledger is a
+	// standby's (read-only) and wait if so. One Region has no standby, and
+	// the check would be a round trip for nothing.
+	StandbyCheck = "ONCEPAY_STANDBY_CHECK"
+	// ClaimsSweep ("true") makes the resolver delete expired key records:
+	// the MRSC claim table has no TTL.
+	ClaimsSweep = "ONCEPAY_CLAIMS_SWEEP"
+	HomeDefault = "ONCEPAY_HOME_DEFAULT"
+	RegionURLs  = "ONCEPAY_REGION_URLS"
 )
 
 // OutputVars maps each stack output id to the variable that carries it.

@@ -24,6 +24,12 @@ import (
 // the role's name decides and the token is ignored. What a role may do is
 // still PostgreSQL's privileges, granted by the migration.
 func (c Config) LocalCluster(ctx context.Context, ev *Evaluator, clusterID string) error {
+	return c.localCluster(ctx, ev, clusterID, true)
+}
+
+// localCluster is LocalCluster; withDatabase false makes the roles alone
+// (the second Region's cluster, whose ledger database a test clones).
+func (c Config) localCluster(ctx context.Context, ev *Evaluator, clusterID string, withDatabase bool) error {
 	r := ev.Template.Resources[clusterID]
 	ph := ev.Physical[clusterID]
 	user, err := ev.String(ctx, r.Properties["MasterUsername"])
@@ -59,7 +65,7 @@ func (c Config) LocalCluster(ctx context.Context, ev *Evaluator, clusterID strin
 			return fmt.Errorf("localcloud: cluster %s: %s: %w", clusterID, strings.SplitN(stmt, " PASSWORD", 2)[0], err)
 		}
 	}
-	if ph.Database == "" {
+	if ph.Database == "" || !withDatabase {
 		return nil
 	}
 	return c.ownedDatabase(ctx, conn, ph.Database, user)

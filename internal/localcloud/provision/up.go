@@ -52,6 +52,15 @@ type Config struct {
 	// SecretPrefix goes before each secret's logical id in its local name
 	// (empty for make up; tests give their own).
 	SecretPrefix string
+	// The second Region's stores (issue 15), when R2PGPort is set: Up
+	// gives its PostgreSQL cluster the first's roles and the migrated
+	// TemplateDB, waits for its DynamoDB Local, and writes both endpoints
+	// into .local/env (localenv.R2DynamoURL, localenv.R2LedgerAdminDSN).
+	// None of the stack is provisioned there: tests make their own tables
+	// and databases in both Regions.
+	R2Region    string
+	R2DynamoURL string
+	R2PGPort    int
 }
 
 // LocalEmailFrom is the local cloud's email sender (see Up).
@@ -163,18 +172,12 @@ func Up(ctx context.Context, c Config) (localenv.Env, error) {
 		}
 	}
 	env[stackenv.LedgerDSN] = c.DSN(c.Database)
-	// The test kit clones TemplateDB and migrates each clone with the
-	// tree's migrations: that database, not the stack's, is the
-	// provisioner's to migrate.
-	if err := c.ensureDatabase(ctx, TemplateDB); err != nil {
+	env[localenv.LedgerAdminDSN] = c.DSN("postgres")
+	if err := c.migrateTemplate(ctx, p); err != nil {
 		return nil, err
 	}
-	applied, err := migrations.Apply(ctx, c.DSN(TemplateDB))
-	if err != nil {
-		return nil, fmt.Errorf("localcloud: migrate %s: %w", TemplateDB, err)
-	}
-	if len(applied) > 0 {
-		p.logf("database %s: applied migrations %v", TemplateDB, applied)
+	if err := c.upRegion2(ctx, p, cfg, ev, env); err != nil {
+		return nil, err
 	}
 	ec := c.EnvConfig(p.Secrets)
 	// LOCAL-ONLY: a deployed stack names its SNS platform applications by
@@ -265,6 +268,97 @@ func ReadFunctionEnvs(stateDir string) (map[string]map[string]string, error) {
 	return envs, nil
 }
 
+// migrateTemplate makes TemplateDB current. The test kit clones it and
+// migrates each clone with the tree's migrations: that database, not the
+// stack's, is the provisioner's to migrate.
+func (c Config) migrateTemplate(ctx context.Context, p *Provisioner) error {
+	if err := c.ensureDatabase(ctx, TemplateDB); err != nil {
+		return err
+	}
+	applied, err := migrations.Apply(ctx, c.DSN(TemplateDB))
+	if err != nil {
+		return fmt.Errorf("localcloud: migrate %s on :%d: %w", TemplateDB, c.PGPort, err)
+	}
+	if len(applied) > 0 {
+		p.logf("database %s on :%d: applied migrations %v", TemplateDB, c.PGPort, applied)
+	}
+	return nil
+}
+
+// upRegion2 readies the second Region's stores, if the config names them:
+// the cluster gets what the first got from the provisioner (the template's
+// cluster roles and the migrated TemplateDB; not the stack's database, which
+// only the stack's own migration fills), so a database cloned in either
+// Region has the same schema and roles. Local only (issue 15).
+func (c Config) upRegion2(ctx context.Context, p *Provisioner, cfg aws.Config, ev *Evaluator, env localenv.Env) error {
+	if c.R2PGPort == 0 {
+		return nil
+	}
+	r2 := c
+	r2.PGPort = c.R2PGPort
+	if c.R2DynamoURL != "" {
+		db := dynamoclient.New(cfg, func(o *dynamodb.Options) {
+			o.BaseEndpoint = aws.String(c.R2DynamoURL)
+			if c.R2Region != "" {
+				o.Region = c.R2Region
+			}
+		})
+		if err := c.waitFor(ctx, "the second Region's DynamoDB Local at "+c.R2DynamoURL, func(ctx context.Context) error {
+			_, err := db.ListTables(ctx, &dynamodb.ListTablesInput{})
+			return err
+		}); err != nil {
+			return err
+		}
+		env[localenv.R2DynamoURL] = c.R2DynamoURL
+	}
+	if err := r2.waitFor(ctx, fmt.Sprintf("the second Region's PostgreSQL at %s:%d", r2.PGHost, r2.PGPort), r2.pgReady); err != nil {
+		return err
+	}
+	for _, id := range ev.Template.OfType("AWS::RDS::DBCluster") {
+		if err := r2.localCluster(ctx, ev, id, false); err != nil {
+			return err
+		}
+	}
+	if err := r2.migrateTemplate(ctx, p); err != nil {
+		return err
+	}
+	env[localenv.R2LedgerAdminDSN] = r2.DSN("postgres")
+	if c.R2Region != "" {
+		env[localenv.R2Region] = c.R2Region
+	}
+	return nil
+}
+
+func (c Config) pgReady(ctx context.Context) error {
+	conn, err := pgx.Connect(ctx, c.DSN("postgres"))
+	if err != nil {
+		return err
+	}
+	return conn.Close(ctx)
+}
+
+// waitFor retries check, each try bounded to 2 s, until it passes or
+// c.Timeout has passed.
+func (c Config) waitFor(ctx context.Context, name string, check func(context.Context) error) error {
+	deadline := time.Now().Add(c.Timeout)
+	for {
+		cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		err := check(cctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("localcloud: %s not ready after %s (is `make up` running it? see .local/logs): %w", name, c.Timeout, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("localcloud: waiting for %s: %w", name, ctx.Err())
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
 func (c Config) waitReady(ctx context.Context, p *Provisioner) error {
 	checks := []struct {
 		name  string
@@ -286,27 +380,11 @@ func (c Config) waitReady(ctx context.Context, p *Provisioner) error {
 			_, err := p.Secrets.ListSecrets(ctx, &secretsmanager.ListSecretsInput{})
 			return err
 		}},
-		{fmt.Sprintf("PostgreSQL at %s:%d", c.PGHost, c.PGPort), func(ctx context.Context) error {
-			conn, err := pgx.Connect(ctx, c.DSN("postgres"))
-			if err != nil {
-				return err
-			}
-			return conn.Close(ctx)
-		}},
+		{fmt.Sprintf("PostgreSQL at %s:%d", c.PGHost, c.PGPort), c.pgReady},
 	}
 	for _, ch := range checks {
-		deadline := time.Now().Add(c.Timeout)
-		for {
-			cctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-			err := ch.check(cctx)
-			cancel()
-			if err == nil {
-				break
-			}
-			if time.Now().After(deadline) {
-				return fmt.Errorf("localcloud: %s not ready after %s (is `make up` running it? see .local/logs): %w", ch.name, c.Timeout, err)
-			}
-			time.Sleep(200 * time.Millisecond)
+		if err := c.waitFor(ctx, ch.name, ch.check); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -22,6 +22,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/aws"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
+	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	"github.com/aws/aws-sdk-go-v2/service/sns"
 	"github.com/aws/aws-sdk-go-v2/service/sqs"
 	sqstypes "github.com/aws/aws-sdk-go-v2/service/sqs/types"
@@ -132,6 +133,34 @@ type Options struct {
 	// has filled in its webhook endpoint (the chaos runner subscribes it to
 	// every event type and holds refused deliveries for a flush).
 	PSPConfig func(*pspsim.Config)
+
+	// Across Regions (internal/testkit/regions): a world is one Region's
+	// functions over that Region's stores. Zero values: the local cloud's
+	// one Region, as everywhere else.
+
+	// Region is the AWS Region the world's clients sign with (moto keeps
+	// each Region's queues and topics apart); "": the environment's.
+	Region string
+	// DynamoEndpoint is the world's DynamoDB (another Region's DynamoDB
+	// Local); "": the environment's.
+	DynamoEndpoint string
+	// LedgerDSN names the PostgreSQL cluster the world's ledger database is
+	// cloned in (another Region's cluster); "": the environment's.
+	LedgerDSN string
+	// Clock and T0 are shared by the Regions of one system: one timeline.
+	// nil: a clock of the world's own, starting now.
+	Clock *clock.Fake
+	T0    time.Time
+	// Sim and SimURL are the PSP, one for every Region (the PSP is one
+	// company's API, and its idempotency keys are global); nil: a
+	// simulator of the world's own.
+	Sim    *pspsim.Sim
+	SimURL string
+	// ClaimStream gives the claim table a stream, which a global table's
+	// replicator reads (internal/localcloud/globaltable).
+	ClaimStream bool
+	// Homes routes the API's callers to their home Region; nil: none.
+	Homes api.Homes
 }
 
 // World is the whole payment path over the local cloud's real parts, each
@@ -174,6 +203,15 @@ type World struct {
 	// PushTopic is the world's push topic, for more subscribers (a phone).
 	PushTopic string
 
+	// Region is the Region the world's clients sign with; Streams reads its
+	// DynamoDB's streams; ClaimTable is its claim table's name and
+	// LedgerDSN its ledger database's (internal/testkit/regions
+	// replicates both).
+	Region     string
+	Streams    *dynamodbstreams.Client
+	ClaimTable string
+	LedgerDSN  string
+
 	// RelayCrashes is how many of the next relay invocations crash after
 	// their messages were sent and before the batch is acknowledged.
 	RelayCrashes atomic.Int32
@@ -192,8 +230,11 @@ type World struct {
 	closers []func()
 	serial  bool
 	dlqURL  string
-	// queueURL is the events queue the relay sends to.
+	// queueURL is the events queue the relay sends to; queueArn its ARN.
 	queueURL string
+	queueArn string
+	// notifier is the worker's push sender.
+	notifier *notify.Notifier
 	// visibility is the events queue's visibility timeout: a receive whose
 	// answer never reached the poller (a connection the emulator dropped
 	// under load, retried by the SDK) leaves its messages invisible that
@@ -253,8 +294,12 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 	// The fake clock starts at the real time, so the ledger's own now()
 	// (created_at, the resolver's key window) and ours agree.
 	t0 := time.Now().UTC().Truncate(time.Second)
+	fake := clock.NewFake(t0)
+	if o.Clock != nil {
+		fake, t0 = o.Clock, o.T0
+	}
 	quiet := slog.New(slog.NewJSONHandler(io.Discard, nil))
-	w = &World{Clock: clock.NewFake(t0), T0: t0, Timing: o.Timing, EMF: &SyncBuffer{}, Phone: harness.NewPhone(), log: o.Logger, serial: o.Serial}
+	w = &World{Clock: fake, T0: t0, Timing: o.Timing, EMF: &SyncBuffer{}, Phone: harness.NewPhone(), log: o.Logger, serial: o.Serial}
 	if w.log == nil {
 		w.log = quiet
 	}
@@ -269,10 +314,15 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 	}()
 
 	var ledgerDSN string
-	if w.Pool, ledgerDSN, err = w.newLedger(ctx, env.Get(stackenv.LedgerDSN)); err != nil {
+	ledgerBase := env.Get(stackenv.LedgerDSN)
+	if o.LedgerDSN != "" {
+		ledgerBase = o.LedgerDSN
+	}
+	if w.Pool, ledgerDSN, err = w.newLedger(ctx, ledgerBase); err != nil {
 		return nil, err
 	}
 	w.LedgerPool = w.Pool
+	w.LedgerDSN = ledgerDSN
 	if o.FaultNet {
 		if w.LedgerPool, err = w.faultyPool(ctx, ledgerDSN); err != nil {
 			return nil, err
@@ -289,15 +339,27 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 	if err != nil {
 		return nil, fmt.Errorf("story: aws config: %w", err)
 	}
-	w.Dynamo, w.SQS = dynamoclient.New(cfg), sqsclient.New(cfg)
+	if o.Region != "" {
+		cfg.Region = o.Region
+	}
+	w.Region = cfg.Region
+	var ddbOpts []func(*dynamodb.Options)
+	var streamOpts []func(*dynamodbstreams.Options)
+	if o.DynamoEndpoint != "" {
+		ddbOpts = append(ddbOpts, func(d *dynamodb.Options) { d.BaseEndpoint = aws.String(o.DynamoEndpoint) })
+		streamOpts = append(streamOpts, func(d *dynamodbstreams.Options) { d.BaseEndpoint = aws.String(o.DynamoEndpoint) })
+	}
+	w.Streams = streamsclient.New(cfg, streamOpts...)
+	w.Dynamo, w.SQS = dynamoclient.New(cfg, ddbOpts...), sqsclient.New(cfg)
 	snsClient := snsclient.New(cfg)
-	claimTable, err := w.newTable(ctx, "pk", false)
+	claimTable, err := w.newTable(ctx, "pk", o.ClaimStream)
 	if err != nil {
 		return nil, err
 	}
+	w.ClaimTable = claimTable
 	claimsDB := w.Dynamo
 	if len(o.ClaimsClient) > 0 {
-		claimsDB = dynamoclient.New(cfg, o.ClaimsClient...)
+		claimsDB = dynamoclient.New(cfg, append(ddbOpts, o.ClaimsClient...)...)
 	}
 	w.Claims = idem.NewStore(claimsDB, claimTable)
 	outboxTable, err := w.newTable(ctx, "event_id", true)
@@ -339,11 +401,15 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 	if err := simCfg.Validate(); err != nil {
 		return nil, fmt.Errorf("story: %w", err)
 	}
-	w.Sim = pspsim.New(simCfg)
-	simSrv := httptest.NewServer(w.Sim)
-	w.SimURL = simSrv.URL
-	w.closers = append(w.closers, func() { simSrv.Close(); w.Sim.Close() })
-	if w.PSP, err = psp.New(psp.Config{APIKey: "sk_test_story", BaseURL: simSrv.URL, Logger: quiet,
+	if o.Sim != nil {
+		w.Sim, w.SimURL = o.Sim, o.SimURL
+	} else {
+		w.Sim = pspsim.New(simCfg)
+		simSrv := httptest.NewServer(w.Sim)
+		w.SimURL = simSrv.URL
+		w.closers = append(w.closers, func() { simSrv.Close(); w.Sim.Close() })
+	}
+	if w.PSP, err = psp.New(psp.Config{APIKey: "sk_test_story", BaseURL: w.SimURL, Logger: quiet,
 		HTTPClient: &http.Client{Timeout: 30 * time.Second, Transport: pspWire{w: w, next: pspTransport(o.FreshPSPConnections)}}}); err != nil {
 		return nil, err
 	}
@@ -371,7 +437,7 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 	w.API = api.New(api.Deps{
 		Claims: claims, Ledger: led, PSP: w.PSP, Publisher: pub, Clock: w.Clock, Timing: w.Timing,
 		Log: w.log, Metrics: metrics.New(w.EMF, "api"), Hooks: w.apiHooks(),
-		ALB: albsign.Default.Verifier(w.Clock.Now),
+		ALB: albsign.Default.Verifier(w.Clock.Now), Homes: o.Homes,
 	})
 
 	// Messaging: the relay on the outbox stream, the FIFO queue, the worker,
@@ -404,7 +470,7 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 		// check, not the drain's patience, covers a lagging stream.
 		sc.QuietPolls = 1
 	}
-	if w.Stream, err = harness.NewStreamPoller(streamsclient.New(cfg), w.relayHandler(r.Handle), sc); err != nil {
+	if w.Stream, err = harness.NewStreamPoller(w.Streams, w.relayHandler(r.Handle), sc); err != nil {
 		return nil, err
 	}
 	m := metrics.New(w.EMF, "worker")
@@ -446,7 +512,28 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 	}); err != nil {
 		return nil, err
 	}
+	w.queueArn, w.notifier = q.arn, n
 	return w, nil
+}
+
+// ConsumerOn returns the world's worker over another ledger, consuming the
+// world's events queue and pushing to its topic: this Region's functions
+// after a failover, when the ledger's writer endpoint names the Region that
+// took over (Aurora Global Database's global writer endpoint).
+func (w *World) ConsumerOn(db *pgxpool.Pool) (*harness.QueuePoller, error) {
+	quiet := slog.New(slog.NewJSONHandler(io.Discard, nil))
+	settings := eventsource.Default()
+	settings.Worker.VisibilityTimeout = w.visibility
+	worker, err := inbox.New(db, w.notifier, inbox.Config{
+		MaxReceiveCount: settings.Worker.MaxReceiveCount, Logger: quiet, Metrics: metrics.New(w.EMF, "worker"),
+		RetryAfter: 10 * time.Millisecond,
+	})
+	if err != nil {
+		return nil, err
+	}
+	return harness.NewQueuePoller(w.SQS, worker.Handle, harness.QueueConfig{
+		QueueURL: w.queueURL, QueueArn: w.queueArn, Settings: settings.Worker, Logger: quiet,
+	})
 }
 
 // Close removes everything New created, newest first.
@@ -471,7 +558,11 @@ func (w *World) SetClock(s float64) {
 
 // Resolver builds a resolver over the world's parts with a cap high enough
 // not to slow a run down.
-func (w *World) Resolver() (*resolver.Resolver, error) {
+func (w *World) Resolver() (*resolver.Resolver, error) { return w.ResolverWith(nil) }
+
+// ResolverWith is Resolver with its dependencies adjusted by adjust (the
+// Regions' counterfactual switches: another PSP key, another event id).
+func (w *World) ResolverWith(adjust func(*resolver.Deps)) (*resolver.Resolver, error) {
 	c := resolver.DefaultConfig()
 	c.Margin = w.Timing.Margin
 	c.PSPRate = 1000
@@ -480,10 +571,14 @@ func (w *World) Resolver() (*resolver.Resolver, error) {
 	if w.serial {
 		c.Concurrency = 1
 	}
-	return resolver.New(c, resolver.Deps{
+	d := resolver.Deps{
 		Ledger: w.Ledger, PSP: w.PSP, Claims: w.Claims, Publisher: w.Outbox, Sweeper: w.Sweeper, Clock: w.Clock,
 		Log: w.log, Metrics: metrics.New(w.EMF, "resolver"), Hooks: w.resolverHooks(),
-	})
+	}
+	if adjust != nil {
+		adjust(&d)
+	}
+	return resolver.New(c, d)
 }
 
 // Pay sends POST /payments arriving at the given instant.

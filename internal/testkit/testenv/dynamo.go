@@ -29,12 +29,25 @@ func DynamoDB(t testing.TB) *dynamodb.Client {
 // a test that needs an expired record to still be present gets one.
 func NewTable(t testing.TB, db *dynamodb.Client, pk string) string {
 	t.Helper()
+	return newTable(t, db, pk, nil)
+}
+
+// NewStreamTable is NewTable with a stream of the given view (a replicator
+// or a relay reads it).
+func NewStreamTable(t testing.TB, db *dynamodb.Client, pk string, view types.StreamViewType) string {
+	t.Helper()
+	return newTable(t, db, pk, &types.StreamSpecification{StreamEnabled: aws.Bool(true), StreamViewType: view})
+}
+
+func newTable(t testing.TB, db *dynamodb.Client, pk string, stream *types.StreamSpecification) string {
+	t.Helper()
 	name := "t-" + RandomID(6)
 	_, err := db.CreateTable(context.Background(), &dynamodb.CreateTableInput{
 		TableName:            &name,
 		KeySchema:            []types.KeySchemaElement{{AttributeName: aws.String(pk), KeyType: types.KeyTypeHash}},
 		AttributeDefinitions: []types.AttributeDefinition{{AttributeName: aws.String(pk), AttributeType: types.ScalarAttributeTypeS}},
 		BillingMode:          types.BillingModePayPerRequest,
+		StreamSpecification:  stream,
 	})
 	if err != nil {
 		t.Fatalf("create table %s: %v", name, err)

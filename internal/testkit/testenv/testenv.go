@@ -91,11 +91,18 @@ func Ledger(t testing.TB) (*pgxpool.Pool, string) {
 	if dsn == "" {
 		unavailable(t, "%s not set", stackenv.LedgerDSN)
 	}
+	return ledgerOn(t, "PostgreSQL", dsn)
+}
+
+// ledgerOn is Ledger on the cluster dsn names (any database of it, as a
+// user that may create databases).
+func ledgerOn(t testing.TB, cluster, dsn string) (*pgxpool.Pool, string) {
+	t.Helper()
 	cfg, err := pgx.ParseConfig(dsn)
 	if err != nil {
 		t.Fatalf("parse %s: %v", dsn, err)
 	}
-	Reachable(t, "PostgreSQL", net.JoinHostPort(cfg.Host, itoa(cfg.Port)))
+	Reachable(t, cluster, net.JoinHostPort(cfg.Host, itoa(cfg.Port)))
 	admin := replaceDB(dsn, "postgres")
 	name := "t_" + strings.ToLower(sanitize(t.Name()))
 	if len(name) > 40 {
@@ -106,7 +113,7 @@ func Ledger(t testing.TB) (*pgxpool.Pool, string) {
 	defer cancel()
 	conn, err := pgx.Connect(ctx, admin)
 	if err != nil {
-		unavailable(t, "PostgreSQL: %v", err)
+		unavailable(t, "%s: %v", cluster, err)
 	}
 	defer conn.Close(ctx)
 	// Cloning needs the template to have no other sessions; parallel clones retry.
@@ -141,6 +148,10 @@ func Ledger(t testing.TB) (*pgxpool.Pool, string) {
 			return
 		}
 		defer c.Close(ctx)
+		// A replication slot left on the database (a replication test
+		// that died before its cleanup) would keep the drop from happening
+		// and hold the cluster's WAL for good.
+		_, _ = c.Exec(ctx, "SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1 AND NOT active", name)
 		_, _ = c.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{name}.Sanitize()+" WITH (FORCE)")
 	})
 	return pool, testDSN

@@ -96,6 +96,9 @@ type World struct {
 	Webhook       *webhook.Handler
 	WebhookURL    string
 	WebhookSecret string
+	// Homes routes callers to their home Region (nil: one Region); set it
+	// and Rebuild.
+	Homes api.Homes
 }
 
 // SyncBuffer is a goroutine-safe log sink.
@@ -200,7 +203,7 @@ func (w *World) Rebuild() {
 	w.API = api.New(api.Deps{
 		Claims: w.Claims, Ledger: w.Ledger, PSP: w.PSP, Publisher: w.Outbox, Clock: w.Clock, Timing: w.Timing,
 		Log: w.Log, Metrics: metrics.New(w.Logs, "api"), Hooks: w.Hooks,
-		ALB: albsign.Default.Verifier(w.Clock.Now),
+		ALB: albsign.Default.Verifier(w.Clock.Now), Homes: w.Homes,
 	})
 }
 
@@ -224,6 +227,9 @@ type ResolverOptions struct {
 	// NoPublisher leaves the outbox put to the sweep (resolver.Deps.Publisher
 	// nil).
 	NoPublisher bool
+	// SweepClaims gives the resolver the claim table's sweep (the MRSC
+	// option's, which has no TTL).
+	SweepClaims bool
 }
 
 // Resolver builds a resolver over the world's parts.
@@ -242,6 +248,9 @@ func (w *World) Resolver(cfg resolver.Config, o ResolverOptions) *resolver.Resol
 	}
 	if o.NoPublisher {
 		d.Publisher = nil
+	}
+	if o.SweepClaims {
+		d.ClaimSweeper = idem.NewSweeper(w.Dynamo, w.ClaimsTable)
 	}
 	r, err := resolver.New(cfg, d)
 	if err != nil {

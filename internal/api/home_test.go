@@ -1,0 +1,215 @@
+package api_test
+
+import (
+	"context"
+	"encoding/json"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"testing"
+	"time"
+
+	"github.com/oncepay/oncepay/internal/api"
+	"github.com/oncepay/oncepay/internal/home"
+	"github.com/oncepay/oncepay/internal/ids"
+	"github.com/oncepay/oncepay/internal/metrics"
+	"github.com/oncepay/oncepay/internal/problem"
+	"github.com/oncepay/oncepay/internal/psp"
+	"github.com/oncepay/oncepay/internal/testkit/albsign"
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
+)
+
+var regionURLs = map[string]string{"us-east-1": "https://r1.example.test", "us-west-2": "https://r2.example.test"}
+
+// inRegion rebuilds the world's api as the api of region, routing callers by
+// a home record table of the test's own (fallback home: us-east-1).
+func (w *world) inRegion(t *testing.T, region string, store *home.Store) {
+	t.Helper()
+	rt, err := home.NewRouter(store, region, "us-east-1", regionURLs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.h = api.New(api.Deps{
+		Claims: w.claims, Ledger: w.ledger, PSP: w.psp, Publisher: w.outbox, Clock: w.clock, Timing: w.timing,
+		Log: slog.New(slog.NewJSONHandler(w.logs, nil)), Metrics: metrics.New(w.logs, "api"),
+		ALB: albsign.Default.Verifier(w.clock.Now), Homes: rt,
+	})
+}
+
+type misdirected struct {
+	Type        string `json:"type"`
+	Status      int    `json:"status"`
+	HomeRegion  string `json:"home_region"`
+	HomeURL     string `json:"home_url"`
+	HomeVersion int64  `json:"home_version"`
+}
+
+// Every route answers a caller homed elsewhere 421 with the home's URL, and
+// nothing is claimed, written or charged.
+func TestAMisdirectedRequestIs421AndChangesNothing(t *testing.T) {
+	w := newWorld(t)
+	store := home.NewStore(w.db, testenv.NewTable(t, w.db, "caller"))
+	w.inRegion(t, "us-west-2", store)
+	calls := []api.Request{
+		{Method: http.MethodPost, Path: "/payments", Body: []byte(body3000)},
+		{Method: http.MethodPost, Path: "/payments/K1/resolve"},
+		{Method: http.MethodPost, Path: "/payments/K1/refund"},
+	}
+	for _, c := range calls {
+		c.Headers = http.Header{"Idempotency-Key": {"K1"}, "Content-Type": {"application/json"}}
+		c.Caller, c.Arrival = "u1", w.clock.Now()
+		r := w.h.Serve(context.Background(), c)
+		if r.Status != http.StatusMisdirectedRequest || r.Headers.Get("Content-Type") != problem.ContentType {
+			t.Fatalf("%s: %d %s %s, want 421 problem+json", c.Path, r.Status, r.Headers.Get("Content-Type"), r.Body)
+		}
+		var m misdirected
+		if err := json.Unmarshal(r.Body, &m); err != nil {
+			t.Fatal(err)
+		}
+		if m.Type != problem.TypeMisdirected || m.Status != 421 || m.HomeRegion != "us-east-1" || m.HomeURL != regionURLs["us-east-1"] || m.HomeVersion != 0 {
+			t.Errorf("%s: body %+v", c.Path, m)
+		}
+		if _, err := url.Parse(m.HomeURL); err != nil {
+			t.Errorf("home_url %q: %v", m.HomeURL, err)
+		}
+	}
+	if _, found := w.record("u1", "K1"); found {
+		t.Error("a misdirected request claimed the key")
+	}
+	if n := w.countRows(`SELECT count(*) FROM payments`); n != 0 {
+		t.Errorf("%d payment rows after misdirected requests", n)
+	}
+	if n := len(w.charges()); n != 0 {
+		t.Errorf("%d charges after misdirected requests", n)
+	}
+	if n := metrics.Sum(w.logs.Bytes(), "Misdirected"); n != 3 {
+		t.Errorf("Misdirected = %v, want 3", n)
+	}
+}
+
+// The failover's move (version + 1) turns the answers around at once: the
+// new home serves the caller and the old one sends it there.
+func TestAMovedCallerIsServedInItsNewHomeOnly(t *testing.T) {
+	w := newWorld(t)
+	mover := home.NewMover(w.db, testenv.NewTable(t, w.db, "caller"))
+	store := mover.Store()
+	w.inRegion(t, "us-east-1", store)
+	expectStatus(t, w.pay("u1", "K1", body3000), http.StatusCreated)
+	if _, err := mover.Failover(context.Background(), "us-east-1", "us-west-2", "us-east-1"); err != nil {
+		t.Fatal(err)
+	}
+	r := w.pay("u1", "K1", body3000)
+	var m misdirected
+	_ = json.Unmarshal(r.Body, &m)
+	if r.Status != http.StatusMisdirectedRequest || m.HomeRegion != "us-west-2" || m.HomeVersion != 1 {
+		t.Fatalf("the old home after the move: %d %s", r.Status, r.Body)
+	}
+	w.inRegion(t, "us-west-2", store)
+	if a := expectStatus(t, w.pay("u1", "K1", body3000), http.StatusCreated); a.State != "SUCCEEDED" {
+		t.Errorf("the new home's replay: %+v", a)
+	}
+	if n := len(w.charges()); n != 1 {
+		t.Errorf("%d charges, want 1", n)
+	}
+}
+
+// An unreadable home record fails closed: 503, Retry-After, nothing run.
+func TestAnUnreadableHomeIs503AndChangesNothing(t *testing.T) {
+	w := newWorld(t)
+	w.inRegion(t, "us-east-1", home.NewStore(unreachableDynamo(), "homes"))
+	r := w.pay("u1", "K1", body3000)
+	if r.Status != http.StatusServiceUnavailable || r.Headers.Get("Retry-After") == "" {
+		t.Fatalf("%d %v %s, want 503 with Retry-After", r.Status, r.Headers, r.Body)
+	}
+	if a := decode(t, r); a.Type != problem.TypeHomeUnavailable {
+		t.Errorf("type %q", a.Type)
+	}
+	if _, found := w.record("u1", "K1"); found || len(w.charges()) != 0 || w.countRows(`SELECT count(*) FROM payments`) != 0 {
+		t.Error("an unreadable home still ran something")
+	}
+}
+
+func (w *world) resolveKey(caller, key string) api.Response {
+	return w.h.Serve(context.Background(), api.Request{Method: http.MethodPost, Path: "/payments/" + key + "/resolve",
+		Headers: http.Header{}, Caller: caller, Arrival: w.clock.Now()})
+}
+
+// Across Regions an absent row may be one lost with a failed Region's last
+// writes while the PSP charged it (docs/regions.md): the resolve asks the
+// PSP before it voids, and keeps the key open when the PSP knows the
+// payment; the retry with the same key then runs it here and the PSP
+// replays its charge. One charge, never "nothing ran". A key the PSP does
+// not know is voided as in one Region.
+func TestAResolveAcrossRegionsDoesNotVoidAPaymentThePSPKnows(t *testing.T) {
+	w := newWorld(t)
+	mover := home.NewMover(w.db, testenv.NewTable(t, w.db, "caller"))
+	w.inRegion(t, "us-east-1", mover.Store())
+	pid := ids.PaymentID(ids.Scope("u1", "K1"))
+	// The failed Region's charge: the PSP holds it, this Region's ledger
+	// and key store do not.
+	if _, err := w.psp.Charge(context.Background(), psp.ChargeRequest{IdempotencyKey: ids.ChargeKey(pid), PaymentID: pid,
+		MerchantID: "m1", Amount: 3000, Currency: "USD", PaymentMethod: "pm_card_visa"}); err != nil {
+		t.Fatal(err)
+	}
+	r := w.resolveKey("u1", "K1")
+	if a := decode(t, r); r.Status != http.StatusConflict || a.Type != problem.TypeInProgress {
+		t.Fatalf("resolve of a key the PSP charged: %d %s; want 409 in-progress, never VOID", r.Status, r.Body)
+	}
+	if n := w.countRows(`SELECT count(*) FROM payments WHERE payment_id = $1`, pid); n != 0 {
+		t.Fatalf("the resolve wrote %d rows (a VOID)", n)
+	}
+	if n := metrics.Sum(w.logs.Bytes(), "ResolveLostRow"); n != 1 {
+		t.Errorf("ResolveLostRow = %v, want 1", n)
+	}
+	a := expectStatus(t, w.pay("u1", "K1", body3000), http.StatusCreated)
+	if a.State != "SUCCEEDED" || len(w.charges()) != 1 || a.PSPCharge != w.charges()[0].ID {
+		t.Errorf("the retry: %+v with %d charges; want the PSP's one charge replayed", a, len(w.charges()))
+	}
+	// A key the PSP never saw is voided.
+	if r := w.resolveKey("u1", "K2"); r.Status != http.StatusOK {
+		t.Errorf("resolve of a key nobody saw: %d %s; want 200 VOID", r.Status, r.Body)
+	}
+}
+
+// Within an hour of a caller's move (a failover), an absent key is not
+// voided even when the PSP's search does not know it: the search lags
+// charges (up to an hour in an outage), and what a failover loses was
+// charged just before the move. After the hour the PSP's answer decides.
+func TestAResolveRightAfterAMoveHoldsTheKeyOpen(t *testing.T) {
+	w := newWorld(t)
+	mover := home.NewMover(w.db, testenv.NewTable(t, w.db, "caller"))
+	if _, err := mover.Failover(context.Background(), "us-west-2", "us-east-1", "us-west-2"); err != nil {
+		t.Fatal(err)
+	}
+	w.clock.Set(time.Now())
+	w.inRegion(t, "us-east-1", mover.Store())
+	r := w.resolveKey("u1", "K1")
+	if a := decode(t, r); r.Status != http.StatusConflict || a.Type != problem.TypeInProgress {
+		t.Fatalf("resolve right after the move: %d %s; want 409, the key held open", r.Status, r.Body)
+	}
+	if n := w.countRows(`SELECT count(*) FROM payments`); n != 0 || metrics.Sum(w.logs.Bytes(), "ResolveHeld") != 1 {
+		t.Fatalf("%d rows, ResolveHeld %v; want no VOID and one hold", n, metrics.Sum(w.logs.Bytes(), "ResolveHeld"))
+	}
+	w.clock.Set(time.Now().Add(61 * time.Minute))
+	if r := w.resolveKey("u1", "K1"); r.Status != http.StatusOK {
+		t.Errorf("resolve an hour after the move, the PSP knowing nothing: %d %s; want 200 VOID", r.Status, r.Body)
+	}
+}
+
+// A PSP that cannot be asked keeps the key open too: never "nothing ran"
+// on a guess.
+func TestAResolveAcrossRegionsWithThePSPDownHoldsTheKeyOpen(t *testing.T) {
+	w := newWorld(t)
+	down, err := psp.New(psp.Config{APIKey: "sk_test_x", BaseURL: "http://127.0.0.1:1",
+		HTTPClient: &http.Client{Timeout: time.Second}, Logger: slog.New(slog.NewJSONHandler(io.Discard, nil))})
+	if err != nil {
+		t.Fatal(err)
+	}
+	w.psp = down
+	w.inRegion(t, "us-east-1", home.NewMover(w.db, testenv.NewTable(t, w.db, "caller")).Store())
+	r := w.resolveKey("u1", "K1")
+	if r.Status != http.StatusConflict || w.countRows(`SELECT count(*) FROM payments`) != 0 {
+		t.Fatalf("resolve with the PSP down: %d %s; want 409 and no VOID", r.Status, r.Body)
+	}
+}

@@ -1,0 +1,257 @@
+package pgrepl
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
+)
+
+// linked is a primary database in the first Region's cluster and a standby
+// database in the second's, each a fresh clone of the migrated template,
+// linked with lag; everything is dropped when the test ends.
+type linked struct {
+	link             *Link
+	primary, standby *pgxpool.Pool
+}
+
+func newLinked(t *testing.T, lag time.Duration, before func(primary *pgxpool.Pool)) linked {
+	t.Helper()
+	primary, primaryDSN := testenv.Ledger(t)
+	standby, standbyDSN := testenv.R2Ledger(t)
+	if before != nil {
+		before(primary)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	link, err := New(ctx, Config{Name: "t_" + testenv.RandomID(6), Primary: primaryDSN, Standby: standbyDSN, Lag: lag})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Registered after the databases' cleanups, so it runs before them: a
+	// database with a subscription or a slot cannot be dropped.
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if err := link.Close(ctx); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return linked{link: link, primary: primary, standby: standby}
+}
+
+func credit(t *testing.T, db *pgxpool.Pool, event string) int64 {
+	t.Helper()
+	var id int64
+	err := db.QueryRow(context.Background(),
+		`INSERT INTO credits (merchant_id, cents, currency, event_id) VALUES ('m1', 3000, 'EUR', $1) RETURNING credit_id`, event).Scan(&id)
+	if err != nil {
+		t.Fatalf("credit %s: %v", event, err)
+	}
+	return id
+}
+
+func has(t *testing.T, db *pgxpool.Pool, event string) bool {
+	t.Helper()
+	var n int
+	if err := db.QueryRow(context.Background(), `SELECT count(*) FROM credits WHERE event_id = $1`, event).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n == 1
+}
+
+// A row committed before the link is copied by the initial sync, one
+// committed after it is replicated; the standby's own rows (the clone's
+// schema versions) are replaced by the primary's, not doubled.
+func TestARowReplicates(t *testing.T) {
+	t.Parallel()
+	p := newLinked(t, 0, func(primary *pgxpool.Pool) { credit(t, primary, "before") })
+	ctx := context.Background()
+	if !has(t, p.standby, "before") {
+		t.Error("the row committed before the link is not on the standby after the initial sync")
+	}
+	credit(t, p.primary, "after")
+	if err := p.link.CaughtUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !has(t, p.standby, "after") {
+		t.Error("the row committed after the link is not on the standby once caught up")
+	}
+	var prim, stby int
+	if err := p.primary.QueryRow(ctx, `SELECT count(*) FROM goose_db_version`).Scan(&prim); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.standby.QueryRow(ctx, `SELECT count(*) FROM goose_db_version`).Scan(&stby); err != nil {
+		t.Fatal(err)
+	}
+	if prim == 0 || prim != stby {
+		t.Errorf("schema versions: primary %d rows, standby %d; want the primary's rows, once", prim, stby)
+	}
+}
+
+// The lag is the WAL stream's: a row is not on the standby within the lag
+// of its commit, and Measure reports at least the lag.
+func TestTheLagIsReal(t *testing.T) {
+	t.Parallel()
+	for _, lag := range []time.Duration{0, 300 * time.Millisecond, time.Second} {
+		t.Run(lag.String(), func(t *testing.T) {
+			p := newLinked(t, lag, nil)
+			ctx := context.Background()
+			var worst, best time.Duration
+			for i := range 3 {
+				d, err := p.link.Measure(ctx)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if i == 0 || d > worst {
+					worst = d
+				}
+				if i == 0 || d < best {
+					best = d
+				}
+			}
+			t.Logf("lag %v: measured %v to %v over 3 probes", lag, best.Round(time.Millisecond), worst.Round(time.Millisecond))
+			if best < lag {
+				t.Errorf("measured %v with a lag of %v", best, lag)
+			}
+			if lag == 0 {
+				return
+			}
+			if best > lag+2*time.Second {
+				t.Errorf("measured %v with a lag of %v: the proxy holds back more than the lag", best, lag)
+			}
+			credit(t, p.primary, "in-flight")
+			time.Sleep(lag / 2)
+			if has(t, p.standby, "in-flight") {
+				t.Errorf("the row is on the standby %v after its commit, within the lag %v", lag/2, lag)
+			}
+			if err := p.link.CaughtUp(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if !has(t, p.standby, "in-flight") {
+				t.Error("the row is not on the standby once caught up")
+			}
+		})
+	}
+}
+
+// Cut loses what is on its way: a row committed on the primary just before
+// the cut (its WAL held back by the lag) and any row after it never reach
+// the standby, while the primary keeps them.
+func TestCutStopsReplicationMidStream(t *testing.T) {
+	t.Parallel()
+	const lag = time.Second
+	p := newLinked(t, lag, nil)
+	ctx := context.Background()
+	credit(t, p.primary, "settled")
+	if err := p.link.CaughtUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	credit(t, p.primary, "in-flight")
+	// Long enough for the walsender to have sent it into the proxy, well
+	// within the lag.
+	time.Sleep(200 * time.Millisecond)
+	p.link.Cut()
+	if lost := p.link.proxy.dropped.Load(); lost == 0 {
+		t.Error("the cut lost no bytes: the in-flight row was not on its way")
+	}
+	credit(t, p.primary, "after-cut")
+	time.Sleep(2 * lag)
+	if !has(t, p.standby, "settled") {
+		t.Error("the row replicated before the cut is gone from the standby")
+	}
+	for _, ev := range []string{"in-flight", "after-cut"} {
+		if has(t, p.standby, ev) {
+			t.Errorf("%s reached the standby after the cut", ev)
+		}
+		if !has(t, p.primary, ev) {
+			t.Errorf("%s is not on the primary", ev)
+		}
+	}
+	if err := p.link.CaughtUp(ctx); !errors.Is(err, ErrCut) {
+		t.Errorf("CaughtUp after the cut: %v, want ErrCut", err)
+	}
+}
+
+// Promote makes the standby writable: the subscription is gone and every
+// sequence is past the rows that replicated, which PostgreSQL's logical
+// replication does not do by itself.
+func TestPromoteMakesTheStandbyWritable(t *testing.T) {
+	t.Parallel()
+	p := newLinked(t, 100*time.Millisecond, nil)
+	ctx := context.Background()
+	var last int64
+	for i := range 5 {
+		last = credit(t, p.primary, fmt.Sprintf("ev-%d", i))
+	}
+	if err := p.link.CaughtUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var seq int64
+	if err := p.standby.QueryRow(ctx, `SELECT last_value FROM credits_credit_id_seq`).Scan(&seq); err != nil {
+		t.Fatal(err)
+	}
+	if seq >= last {
+		t.Fatalf("the standby's sequence is at %d before the promotion, past the replicated %d: nothing left to show", seq, last)
+	}
+	p.link.Cut()
+	if err := p.link.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if id := credit(t, p.standby, "after-promotion"); id <= last {
+		t.Errorf("the promoted standby's first credit got id %d, not past the replicated %d", id, last)
+	}
+	var subs int
+	if err := p.standby.QueryRow(ctx, `SELECT count(*) FROM pg_subscription WHERE subname = $1`, p.link.cfg.Name).Scan(&subs); err != nil {
+		t.Fatal(err)
+	}
+	if subs != 0 {
+		t.Errorf("%d subscriptions left on the promoted standby", subs)
+	}
+	// Every sequence that feeds a column is past its column.
+	rows, err := p.standby.Query(ctx, sequenceColumns)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var checked int
+	for rows.Next() {
+		var s, tbl, col string
+		if err := rows.Scan(&s, &tbl, &col); err != nil {
+			t.Fatal(err)
+		}
+		var behind bool
+		q := fmt.Sprintf(`SELECT coalesce(max(%s), 0) >= (SELECT CASE WHEN is_called THEN last_value + 1 ELSE last_value END FROM %s) FROM %s`, col, s, tbl)
+		if err := p.standby.QueryRow(ctx, q).Scan(&behind); err != nil {
+			t.Fatal(err)
+		}
+		if behind {
+			t.Errorf("sequence %s would hand out a value %s.%s already holds", s, tbl, col)
+		}
+		checked++
+	}
+	if checked < 3 {
+		t.Errorf("checked %d sequences; the ledger has at least journal_entries', credits' and debits'", checked)
+	}
+	// Close drops the publication and the slot the promotion left on the primary.
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := p.link.Close(cctx); err != nil {
+		t.Fatal(err)
+	}
+	var slots, pubs int
+	if err := p.primary.QueryRow(ctx, `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`, p.link.cfg.Name).Scan(&slots); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.primary.QueryRow(ctx, `SELECT count(*) FROM pg_publication WHERE pubname = $1`, p.link.cfg.Name).Scan(&pubs); err != nil {
+		t.Fatal(err)
+	}
+	if slots != 0 || pubs != 0 {
+		t.Errorf("after Close the primary holds %d slot(s) and %d publication(s) of the link", slots, pubs)
+	}
+}
