@@ -172,6 +172,7 @@ bench: ## benchmarks on a freshly started local cloud; writes BENCHMARKS.md (rat
 	@mkdir -p bench-out docs/benchmarks
 	@go test -count=1 -run '^$$' -bench 'FirstCall$$|Replay|Steps|RequestCounts' -benchtime $(BENCHTIME) ./internal/api/ | tee bench-out/bench.txt
 	@go test -count=1 -run '^$$' -bench 'FirstCallPSP300' -benchtime 30x ./internal/api/ | tee -a bench-out/bench.txt
+	@go test -count=1 -run '^$$' -bench 'FirstCallAcrossRegions' -benchtime $(BENCHTIME) ./internal/api/ | tee -a bench-out/bench.txt
 	@go test -count=1 -run '^$$' -bench 'WorkerTransaction|RelayToWorker' -benchtime $(BENCHTIME) ./internal/inbox/ ./infra-tests/messaging/ | tee -a bench-out/bench.txt
 	@go test -count=1 -run '^$$' -bench Concurrency -benchtime 1x ./internal/api/ | tee -a bench-out/bench.txt
 	@go test -count=1 -run '^$$' -bench OutboxToPush -benchtime 40x ./infra-tests/messaging/ | tee -a bench-out/bench.txt

@@ -413,6 +413,7 @@ func TestAlarms(t *testing.T) {
 		oncepay.AlarmUnknownOverHorizon: {stackenv.MetricsNamespace, oncepay.MetricUnknownOverHorizon, "Maximum", map[string]any{"Function": oncepay.FnResolver}, 1},
 		oncepay.AlarmKeyStoreDegraded:   {stackenv.MetricsNamespace, oncepay.MetricKeyStoreDegraded, "Sum", map[string]any{"Function": oncepay.FnAPI}, 1},
 		oncepay.AlarmChargedButClosed:   {stackenv.MetricsNamespace, oncepay.MetricWebhookSucceededOnFailed, "Sum", map[string]any{"Function": oncepay.FnWebhook}, 1},
+		oncepay.AlarmChargedButUnknown:  {stackenv.MetricsNamespace, oncepay.MetricWebhookSucceededUnknown, "Sum", map[string]any{"Function": oncepay.FnWebhook}, 1},
 		oncepay.AlarmNotifStuck:         {stackenv.MetricsNamespace, oncepay.MetricNotifStuck, "Maximum", map[string]any{"Function": oncepay.FnWorker}, 1},
 		oncepay.AlarmOutboxRedriven:     {stackenv.MetricsNamespace, oncepay.MetricOutboxRedriven, "Sum", map[string]any{"Function": oncepay.FnResolver}, 1},
 		// Either function without the key makes no PSP call: one is enough.

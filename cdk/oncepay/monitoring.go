@@ -30,9 +30,18 @@ const (
 	// MetricResolveLostRow: a resolve found the PSP holding a payment the
 	// ledger does not know: lost with a failed Region's last writes.
 	MetricResolveLostRow = "ResolveLostRow"
+	// MetricHomeLedgerReadOnly: the resolver found its ledger read-only in
+	// the Region that homes the callers (across Regions).
+	MetricHomeLedgerReadOnly = "HomeLedgerReadOnly"
+	// MetricClaimsSweepFailed: the resolver's sweep of the MRSC claim table
+	// (which has no TTL) failed.
+	MetricClaimsSweepFailed = "ClaimsSweepFailed"
 	// MetricWebhookSucceededOnFailed: the PSP reported a charge for a
 	// payment the ledger holds as FAILED or VOID (webhook.MetricSucceededOnFailed).
 	MetricWebhookSucceededOnFailed = "WebhookSucceededOnFailed"
+	// MetricWebhookSucceededUnknown: the PSP reported a charge carrying our
+	// payment id that no ledger row holds (webhook.MetricSucceededUnknown).
+	MetricWebhookSucceededUnknown = "WebhookSucceededUnknown"
 	// MetricNotifStuck: the worker's count, on every sweep tick, of
 	// notifications STUCK after the give-up horizon (inbox.NotifSweeper).
 	MetricNotifStuck = "NotifStuck"
@@ -69,7 +78,10 @@ const (
 	AlarmKeyStoreDegraded    = "KeyStoreDegraded"
 	AlarmHomeUnavailable     = "HomeUnavailable"
 	AlarmResolveLostRow      = "ResolveLostRow"
+	AlarmHomeLedgerReadOnly  = "HomeLedgerReadOnly"
+	AlarmClaimsSweepFailed   = "ClaimsSweepFailed"
 	AlarmChargedButClosed    = "ChargedButClosed"
+	AlarmChargedButUnknown   = "ChargedButUnknown"
 	AlarmNotifStuck          = "NotifStuck"
 	AlarmOutboxRedriven      = "OutboxRedriven"
 	RelayIteratorAgeMaxMilli = 60_000 // a minute behind the outbox is an outage of the event path
@@ -187,6 +199,12 @@ func newMonitoring(s *Stack) *Monitoring {
 			custom(MetricHomeUnavailable, FnAPI, "Sum"))
 		atLeastOne(AlarmResolveLostRow, "A resolve found a payment the PSP knows (charged, declined or still open) that this Region's ledger does not: written in a failed Region's last replication lag and lost in the failover. The key is held open; reconcile the payment against the PSP (docs/regions.md, what an unplanned failover loses).",
 			custom(MetricResolveLostRow, FnAPI, "Sum"))
+		atLeastOne(AlarmHomeLedgerReadOnly, "The resolver found its ledger read-only in the Region that homes the callers (the default home record): nothing settles their open payments. Either the cluster lost its writer, or the callers were moved here before this Region's ledger was promoted (the runbook promotes first; docs/regions.md). A standby's read-only ledger before a failover does not count. Expected once in the old primary during a planned switchover (its ledger turns read-only at the promotion, seconds before the move of the default record reaches its replica), and in a recovered Region until its replica of the home table has caught up.",
+			custom(MetricHomeLedgerReadOnly, FnResolver, "Sum"))
+		if s.Regions.Strong() {
+			atLeastOne(AlarmClaimsSweepFailed, "The resolver's sweep of the strongly consistent claim table (no TTL) failed; each run goes on where the last stopped. Expired key records are only space (the read path treats them as absent), but a sweep that keeps failing lets the table grow: the resolver's log names the error.",
+				custom(MetricClaimsSweepFailed, FnResolver, "Sum"))
+		}
 	}
 	// Without the key no PSP call is made: the api leaves each payment
 	// UNKNOWN and the resolver cannot settle them, so money waits while
@@ -199,6 +217,7 @@ func newMonitoring(s *Stack) *Monitoring {
 	}
 	atLeastOne(AlarmApiPSPKeyUnreadable, keyUnreadable("api"), custom(MetricPSPKeyUnreadable, FnAPI, "Sum"))
 	atLeastOne(AlarmResolverPSPKeyUnreadable, keyUnreadable("resolver"), custom(MetricPSPKeyUnreadable, FnResolver, "Sum"))
+	atLeastOne(AlarmChargedButUnknown, "The PSP reported a charge (payment_intent.succeeded) carrying a payment id of ours that the ledger has no row of: across Regions, a payment written in a failed Region's last replication lag and lost in the failover (docs/regions.md, what an unplanned failover loses). The webhook function's log names the payment and the charge; reconcile it against the PSP.", custom(MetricWebhookSucceededUnknown, FnWebhook, "Sum"))
 	atLeastOne(AlarmChargedButClosed, "The PSP reported a charge (payment_intent.succeeded) for a payment the ledger holds as FAILED or VOID: money taken with no payment behind it; refund or settle it by hand.", custom(MetricWebhookSucceededOnFailed, FnWebhook, "Sum"))
 	c.alarm(AlarmRelayIteratorAge, "The relay is more than a minute behind the outbox stream.",
 		s.Relay.Function.Function.Metric(jsii.String("IteratorAge"), periodOpts("Maximum")),

@@ -10,6 +10,7 @@ import (
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsdynamodb"
+	"github.com/aws/aws-cdk-go/awscdk/v2/awsiam"
 	"github.com/aws/constructs-go/constructs/v10"
 	"github.com/aws/jsii-runtime-go"
 )
@@ -381,6 +382,9 @@ func NewGlobalClaimTable(scope constructs.Construct, id string, props *GlobalTab
 // region (S) and version (N), written by internal/home.
 const HomePartitionKey = "caller"
 
+// HomeEveryone is the default home record's key (internal/home.Everyone).
+const HomeEveryone = "*"
+
 // HomeTable holds each caller's home Region (internal/home): a global
 // table with an eventually consistent replica in every Region, whatever
 // the claim table's mode. A move is a conditional put of version + 1 in
@@ -412,6 +416,28 @@ func (c *HomeTable) Env() map[string]*string {
 		EnvHomeDefault: jsii.String(c.Regions.Primary()),
 		EnvRegionURLs:  jsii.String(c.Regions.URLsJSON()),
 	}
+}
+
+// GrantReadDefault lets fn (the resolver) read the default home record
+// ("*") alone, and sets the table and the default home in its environment:
+// a resolver whose ledger is read-only asks whether its Region homes the
+// callers (HomeLedgerReadOnly). The condition keeps every caller's own
+// record out of its reach.
+func (c *HomeTable) GrantReadDefault(fn *GoFunction) {
+	r := fn.Role.AddToPrincipalPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Actions:   jsii.Strings("dynamodb:GetItem"),
+		Resources: &[]*string{c.Table.TableArn()},
+		Conditions: &map[string]any{
+			"ForAllValues:StringEquals": map[string]any{"dynamodb:LeadingKeys": []string{HomeEveryone}},
+		},
+	}))
+	if r == nil || r.StatementAdded == nil || !*r.StatementAdded {
+		panic(fmt.Sprintf("oncepay: function %s: its role does not take the home table's read (import the role with Mutable true)", fn.Name))
+	}
+	fn.SetEnv(map[string]*string{
+		EnvHomesTable:  c.Table.TableName(),
+		EnvHomeDefault: jsii.String(c.Regions.Primary()),
+	})
 }
 
 // GrantRead lets fn (the api) read records (two GetItems per request: the

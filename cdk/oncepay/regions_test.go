@@ -559,12 +559,21 @@ func TestTheHomeRoutingEnvironment(t *testing.T) {
 				t.Errorf("%s %s: %s %v, want %v", s, fn.Name, oncepay.EnvRegionURLs, env[oncepay.EnvRegionURLs], regionURLs)
 			}
 		}
-		// No other function routes by home.
+		// The resolver knows the table and the default home (it asks
+		// whether its Region homes the callers), not the URLs; no other
+		// function knows the table.
 		for id, fn := range s.resourcesOfType("AWS::Lambda::Function") {
 			if id == s.logicalID(t, s.stack.Api.Function.Function) {
 				continue
 			}
 			vars, _ := fn["Properties"].(map[string]any)["Environment"].(map[string]any)["Variables"].(map[string]any)
+			if id == s.logicalID(t, s.stack.Resolver.Function) {
+				if render(vars[oncepay.EnvHomesTable]) != homes || vars[oncepay.EnvHomeDefault] != rs.regions[0] || vars[oncepay.EnvRegionURLs] != nil {
+					t.Errorf("%s resolver: %s %s, %s %v, %s %v; want the table, the primary, no URLs", s,
+						oncepay.EnvHomesTable, render(vars[oncepay.EnvHomesTable]), oncepay.EnvHomeDefault, vars[oncepay.EnvHomeDefault], oncepay.EnvRegionURLs, vars[oncepay.EnvRegionURLs])
+				}
+				continue
+			}
 			if _, ok := vars[oncepay.EnvHomesTable]; ok {
 				t.Errorf("%s: function %s has %s", s, id, oncepay.EnvHomesTable)
 			}
@@ -585,6 +594,7 @@ func TestTheHomeTableGrants(t *testing.T) {
 			}
 			want := map[string][]string{
 				s.logicalID(t, s.stack.Api.Function.Role): {"dynamodb:GetItem"},
+				s.logicalID(t, s.stack.Resolver.Role):     {"dynamodb:GetItem"},
 			}
 			for role := range s.resourcesOfType("AWS::IAM::Role") {
 				var got []string
@@ -683,25 +693,78 @@ func TestTheStrongClaimTableIsSwept(t *testing.T) {
 }
 
 // TestTheRegionAlarms: across Regions every Region's stack alarms on the
-// api's refusals for want of a home (HomeUnavailable) and on a payment lost
-// in a failover that a resolve found (ResolveLostRow); one Region has
-// neither (the sandbox's alarm count, TestAlarms, is unchanged).
+// api's refusals for want of a home (HomeUnavailable), on a payment lost
+// in a failover that a resolve found (ResolveLostRow) and on a read-only
+// ledger in the Region that homes the callers (HomeLedgerReadOnly); with
+// the strong claims also on a failed sweep of the claim table
+// (ClaimsSweepFailed), which the eventual claims' TTL makes needless. One
+// Region has none of them (the sandbox's alarm count, TestAlarms, is
+// unchanged).
 func TestTheRegionAlarms(t *testing.T) {
-	for _, s := range synthTwoRegions(t).each() {
-		for alarm, metric := range map[string]string{oncepay.AlarmHomeUnavailable: oncepay.MetricHomeUnavailable, oncepay.AlarmResolveLostRow: oncepay.MetricResolveLostRow} {
+	regionAlarms := map[string][2]string{
+		oncepay.AlarmHomeUnavailable:    {oncepay.MetricHomeUnavailable, oncepay.FnAPI},
+		oncepay.AlarmResolveLostRow:     {oncepay.MetricResolveLostRow, oncepay.FnAPI},
+		oncepay.AlarmHomeLedgerReadOnly: {oncepay.MetricHomeLedgerReadOnly, oncepay.FnResolver},
+	}
+	strongAlarms := map[string][2]string{oncepay.AlarmClaimsSweepFailed: {oncepay.MetricClaimsSweepFailed, oncepay.FnResolver}}
+	check := func(s *synthesized, want map[string][2]string, present bool) {
+		for alarm, m := range want {
 			a, ok := s.stack.Monitoring.Alarms[alarm]
+			if ok != present {
+				t.Errorf("%s: alarm %s present %v, want %v", s, alarm, ok, present)
+				continue
+			}
 			if !ok {
-				t.Errorf("%s: no alarm %s", s, alarm)
 				continue
 			}
 			p := s.resource(t, s.logicalID(t, a))["Properties"].(map[string]any)
-			if p["MetricName"] != metric || p["Threshold"] != float64(1) {
-				t.Errorf("%s: alarm %s watches %v at %v", s, alarm, p["MetricName"], p["Threshold"])
+			dims := show(p["Dimensions"])
+			if p["MetricName"] != m[0] || p["Threshold"] != float64(1) || !strings.Contains(dims, m[1]) {
+				t.Errorf("%s: alarm %s watches %v at %v in %s; want %s of %s at 1", s, alarm, p["MetricName"], p["Threshold"], dims, m[0], m[1])
 			}
 		}
 	}
-	if _, ok := synth(t, oncepay.ProfileSandbox).stack.Monitoring.Alarms[oncepay.AlarmHomeUnavailable]; ok {
-		t.Error("a one-Region stack has the HomeUnavailable alarm")
+	for _, s := range synthTwoRegions(t).each() {
+		check(s, regionAlarms, true)
+		check(s, strongAlarms, false)
+	}
+	for _, s := range synthStrongRegions(t).each() {
+		check(s, regionAlarms, true)
+		check(s, strongAlarms, true)
+	}
+	one := synth(t, oncepay.ProfileSandbox)
+	for alarm := range regionAlarms {
+		if _, ok := one.stack.Monitoring.Alarms[alarm]; ok {
+			t.Errorf("a one-Region stack has the %s alarm", alarm)
+		}
+	}
+}
+
+// TestTheResolverReadsOnlyTheDefaultHome: the resolver's read of the home
+// table is bound to the "*" record by dynamodb:LeadingKeys, so it never
+// reads a caller's own record.
+func TestTheResolverReadsOnlyTheDefaultHome(t *testing.T) {
+	for _, s := range synthTwoRegions(t).each() {
+		found := false
+		for _, r := range s.resourcesOfType("AWS::IAM::Policy") {
+			p := r["Properties"].(map[string]any)
+			if !strings.Contains(show(p["Roles"]), s.logicalID(t, s.stack.Resolver.Role)) {
+				continue
+			}
+			for _, st := range p["PolicyDocument"].(map[string]any)["Statement"].([]any) {
+				st := st.(map[string]any)
+				if !slices.Contains(strs(st["Action"]), "dynamodb:GetItem") || !strings.Contains(show(st["Resource"]), "homes") && !strings.Contains(show(st["Resource"]), "Homes") {
+					continue
+				}
+				found = true
+				if got := show(st["Condition"]); got != `{"ForAllValues:StringEquals":{"dynamodb:LeadingKeys":["*"]}}` {
+					t.Errorf("%s: the resolver's read of the home table has condition %s; want LeadingKeys [\"*\"]", s, got)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s: the resolver has no read of the home table", s)
+		}
 	}
 }
 

@@ -296,6 +296,8 @@ func (s *Stack) addFunctions(props *StackProps) {
 		for _, fn := range []*GoFunction{s.Resolver, s.Worker.Function} {
 			fn.SetEnv(map[string]*string{EnvStandbyCheck: jsii.String("true")})
 		}
+		// Read-only in the Region that homes the callers is an outage.
+		d.Homes.GrantReadDefault(s.Resolver)
 	}
 	if r := props.Regions; r != nil && r.Strong() {
 		// MRSC has no TTL: the resolver deletes expired key records (a

@@ -44,7 +44,7 @@ const iterUnit = "iterations "
 // service was down, it failed) is refused, never reported without its rows.
 var benchmarks = []string{
 	"FirstCall", "Replay", "Steps", "RequestCounts", "FirstCallPSP300", "WorkerTransaction", "RelayToWorker",
-	"Concurrency", "OutboxToPush", "TapToPush", "LambdaBootstrap", "LambdaWarmInvoke",
+	"FirstCallAcrossRegions", "Concurrency", "OutboxToPush", "TapToPush", "LambdaBootstrap", "LambdaWarmInvoke",
 	peerBench, liveBench, hotBench,
 }
 

@@ -13,6 +13,7 @@ goarch: arm64
 pkg: github.com/oncepay/oncepay/internal/api
 BenchmarkFirstCall-2 	 300	 1 ns/op	 2.0 ratio-p50	 10 api-p50-ms	 5 floor-p50-ms	 7.5 design-p50-ms	 1.333 design-ratio-p50
 BenchmarkFirstCallPSP300-2 	 30	 1 ns/op	 1.02 ratio-p50	 306 api-p50-ms	 300 floor-p50-ms	 303 design-p50-ms	 1.01 design-ratio-p50
+BenchmarkFirstCallAcrossRegions-2 	 200	 1 ns/op	 10 api-p50-ms	 30 api-p99-ms	 11.5 api-routed-p50-ms	 33 api-routed-p99-ms	 1.2 home-read-p50-ms	 4 home-read-p99-ms	 1.15 routed-ratio-p50	 1.1 routed-ratio-p99
 BenchmarkReplay-2 	 300	 1 ns/op	 1.5 ratio-p50	 1.05 put-ratio-p50	 1.0 failedput-p50-ms	 1.03 store-p50-ms	 1.05 replay-p50-ms
 BenchmarkRequestCounts-2 	 300	 1 ns/op	 5 happy-writes	 3 happy-ddb-writes	 5 happy-roundtrips	 0 replay-writes	 1 replay-roundtrips
 BenchmarkWorkerTransaction-2 	 300	 1 ns/op	 5 first-ms/op
@@ -50,6 +51,10 @@ func TestReportHoldsFiguresAgainstTargets(t *testing.T) {
 		"| relay bootstrap ≤ 10 MiB stripped | LambdaBootstrap relay-MiB | 7.70 MiB | met |",
 		"| 64 | 150 | 300.0 | 900.0 |",
 		"## Cost model: dollars per million payments",
+		// The home routing's cost, routed against one Region.
+		"| first call, routed by home | 11.50 | 33.00 |",
+		"| the home read alone | 1.20 | 4.00 |",
+		"Routed / one Region: 1.15x at p50, 1.10x at p99.",
 		// The cost model prices both sides from their counted writes.
 		"oncepay 3, the peer 2 (counted) | 1.88 | 1.25 |",
 		"| **total** | **8.03** | **2.27** |",

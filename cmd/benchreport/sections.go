@@ -39,6 +39,7 @@ func writeSections(out io.Writer, f figures, plots string) error {
 	writeTargets(out, f)
 	writeFirstCall(out, f)
 	writeReplay(out, f)
+	writeRegions(out, f)
 	writeBootstraps(out, f)
 	writeCounts(out, f)
 	writePeer(out, f)
@@ -346,6 +347,31 @@ func writeFirstCall(out io.Writer, f figures) {
 		fmt.Fprintln(out, r)
 	}
 	fmt.Fprintln(out)
+}
+
+// writeRegions weighs the home routing across Regions (docs/regions.md):
+// the same first call with and without the router, interleaved.
+func writeRegions(out io.Writer, f figures) {
+	const b = "FirstCallAcrossRegions"
+	ratio, ok := f.get(b, "routed-ratio-p50")
+	if !ok {
+		return
+	}
+	g := func(u string) string {
+		if v, ok := f.get(b, u); ok {
+			return fmt.Sprintf("%.2f", v)
+		}
+		return "–"
+	}
+	fmt.Fprintln(out, "## Across Regions: what the home routing adds")
+	fmt.Fprintln(out)
+	fmt.Fprintf(out, "%d interleaved iterations: a first call by the api as one Region runs it, by the same api with its home router (the caller's record and the default one, two strongly consistent GetItems side by side, before the claim), and the router's read alone. The read is one more round trip on the path before the claim; across Regions it is what stops a second Region from claiming a key the home holds (docs/regions.md).\n\n", iterations(f, b))
+	fmt.Fprintln(out, "| | p50 ms | p99 ms |")
+	fmt.Fprintln(out, "|---|---|---|")
+	fmt.Fprintf(out, "| first call, one Region | %s | %s |\n", g("api-p50-ms"), g("api-p99-ms"))
+	fmt.Fprintf(out, "| first call, routed by home | %s | %s |\n", g("api-routed-p50-ms"), g("api-routed-p99-ms"))
+	fmt.Fprintf(out, "| the home read alone | %s | %s |\n\n", g("home-read-p50-ms"), g("home-read-p99-ms"))
+	fmt.Fprintf(out, "Routed / one Region: %.2fx at p50, %sx at p99.\n\n", ratio, g("routed-ratio-p99"))
 }
 
 // writeReplay splits a replay's time: the bare put its claim is, the key

@@ -26,13 +26,13 @@ import (
 )
 
 func main() {
-	if err := run(context.Background(), os.Args[1:], os.Stdout); err != nil {
+	if err := run(context.Background(), os.Args[1:], os.Stdout, os.Stderr); err != nil {
 		fmt.Fprintln(os.Stderr, "failover:", err)
 		os.Exit(1)
 	}
 }
 
-func run(ctx context.Context, args []string, out io.Writer) error {
+func run(ctx context.Context, args []string, out, errOut io.Writer) error {
 	fs := flag.NewFlagSet("failover", flag.ContinueOnError)
 	table := fs.String("table", "", "the home record table (output HomesTableName)")
 	from := fs.String("from", "", "the failed Region")
@@ -60,7 +60,8 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 		// failed one's least of all).
 		return fmt.Errorf("-to %s is not this client's Region %s: run the failover with AWS_REGION=%s", *to, cfg.Region, *to)
 	}
-	moved, err := home.NewMover(dynamoclient.New(cfg), *table).Failover(ctx, *from, *to, *def)
+	mover := home.NewMover(dynamoclient.New(cfg), *table)
+	moved, err := mover.Failover(ctx, *from, *to, *def)
 	enc := json.NewEncoder(out)
 	for _, r := range moved {
 		_ = enc.Encode(map[string]any{"caller": r.Caller, "region": r.Region, "version": r.Version, "moved_at": r.MovedAt})
@@ -68,6 +69,18 @@ func run(ctx context.Context, args []string, out io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("after %d move(s): %w", len(moved), err)
 	}
-	fmt.Fprintf(os.Stderr, "failover: %d record(s) moved from %s to %s\n", len(moved), *from, *to)
+	fmt.Fprintf(errOut, "failover: %d record(s) moved from %s to %s\n", len(moved), *from, *to)
+	// Without a "*" record, callers with no record of their own follow
+	// each stack's ONCEPAY_HOME_DEFAULT, which this command cannot read: a
+	// -default that is not the deployment's leaves them where it says.
+	_, all, _, found, err := mover.Store().Read(ctx, home.Everyone)
+	if err != nil {
+		return fmt.Errorf("read the default record: %w", err)
+	}
+	if !found {
+		fmt.Fprintf(errOut, "failover: WARNING: no default record (\"*\"): callers without a record of their own stay homed in each stack's ONCEPAY_HOME_DEFAULT. If that is %s (the deployment's primary, output of the primary's stack), rerun with -default %s.\n", *from, *from)
+	} else {
+		fmt.Fprintf(errOut, "failover: callers without a record of their own are homed in %s (the default record, version %d)\n", all.Region, all.Version)
+	}
 	return nil
 }

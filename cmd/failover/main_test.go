@@ -24,8 +24,8 @@ func TestTheCommandMovesTheFailedRegionsCallers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	var out bytes.Buffer
-	if err := run(ctx, []string{"-table", table, "-from", "us-west-2", "-to", "us-east-1", "-default", "us-west-2"}, &out); err != nil {
+	var out, errOut bytes.Buffer
+	if err := run(ctx, []string{"-table", table, "-from", "us-west-2", "-to", "us-east-1", "-default", "us-west-2"}, &out, &errOut); err != nil {
 		t.Fatal(err)
 	}
 	got := map[string]float64{}
@@ -42,10 +42,28 @@ func TestTheCommandMovesTheFailedRegionsCallers(t *testing.T) {
 	if len(got) != 2 || got["u1"] != 2 || got[home.Everyone] != 1 {
 		t.Errorf("moved %v, want u1 at version 2 and the default at 1", got)
 	}
-	if err := run(ctx, []string{"-table", table, "-from", "us-east-1", "-to", "us-east-1", "-default", "us-east-1"}, &out); err == nil {
+	if !strings.Contains(errOut.String(), "homed in us-east-1 (the default record, version 1)") {
+		t.Errorf("the command's report: %s", errOut.String())
+	}
+	if err := run(ctx, []string{"-table", table, "-from", "us-east-1", "-to", "us-east-1", "-default", "us-east-1"}, &out, &errOut); err == nil {
 		t.Error("a move to the failed Region itself was accepted")
 	}
-	if err := run(ctx, []string{"-table", table, "-from", "us-west-2", "-to", "eu-west-1", "-default", "us-west-2"}, &out); err == nil {
+	if err := run(ctx, []string{"-table", table, "-from", "us-west-2", "-to", "eu-west-1", "-default", "us-west-2"}, &out, &errOut); err == nil {
 		t.Error("a move written into another Region's replica than the client's was accepted")
+	}
+}
+
+// A -default that is not the failed Region writes no default record; the
+// command says that callers without a record stay where each stack's
+// ONCEPAY_HOME_DEFAULT puts them, and how to move them.
+func TestTheCommandWarnsWhenNoDefaultRecordExists(t *testing.T) {
+	db := testenv.DynamoDB(t)
+	table := testenv.NewTable(t, db, "caller")
+	var out, errOut bytes.Buffer
+	if err := run(context.Background(), []string{"-table", table, "-from", "us-west-2", "-to", "us-east-1", "-default", "us-east-1"}, &out, &errOut); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(errOut.String(), "WARNING: no default record") || !strings.Contains(errOut.String(), "rerun with -default us-west-2") {
+		t.Errorf("no warning: %s", errOut.String())
 	}
 }

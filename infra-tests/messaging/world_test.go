@@ -264,7 +264,9 @@ func (w *world) creditOrder(merchant string) []string {
 // waitFor polls cond until it holds or 10 s pass.
 func (w *world) waitFor(what string, cond func() bool) {
 	w.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	// A liveness wait, not a measure: generous, so a loaded machine (CI
+	// runs packages side by side) cannot fail a condition that holds.
+	deadline := time.Now().Add(30 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
 			w.t.Fatalf("timed out waiting for %s", what)

@@ -12,8 +12,10 @@ import (
 
 	"github.com/oncepay/oncepay/internal/api"
 	"github.com/oncepay/oncepay/internal/home"
+	"github.com/oncepay/oncepay/internal/idem"
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/metrics"
+	"github.com/oncepay/oncepay/internal/payment"
 	"github.com/oncepay/oncepay/internal/problem"
 	"github.com/oncepay/oncepay/internal/psp"
 	"github.com/oncepay/oncepay/internal/testkit/albsign"
@@ -211,5 +213,113 @@ func TestAResolveAcrossRegionsWithThePSPDownHoldsTheKeyOpen(t *testing.T) {
 	r := w.resolveKey("u1", "K1")
 	if r.Status != http.StatusConflict || w.countRows(`SELECT count(*) FROM payments`) != 0 {
 		t.Fatalf("resolve with the PSP down: %d %s; want 409 and no VOID", r.Status, r.Body)
+	}
+}
+
+// Across Regions a first insert is no proof that no call was made under the
+// derived key (the failed Region may have charged in its last lag): a PSP
+// refusal that comes before the key is looked at (401, a bad or restricted
+// API key in the Region that took over) leaves the payment UNKNOWN for the
+// resolver, never FAILED with "nothing was charged". One Region answers
+// the same refusal 502 FAILED (contract test, "PSP refuses the request").
+func TestAcrossRegionsARefusedFirstCallIsNotNothingCharged(t *testing.T) {
+	w := newWorld(t)
+	w.refuseCharges(http.StatusUnauthorized)
+	w.inRegion(t, "us-east-1", home.NewStore(w.db, testenv.NewTable(t, w.db, "caller")))
+	r := w.pay("u1", "K1", body3000)
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("a refused first call across Regions: %d %s; want 202 (outcome unknown)", r.Status, r.Body)
+	}
+	pid := ids.PaymentID(ids.Scope("u1", "K1"))
+	if n := w.countRows(`SELECT count(*) FROM payments WHERE payment_id = $1 AND state = 'UNKNOWN'`, pid); n != 1 {
+		t.Errorf("%d UNKNOWN rows; want the payment left UNKNOWN for the resolver", n)
+	}
+	if n := w.countRows(`SELECT count(*) FROM payments WHERE payment_id = $1 AND state = 'FAILED'`, pid); n != 0 {
+		t.Errorf("the payment was settled FAILED")
+	}
+}
+
+// Across Regions the key record replicates apart from the ledger: a failed
+// Region's pointer record (its reply was lost, the row went UNKNOWN) can
+// arrive while the row does not. The retry with the same key then runs the
+// payment here under the derived ids (the PSP replays the failed Region's
+// charge) instead of answering 503 until the key window ends. One Region
+// keeps the 503: there a pointer without its row is a damaged ledger.
+func TestAPointerWhoseRowWasLostInAFailoverIsRunAgain(t *testing.T) {
+	ctx := context.Background()
+	pid := ids.PaymentID(ids.Scope("u1", "K1"))
+	lostPointer := func(w *world) {
+		t.Helper()
+		// The failed Region's charge, and its pointer record: no row here.
+		if _, err := w.psp.Charge(ctx, psp.ChargeRequest{IdempotencyKey: ids.ChargeKey(pid), PaymentID: pid,
+			MerchantID: "m1", Amount: 3000, Currency: "USD", PaymentMethod: "pm_card_visa"}); err != nil {
+			t.Fatal(err)
+		}
+		req, err := payment.Parse([]byte(body3000))
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := w.clock.Now()
+		if err := w.claims.Claim(ctx, idem.Claim{Scope: ids.Scope("u1", "K1"), Fingerprint: req.Fingerprint(), Owner: "r1-owner", PaymentID: pid,
+			Now: now, InProgressUntil: now.Add(w.timing.Deadline), ExpiresAt: now.Add(w.timing.KeyWindow)}); err != nil {
+			t.Fatal(err)
+		}
+		if err := w.claims.Complete(ctx, ids.Scope("u1", "K1"), "r1-owner", nil, now.Add(w.timing.KeyWindow)); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	w := newWorld(t)
+	lostPointer(w)
+	w.inRegion(t, "us-east-1", home.NewStore(w.db, testenv.NewTable(t, w.db, "caller")))
+	a := expectStatus(t, w.pay("u1", "K1", body3000), http.StatusCreated)
+	if a.State != "SUCCEEDED" || len(w.charges()) != 1 || a.PSPCharge != w.charges()[0].ID {
+		t.Errorf("the retry: %+v with %d charges; want the PSP's one charge replayed", a, len(w.charges()))
+	}
+	if n := w.countRows(`SELECT count(*) FROM payments WHERE payment_id = $1 AND state = 'SUCCEEDED'`, pid); n != 1 {
+		t.Errorf("%d SUCCEEDED rows; want the row recreated and settled", n)
+	}
+	if n := metrics.Sum(w.logs.Bytes(), "PointerRowLost"); n != 1 {
+		t.Errorf("PointerRowLost = %v, want 1", n)
+	}
+	// A repeat now replays from the pointer and the row.
+	if r := w.pay("u1", "K1", body3000); r.Status != http.StatusCreated || r.Headers.Get("Idempotent-Replayed") != "true" {
+		t.Errorf("the repeat: %d %v; want a 201 replay", r.Status, r.Headers)
+	}
+
+	one := newWorld(t)
+	lostPointer(one)
+	if r := one.pay("u1", "K1", body3000); r.Status != http.StatusServiceUnavailable {
+		t.Errorf("one Region, a pointer without its row: %d %s; want 503", r.Status, r.Body)
+	}
+}
+
+// refusingComplete is the claim store with every completion refused as a
+// lost owner, while the record stays the request's own: what an MRSC
+// write conflict that outlasts Complete's retries looks like.
+type refusingComplete struct{ *idem.Store }
+
+func (refusingComplete) Complete(context.Context, string, string, *idem.Answer, time.Time) error {
+	return idem.ErrNotOwner
+}
+
+// A completion refused while the record is still this request's (an MRSC
+// write conflict past its retries) does not turn the request that charged
+// into a 409 from its own in-progress record: it answers its charge, and a
+// repeat after the lease takes over and replays the ledger row.
+func TestACompletionRefusedWhileStillOwnedAnswersTheCharge(t *testing.T) {
+	w := newWorld(t)
+	w.h = api.New(api.Deps{
+		Claims: refusingComplete{w.claims}, Ledger: w.ledger, PSP: w.psp, Publisher: w.outbox, Clock: w.clock, Timing: w.timing,
+		Log: slog.New(slog.NewJSONHandler(w.logs, nil)), Metrics: metrics.New(w.logs, "api"), ALB: albsign.Default.Verifier(w.clock.Now),
+	})
+	a := expectStatus(t, w.pay("u1", "K1", body3000), http.StatusCreated)
+	if a.State != "SUCCEEDED" || len(w.charges()) != 1 {
+		t.Fatalf("the paying request: %+v with %d charges; want its 201", a, len(w.charges()))
+	}
+	w.rebuild()
+	w.clock.Advance(w.timing.Deadline + w.timing.Margin + time.Second)
+	if r := w.pay("u1", "K1", body3000); r.Status != http.StatusCreated || len(w.charges()) != 1 {
+		t.Errorf("the repeat after the lease: %d %s with %d charges; want the same 201", r.Status, r.Body, len(w.charges()))
 	}
 }

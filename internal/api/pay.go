@@ -122,7 +122,16 @@ func (a *attempt) run(ctx context.Context, now time.Time) Response {
 	if !inserted {
 		return a.fromRow(ctx, row)
 	}
-	return a.charge(ctx, row, psp.FirstCall)
+	// Across Regions, writing the PENDING row proves no earlier call only in
+	// this Region: a failed Region may have charged under the same derived
+	// key in its last replication lag, and a refusal this Region's PSP key
+	// meets (a key never used before the failover) says nothing of that
+	// charge. Only a refusal of the parameters then proves "not charged".
+	call := psp.FirstCall
+	if h.d.Homes != nil {
+		call = psp.Replay
+	}
+	return a.charge(ctx, row, call)
 }
 
 // afterUnknownInsert handles an insert whose outcome is unknown (its reply
@@ -217,6 +226,18 @@ func (a *attempt) answerRecord(ctx context.Context, rec idem.Record, now time.Ti
 		return replay(rec.Answer), true
 	case rec.State == idem.Completed:
 		p, err := h.d.Ledger.Get(ctx, rec.PaymentID)
+		if errors.Is(err, ledger.ErrNotFound) && h.d.Homes != nil {
+			// Across Regions the key record replicates apart from the
+			// ledger: a failed Region's pointer arrived, its row did not
+			// (lost in the failover). The pointer names this very payment
+			// (the fingerprint matched above), so run it here: the insert
+			// recreates the row, and the PSP call with the derived key (a
+			// replay: the failed Region may have charged) gets its saved
+			// result. The record needs no change; it points at the row.
+			a.log.Warn("pointer without its ledger row (lost in a failover): running the payment again under the derived ids")
+			h.d.Metrics.Count("PointerRowLost", 1)
+			return Response{}, false
+		}
 		if err != nil {
 			a.log.Error("pointer: ledger read failed", "err", err)
 			return problemResponse(problem.LedgerUnavailable()), true
@@ -429,7 +450,11 @@ func (a *attempt) store(ctx context.Context, ans *idem.Answer, resp Response) Re
 	case errors.Is(err, idem.ErrNotOwner):
 		a.log.Warn("completion refused: another request owns the record now; answering what it holds")
 		cur, found, gerr := h.d.Claims.Get(ctx, a.scope, now)
-		if gerr != nil || !found {
+		if gerr != nil || !found || cur.Owner == a.owner {
+			// Still ours (an MRSC write conflict that outlasted its
+			// retries refuses like a lost owner): the record stays in
+			// progress until its lease passes and a repeat's takeover
+			// meets the ledger row; this request's own answer stands.
 			return resp
 		}
 		a.claimed = false

@@ -140,6 +140,20 @@ func (s *Store) Read(ctx context.Context, caller string) (own, all Record, ownFo
 	return o.r, a.r, o.found, a.found, nil
 }
 
+// IsDefaultHome reports whether region is the deployment's default home:
+// the "*" record's Region, or fallback while there is none. A resolver asks
+// it when its ledger is read-only (the home's ledger must not be).
+func (s *Store) IsDefaultHome(ctx context.Context, region, fallback string) (bool, error) {
+	_, all, _, found, err := s.Read(ctx, Everyone)
+	if err != nil {
+		return false, err
+	}
+	if !found {
+		return region == fallback, nil
+	}
+	return all.Region == region, nil
+}
+
 // Move writes caller's home as region with version from + 1, only if the
 // record's version is still from (0: no record yet). It returns the record
 // written, or ErrMoved.

@@ -236,3 +236,27 @@ func TestTheCacheKeepsTheDefaultWhenItStartsOver(t *testing.T) {
 		t.Errorf("after the cache started over, a stale default moved callers back: %+v", d)
 	}
 }
+
+// The default home is the "*" record's Region, or the fallback while there
+// is none; a move of "*" changes the answer in both Regions.
+func TestTheDefaultHomeFollowsTheEveryoneRecord(t *testing.T) {
+	s, _, _ := newStore(t)
+	ctx := context.Background()
+	is := func(region string) bool {
+		t.Helper()
+		ok, err := s.Store().IsDefaultHome(ctx, region, "us-east-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if !is("us-east-1") || is("us-west-2") {
+		t.Errorf("no record: R1 %v, R2 %v; want the fallback R1 alone", is("us-east-1"), is("us-west-2"))
+	}
+	if _, err := s.Move(ctx, home.Everyone, "us-west-2", 0); err != nil {
+		t.Fatal(err)
+	}
+	if is("us-east-1") || !is("us-west-2") {
+		t.Errorf("after the move: R1 %v, R2 %v; want R2 alone", is("us-east-1"), is("us-west-2"))
+	}
+}

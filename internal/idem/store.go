@@ -174,7 +174,11 @@ func (st *Store) Complete(ctx context.Context, scope, owner string, a *Answer, e
 	// takeover there then fails the condition (ErrNotOwner, rightly), and
 	// anything else lets the completion through.
 	for try := 0; try < conflictRetries && isConflict(err); try++ {
-		time.Sleep(conflictWait)
+		select {
+		case <-ctx.Done():
+			return st.conditional(err, "complete", scope, false)
+		case <-time.After(conflictWait):
+		}
 		_, err = st.db.UpdateItem(ctx, in)
 	}
 	return st.conditional(err, "complete", scope, false)

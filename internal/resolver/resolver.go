@@ -128,6 +128,12 @@ type Deps struct {
 	// ClaimSweeper deletes expired key records from a claim table without a
 	// TTL (the MRSC option, docs/regions.md); nil: the table's TTL does.
 	ClaimSweeper ClaimSweeper
+	// IsHome reports whether this Region is the deployment's default home
+	// (the home record "*", docs/regions.md), asked only when the ledger
+	// is read-only: a standby waits for its promotion, but the home's own
+	// ledger read-only is an outage nothing else reports (HomeLedgerReadOnly).
+	// nil: one Region, not asked.
+	IsHome func(ctx context.Context) (bool, error)
 	// Cap: the cap the PSP client's transport already applies
 	// (Cap.Transport), so the resolver does not wait twice. nil: the
 	// resolver applies a cap of Config.PSPRate before each call.
@@ -167,15 +173,16 @@ func New(cfg Config, d Deps) (*Resolver, error) {
 
 // Report says what one run did.
 type Report struct {
-	Standby           bool               `json:"standby,omitempty"`      // the ledger was read-only: a standby Region, nothing done
-	ClaimsSwept       int                `json:"claims_swept,omitempty"` // expired key records deleted (a claim table without TTL)
-	Claimed           int                `json:"claimed"`                // open payments taken
-	Succeeded         int                `json:"succeeded"`              // settled SUCCEEDED by this run
-	Failed            int                `json:"failed"`                 // settled FAILED by this run
-	AlreadySettled    int                `json:"already_settled"`        // settled meanwhile by someone else (webhook, API)
-	Open              int                `json:"open"`                   // the PSP's answer was still open: left for the next run
-	Errors            int                `json:"errors"`                 // the answer came but could not be recorded
-	Crashed           int                `json:"crashed,omitempty"`      // dropped by a test hook
+	Standby           bool               `json:"standby,omitempty"`        // the ledger was read-only: a standby Region, nothing done
+	HomeReadOnly      bool               `json:"home_read_only,omitempty"` // read-only in the Region that homes the callers (HomeLedgerReadOnly)
+	ClaimsSwept       int                `json:"claims_swept,omitempty"`   // expired key records deleted (a claim table without TTL)
+	Claimed           int                `json:"claimed"`                  // open payments taken
+	Succeeded         int                `json:"succeeded"`                // settled SUCCEEDED by this run
+	Failed            int                `json:"failed"`                   // settled FAILED by this run
+	AlreadySettled    int                `json:"already_settled"`          // settled meanwhile by someone else (webhook, API)
+	Open              int                `json:"open"`                     // the PSP's answer was still open: left for the next run
+	Errors            int                `json:"errors"`                   // the answer came but could not be recorded
+	Crashed           int                `json:"crashed,omitempty"`        // dropped by a test hook
 	PointersRewritten int                `json:"pointers_rewritten"`
 	Published         int                `json:"published"`
 	PSPCalls          int64              `json:"psp_calls"`
@@ -241,6 +248,22 @@ func (r *Resolver) Run(ctx context.Context) (Report, error) {
 	} else if ro {
 		rep.Standby = true
 		r.d.Metrics.Count("ResolverStandby", 1)
+		if r.d.IsHome == nil {
+			r.d.Log.Info("standby: the ledger is read-only until this Region is promoted; nothing to settle")
+			return rep, nil
+		}
+		// The same read-only ledger in the home Region means nobody settles
+		// its callers' payments: no error and no UNKNOWN count would say so.
+		home, err := r.d.IsHome(ctx)
+		if err != nil {
+			return rep, fmt.Errorf("resolver: the ledger is read-only and the home record cannot be read: %w", err)
+		}
+		if home {
+			rep.HomeReadOnly = true
+			r.d.Metrics.Count("HomeLedgerReadOnly", 1)
+			r.d.Log.Error("the home Region's ledger is read-only: its callers' open payments wait unsettled (a lost writer, or a move before the promotion; docs/regions.md)")
+			return rep, nil
+		}
 		r.d.Log.Info("standby: the ledger is read-only until this Region is promoted; nothing to settle")
 		return rep, nil
 	}

@@ -1,6 +1,8 @@
 package resolver_test
 
 import (
+	"context"
+	"errors"
 	"net/http"
 	"testing"
 	"time"
@@ -109,5 +111,41 @@ func TestOneRegionsResolverDoesNotTakeAReadOnlyLedgerForAStandby(t *testing.T) {
 	rep, err := w.Resolver(w.ResolverConfig(), worldtest.ResolverOptions{}).Run(ctx)
 	if err == nil || rep.Standby {
 		t.Errorf("one Region, read-only ledger: report %+v, err %v; want an error, not a standby", rep, err)
+	}
+}
+
+// The same read-only ledger in the Region that homes the callers is an
+// outage, not a wait: the run settles nothing (it cannot write) but counts
+// HomeLedgerReadOnly, which the Region stacks alarm on; a standby's run
+// (not the home) counts only ResolverStandby, and a home record it cannot
+// read fails the run (ResolverErrors) rather than pass for a standby's wait.
+func TestAReadOnlyLedgerInTheHomeRegionIsCounted(t *testing.T) {
+	w := unknownPayment(t)
+	charges := len(w.Sim.Charges())
+	setReadOnly(t, w, true)
+	t.Cleanup(func() { setReadOnly(t, w, false) })
+	cfg := w.ResolverConfig()
+	cfg.CheckStandby = true
+	isHome := func(home bool, err error) func(context.Context) (bool, error) {
+		return func(context.Context) (bool, error) { return home, err }
+	}
+
+	rep := run(t, w.Resolver(cfg, worldtest.ResolverOptions{IsHome: isHome(false, nil)}))
+	if !rep.Standby || rep.HomeReadOnly || w.Metric("HomeLedgerReadOnly") != 0 {
+		t.Errorf("standby: report %+v, HomeLedgerReadOnly %v; want a quiet wait", rep, w.Metric("HomeLedgerReadOnly"))
+	}
+	rep = run(t, w.Resolver(cfg, worldtest.ResolverOptions{IsHome: isHome(true, nil)}))
+	if !rep.Standby || !rep.HomeReadOnly || rep.PSPCalls != 0 || w.Metric("HomeLedgerReadOnly") != 1 {
+		t.Errorf("home: report %+v, HomeLedgerReadOnly %v; want it counted, no PSP call", rep, w.Metric("HomeLedgerReadOnly"))
+	}
+	unreadable := errors.New("home table unreachable")
+	if _, err := w.Resolver(cfg, worldtest.ResolverOptions{IsHome: isHome(false, unreadable)}).Run(ctx); !errors.Is(err, unreadable) {
+		t.Errorf("home record unreadable: err %v, want it returned", err)
+	}
+	if len(w.Sim.Charges()) != charges || w.Metric("ResolverStandby") != 3 {
+		t.Errorf("charges %d -> %d, ResolverStandby %v; want no charge, 3 waits", charges, len(w.Sim.Charges()), w.Metric("ResolverStandby"))
+	}
+	if row := w.Row("u1", "K1"); row.State != ledger.Unknown {
+		t.Errorf("row %s, want still UNKNOWN", row.State)
 	}
 }

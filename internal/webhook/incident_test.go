@@ -6,6 +6,7 @@ import (
 
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/psp"
 	"github.com/oncepay/oncepay/internal/testkit/worldtest"
 	"github.com/oncepay/oncepay/internal/webhook"
 )
@@ -86,5 +87,36 @@ func TestWebhookSucceededOnFailedRowIsAnIncident(t *testing.T) {
 				t.Fatal("a SUCCEEDED event was recorded for a closed payment")
 			}
 		})
+	}
+}
+
+// A charge carrying our payment id that no ledger row holds (across Regions:
+// written in a failed Region's last lag and lost in the failover) is an
+// incident too: acknowledged and recorded (a redelivery is a duplicate), so
+// the error log and its metric, which the stack alarms on, are the only
+// trace. Nothing is written to the payments.
+func TestWebhookSucceededForAnUnknownPaymentIsAnIncident(t *testing.T) {
+	w := worldtest.New(t, worldtest.Options{})
+	pid := ids.PaymentID(ids.Scope("u1", "K1"))
+	if _, err := w.PSP.Charge(ctx, psp.ChargeRequest{IdempotencyKey: ids.ChargeKey(pid), PaymentID: pid,
+		MerchantID: "m1", Amount: 3000, Currency: "USD", PaymentMethod: "pm_card_visa"}); err != nil {
+		t.Fatal(err)
+	}
+	flush(t, w, 1)
+	if got := w.Metric(webhook.MetricSucceededUnknown); got != 1 {
+		t.Fatalf("%s = %v, want 1", webhook.MetricSucceededUnknown, got)
+	}
+	if n := w.Count(`SELECT count(*) FROM payments WHERE payment_id = $1`, pid); n != 0 {
+		t.Errorf("the webhook wrote %d payment rows", n)
+	}
+	var incident bool
+	for _, line := range bytes.Split(w.Logs.Bytes(), []byte("\n")) {
+		if bytes.Contains(line, []byte(`"level":"ERROR"`)) && bytes.Contains(line, []byte(`"alert":"`+webhook.MetricSucceededUnknown+`"`)) &&
+			bytes.Contains(line, []byte(`"payment_id":"`+pid+`"`)) {
+			incident = true
+		}
+	}
+	if !incident {
+		t.Errorf("no error log line carries the alert for %s", pid)
 	}
 }

@@ -71,6 +71,13 @@ var Subscribed = []string{TypeSucceeded, TypeFailed, TypeRefundUpdated, TypeRefu
 // FAILED or VOID payment: an incident the stack alarms on.
 const MetricSucceededOnFailed = "WebhookSucceededOnFailed"
 
+// MetricSucceededUnknown counts payment_intent.succeeded events carrying our
+// payment id that no ledger row holds: a charge the ledger does not know
+// (across Regions, a payment lost with a failed Region's last replication
+// lag, docs/regions.md). The event is acknowledged and recorded, so a
+// redelivery is a duplicate: the alarm on this count is its only signal.
+const MetricSucceededUnknown = "WebhookSucceededUnknown"
+
 // Ledger applies a verified event (internal/ledger.Store).
 type Ledger interface {
 	ApplyWebhook(ctx context.Context, in ledger.InboxEvent, o *ledger.Outcome, now time.Time) (ledger.WebhookResult, error)
@@ -191,6 +198,10 @@ func (h *Handler) Serve(ctx context.Context, method, path string, hdr http.Heade
 		h.publish(ctx, res.Event, log)
 	case o == nil:
 		log.Info("webhook: recorded; this event type moves nothing")
+	case !res.Found && ev.PaymentID != "" && o.State == ledger.Succeeded:
+		log.Error("webhook: INCIDENT: the PSP charged a payment the ledger does not know (lost in a failover?); reconcile it",
+			"alert", MetricSucceededUnknown, "psp_charge", o.PSPCharge)
+		h.d.Metrics.Count(MetricSucceededUnknown, 1)
 	case !res.Found:
 		log.Warn("webhook: recorded; no payment carries this reference")
 	case o.State == ledger.Succeeded && (res.Payment.State == ledger.Failed || res.Payment.State == ledger.Void):

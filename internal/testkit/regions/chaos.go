@@ -28,6 +28,11 @@ type Schedule struct {
 	Fired map[string]int
 	// Violations are the invariants broken; empty is a pass.
 	Violations []string
+	// Unrowed are charged payments the home ledger credited once (R1's
+	// leftover copy, through the home inbox) but holds no payment row of:
+	// the money is right, the row is what a reconciliation would write (no
+	// refund or resolve through the api meanwhile; docs/regions.md).
+	Unrowed []string
 	// Lost are the payments R1 charged, answered and wrote in its last lag,
 	// which an unplanned failover lost from the home ledger (its RPO): the
 	// PSP holds their charges, the home ledger knows nothing of them; a
@@ -54,7 +59,8 @@ type cpay struct {
 // first, which must send them home), faults at the api's crash points and
 // the PSP's lost replies, the resolver, the relay and the worker run in
 // between, and R1 failing at a random step, followed at once by the
-// runbook's failover; then every open payment is retried in R2 until it has
+// runbook's failover (in half the schedules from inside a request R1's api
+// is serving, which then dies or goes on in R1, unfenced); then every open payment is retried in R2 until it has
 // a final answer, and R1 comes back and its leftovers are drained. The
 // money invariants are checked over the PSP and the home ledger (R2's, the
 // promoted standby: R1's unreplicated writes are discarded, as Aurora's
@@ -95,6 +101,10 @@ func Chaos(ctx context.Context, seed uint64) (Schedule, error) {
 		s.setClock(now)
 	}
 	failed := false
+	// At FailAt, in half the schedules (while a payment is still unsent),
+	// R1 fails with a request inside its api: the failover runs from the
+	// api's hook, and the request then goes on in R1, half alive and
+	// unfenced (its home replica cut off from the move), or dies there.
 	failover := func() error {
 		sc.failedAt = time.Now()
 		s.Fail()
@@ -108,7 +118,29 @@ func Chaos(ctx context.Context, seed uint64) (Schedule, error) {
 		return nil
 	}
 	for step := 0; step < steps; step++ {
-		if step == sc.FailAt {
+		if step == sc.FailAt && !failed {
+			var unsent []*cpay
+			for _, p := range pays {
+				if !p.sent {
+					unsent = append(unsent, p)
+				}
+			}
+			if len(unsent) > 0 && rng.IntN(2) == 0 {
+				// In flight: a first send through R1 (its claim and its PSP
+				// call are the api's), the failover from inside it.
+				p := unsent[rng.IntN(len(unsent))]
+				fault := []string{"failover_after_claim", "failover_after_psp"}[rng.IntN(2)] + []string{"_goes_on", "_dies"}[rng.IntN(2)]
+				tick(0.5)
+				a, err := s.chaosSend(ctx, s.R1, p, fault, failover, &sc, now)
+				if err != nil {
+					return sc, err
+				}
+				logf("step %d: %s/%s via %s (fault %q): %d %s %s", step, p.caller, p.key, s.R1.Region, fault, a.Status, a.State, a.Type)
+				if !failed {
+					return sc, fmt.Errorf("step %d: the failover in flight (%s) did not run", step, fault)
+				}
+				continue
+			}
 			if err := failover(); err != nil {
 				return sc, err
 			}
@@ -128,7 +160,7 @@ func Chaos(ctx context.Context, seed uint64) (Schedule, error) {
 			if !p.sent {
 				fault = []string{"", "", "lose_reply", "crash_after_psp", "crash_after_claim"}[rng.IntN(5)]
 			}
-			a, err := s.chaosSend(ctx, door, p, fault, &sc, now)
+			a, err := s.chaosSend(ctx, door, p, fault, nil, &sc, now)
 			if err != nil {
 				return sc, err
 			}
@@ -175,7 +207,7 @@ func Chaos(ctx context.Context, seed uint64) (Schedule, error) {
 				continue
 			}
 			tick(1)
-			a, err := s.chaosSend(ctx, s.R2, p, "", &sc, now)
+			a, err := s.chaosSend(ctx, s.R2, p, "", nil, &sc, now)
 			if err != nil {
 				return sc, err
 			}
@@ -227,8 +259,10 @@ func Chaos(ctx context.Context, seed uint64) (Schedule, error) {
 }
 
 // chaosSend sends p to door (following a 421 once, as the client does),
-// with a fault on this send, and records the answer.
-func (s *System) chaosSend(ctx context.Context, door *story.World, p *cpay, fault string, sc *Schedule, now float64) (Answer, error) {
+// with a fault on this send, and records the answer. A failover_* fault
+// runs during (the failover) from door's api hook after the claim or after
+// the PSP's reply; the request then goes on in the failed Region or dies.
+func (s *System) chaosSend(ctx context.Context, door *story.World, p *cpay, fault string, during func() error, sc *Schedule, now float64) (_ Answer, err error) {
 	chargeKey := ids.ChargeKey(p.pid)
 	clear := func() {}
 	switch fault {
@@ -255,6 +289,29 @@ func (s *System) chaosSend(ctx context.Context, door *story.World, p *cpay, faul
 			w.SetAPIHooks(h)
 		}
 		clear = func() { s.R1.SetAPIHooks(api.Hooks{}); s.R2.SetAPIHooks(api.Hooks{}) }
+	case "failover_after_claim_goes_on", "failover_after_claim_dies", "failover_after_psp_goes_on", "failover_after_psp_dies":
+		var failErr error
+		fail := func(context.Context) error {
+			if failErr = during(); failErr != nil {
+				return failErr
+			}
+			sc.Fired[fault]++
+			if strings.HasSuffix(fault, "_dies") {
+				return api.ErrCrash
+			}
+			return nil
+		}
+		h := api.Hooks{AfterPSPReply: fail}
+		if strings.Contains(fault, "after_claim") {
+			h = api.Hooks{AfterClaim: fail}
+		}
+		door.SetAPIHooks(h)
+		defer func() {
+			if failErr != nil && err == nil {
+				err = fmt.Errorf("failover in flight: %w", failErr)
+			}
+		}()
+		clear = func() { door.SetAPIHooks(api.Hooks{}) }
 	}
 	a := read(door.Pay(ctx, p.caller, p.key, p.body, door.At(now)))
 	if w := s.Follow(a); w != nil {
@@ -349,6 +406,9 @@ func (s *System) check(ctx context.Context, pays []*cpay, sc *Schedule) error {
 				lostAmount += ch[0].Amount
 			}
 			continue
+		}
+		if len(ch) >= 1 && credits == 1 && homeRow.State == "" {
+			sc.Unrowed = append(sc.Unrowed, p.pid)
 		}
 		switch {
 		case len(ch) >= 1:

@@ -230,6 +230,8 @@ type ResolverOptions struct {
 	// SweepClaims gives the resolver the claim table's sweep (the MRSC
 	// option's, which has no TTL).
 	SweepClaims bool
+	// IsHome is resolver.Deps.IsHome (across Regions); nil: not asked.
+	IsHome func(ctx context.Context) (bool, error)
 }
 
 // Resolver builds a resolver over the world's parts.
@@ -244,7 +246,7 @@ func (w *World) Resolver(cfg resolver.Config, o ResolverOptions) *resolver.Resol
 	}
 	d := resolver.Deps{
 		Ledger: w.Ledger, PSP: o.PSP, Claims: w.Claims, Publisher: w.Outbox, Sweeper: sw, Clock: w.Clock,
-		Log: w.Log, Metrics: metrics.New(w.Logs, "resolver"), Hooks: o.Hooks, Cap: o.Cap,
+		Log: w.Log, Metrics: metrics.New(w.Logs, "resolver"), Hooks: o.Hooks, Cap: o.Cap, IsHome: o.IsHome,
 	}
 	if o.NoPublisher {
 		d.Publisher = nil
