@@ -46,6 +46,7 @@ const (
 	EnvAlbKeysURL      = stackenv.AlbKeysURL
 	EnvHomesTable      = stackenv.HomesTable
 	EnvClaimsSweep     = stackenv.ClaimsSweep
+	EnvAdoptLost       = stackenv.AdoptLost
 	EnvStandbyCheck    = stackenv.StandbyCheck
 	EnvHomeDefault     = stackenv.HomeDefault
 	EnvRegionURLs      = stackenv.RegionURLs

@@ -788,4 +788,14 @@ func TestTheStandbyCheck(t *testing.T) {
 			t.Errorf("one Region %s: %s = %v", fn.Name, oncepay.EnvStandbyCheck, v)
 		}
 	}
+	// The worker adopts a failed Region's lost payments across Regions
+	// only: in one Region every event comes from a row its ledger holds.
+	for _, s := range synthTwoRegions(t).each() {
+		if envOf(s, s.stack.Worker.Function)[oncepay.EnvAdoptLost] != "true" {
+			t.Errorf("%s worker: no %s", s, oncepay.EnvAdoptLost)
+		}
+	}
+	if v, ok := envOf(one, one.stack.Worker.Function)[oncepay.EnvAdoptLost]; ok {
+		t.Errorf("one Region worker: %s = %v", oncepay.EnvAdoptLost, v)
+	}
 }

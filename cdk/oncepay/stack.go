@@ -298,6 +298,8 @@ func (s *Stack) addFunctions(props *StackProps) {
 		}
 		// Read-only in the Region that homes the callers is an outage.
 		d.Homes.GrantReadDefault(s.Resolver)
+		// A failed Region's copy of a payment its lag lost gets its row.
+		s.Worker.Function.SetEnv(map[string]*string{EnvAdoptLost: jsii.String("true")})
 	}
 	if r := props.Regions; r != nil && r.Strong() {
 		// MRSC has no TTL: the resolver deletes expired key records (a

@@ -33,6 +33,13 @@ type Event struct {
 	Currency   string    `json:"currency"`
 	PSPCharge  string    `json:"psp_charge,omitempty"`
 	OccurredAt time.Time `json:"occurred_at"`
+	// ClientKey and Fingerprint are the payment's Idempotency-Key and
+	// request fingerprint (payment events only): with them the home
+	// Region's inbox can write the row of a payment a failover lost from
+	// its ledger when the failed Region's copy of the event arrives
+	// (inbox.Config.Adopt, docs/regions.md).
+	ClientKey   string `json:"client_key,omitempty"`
+	Fingerprint string `json:"fingerprint,omitempty"`
 }
 
 // Marshal encodes e as the JSON payload stored and sent everywhere.

@@ -180,6 +180,14 @@ type Config struct {
 	// (docs/mechanism.md#seed-part-7): no notif row is written or read, so
 	// every delivery pushes.
 	WithoutNotifRecord bool
+	// Adopt (across Regions, ONCEPAY_ADOPT_LOST_PAYMENTS): a SUCCEEDED
+	// payment event whose payment this ledger has no row of writes the row
+	// (SUCCEEDED with its charge, and its journal entries) in the same
+	// transaction as its credit. Such an event is a failed Region's copy of
+	// a payment its last replication lag lost from the home ledger (the
+	// copy its relay sends once it is back): without the row the payment
+	// could be neither refunded nor resolved. Counted (PaymentAdopted).
+	Adopt bool
 }
 
 // Worker applies events exactly once to the ledger's consumer tables and
@@ -607,6 +615,26 @@ func (w *Worker) apply(ctx context.Context, e event.Event) (inserted bool, err e
 	if tag.RowsAffected() == 0 {
 		return false, nil // a repeat: nothing to write, the deferred rollback ends the transaction
 	}
+	adopted := false
+	if w.cfg.Adopt && e.State == Succeeded && e.ClientKey != "" && e.Fingerprint != "" && e.PSPCharge != "" {
+		// Two journal rows when the payment row was written, none when
+		// the ledger had it (any unique key: its id or its caller and key).
+		tag, err := tx.Exec(ctx, `
+			WITH adopted AS (
+			  INSERT INTO payments (payment_id, caller_id, client_key, fingerprint, amount, currency, state, psp_charge, merchant_id)
+			  VALUES ($1, $2, $3, $4, $5, $6, 'SUCCEEDED', $7, $8)
+			  ON CONFLICT DO NOTHING
+			  RETURNING payment_id)
+			INSERT INTO journal_entries (payment_id, posting, account, amount, currency)
+			SELECT payment_id, 'charge', 'psp_receivable', $5, $6 FROM adopted
+			UNION ALL
+			SELECT payment_id, 'charge', 'merchant_payable:' || $8, -$5::bigint, $6 FROM adopted`,
+			e.PaymentID, e.CallerID, e.ClientKey, e.Fingerprint, e.Amount, e.Currency, e.PSPCharge, e.MerchantID)
+		if err != nil {
+			return false, classify(fmt.Errorf("inbox: adopt %s: %w", e.PaymentID, err))
+		}
+		adopted = tag.RowsAffected() > 0
+	}
 	b := &pgx.Batch{}
 	balance := func(delta int64) {
 		b.Queue(`
@@ -658,6 +686,11 @@ func (w *Worker) apply(ctx context.Context, e event.Event) (inserted bool, err e
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return false, fmt.Errorf("inbox: commit %s: %w", e.EventID, err)
+	}
+	if adopted {
+		w.cfg.Metrics.Count("PaymentAdopted", 1)
+		w.cfg.Logger.Warn("adopted a payment the ledger had no row of (lost in a failover): written SUCCEEDED from the event",
+			"event_id", e.EventID, "payment_id", e.PaymentID, "psp_charge", e.PSPCharge)
 	}
 	return true, nil
 }

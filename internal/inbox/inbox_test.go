@@ -294,3 +294,75 @@ func BenchmarkWorkerTransaction(b *testing.B) {
 	b.ReportMetric(float64(first)/float64(floor), "first/floor")
 	b.ReportMetric(float64(dup)/float64(floor), "duplicate/floor")
 }
+
+// Across Regions (Config.Adopt) a SUCCEEDED event for a payment the ledger
+// has no row of — a failed Region's copy of a payment its last lag lost —
+// writes the row (SUCCEEDED, with its charge, key and fingerprint) and its
+// two journal entries in the credit's transaction, counted; a repeat, a
+// payment the ledger holds, a FAILED event and a worker without Adopt
+// write no row.
+func TestAFailedRegionsCopyOfALostPaymentIsAdopted(t *testing.T) {
+	ctx := context.Background()
+	lost := func(pid string) event.Event {
+		e := payment(pid, "m1", inbox.Succeeded, 3000)
+		e.ClientKey, e.Fingerprint, e.PSPCharge = "K-"+pid, "fp-"+pid, "pi_"+pid
+		return e
+	}
+	w := newWorld(t, func(c *inbox.Config) { c.Adopt = true })
+	e := lost("pay_lost")
+	for range 2 { // the second delivery is a repeat
+		if _, err := w.w.Process(ctx, e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var state, key, fp, charge string
+	if err := w.pool.QueryRow(ctx, `SELECT state, client_key, fingerprint, psp_charge FROM payments WHERE payment_id = 'pay_lost'`).Scan(&state, &key, &fp, &charge); err != nil {
+		t.Fatalf("no adopted row: %v", err)
+	}
+	if state != "SUCCEEDED" || key != e.ClientKey || fp != e.Fingerprint || charge != e.PSPCharge {
+		t.Errorf("adopted row %s %s %s %s", state, key, fp, charge)
+	}
+	if n := w.count(t, `SELECT count(*) FROM journal_entries WHERE payment_id = 'pay_lost'`); n != 2 {
+		t.Errorf("%d journal entries, want the charge's two", n)
+	}
+	if n := w.count(t, `SELECT COALESCE(sum(amount), 0) FROM journal_entries WHERE payment_id = 'pay_lost'`); n != 0 {
+		t.Errorf("journal sums to %d, want 0 (double entry)", n)
+	}
+	if b := w.balance(t, "m1"); b != 15000 {
+		t.Errorf("m1 = %d, want 15000 (one credit)", b)
+	}
+	if n := metrics.Sum(w.emf.Bytes(), "PaymentAdopted"); n != 1 {
+		t.Errorf("PaymentAdopted = %v, want 1", n)
+	}
+
+	// A payment the ledger holds keeps its row; a FAILED event adopts nothing.
+	if _, err := w.pool.Exec(ctx, `INSERT INTO payments (payment_id, caller_id, client_key, fingerprint, amount, currency, state, merchant_id)
+		VALUES ('pay_held', 'u1', 'K-held', 'fp-held', 3000, 'USD', 'UNKNOWN', 'm1')`); err != nil {
+		t.Fatal(err)
+	}
+	failed := lost("pay_declined")
+	failed.State, failed.EventID = inbox.Failed, ids.EventID("pay_declined", inbox.Failed)
+	for _, ev := range []event.Event{lost("pay_held"), failed} {
+		if _, err := w.w.Process(ctx, ev); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if n := w.count(t, `SELECT count(*) FROM payments WHERE payment_id = 'pay_held' AND state = 'UNKNOWN'`); n != 1 {
+		t.Errorf("the held row changed")
+	}
+	if n := w.count(t, `SELECT count(*) FROM payments WHERE payment_id = 'pay_declined'`); n != 0 {
+		t.Errorf("a FAILED event wrote a row")
+	}
+	if n := metrics.Sum(w.emf.Bytes(), "PaymentAdopted"); n != 1 {
+		t.Errorf("PaymentAdopted = %v, want still 1", n)
+	}
+
+	// One Region: no adoption.
+	one := newWorld(t, nil)
+	if _, err := one.w.Process(ctx, lost("pay_other")); err != nil {
+		t.Fatal(err)
+	}
+	if n := one.count(t, `SELECT count(*) FROM payments`); n != 0 {
+		t.Errorf("a worker without Adopt wrote %d rows", n)
+	}
+}

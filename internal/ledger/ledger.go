@@ -291,7 +291,7 @@ func (s *Store) Settle(ctx context.Context, paymentID string, o Outcome, now tim
 	e := event.Event{
 		EventID: ids.EventID(p.ID, string(p.State)), PaymentID: p.ID, State: string(p.State),
 		MerchantID: p.MerchantID, CallerID: p.CallerID, Amount: p.Amount, Currency: p.Currency,
-		PSPCharge: p.PSPCharge, OccurredAt: now.UTC(),
+		PSPCharge: p.PSPCharge, OccurredAt: now.UTC(), ClientKey: p.ClientKey, Fingerprint: p.Fingerprint,
 	}
 	payload, err := e.Marshal()
 	if err != nil {
@@ -332,7 +332,8 @@ WITH moved AS (
   SELECT payment_id || ':' || state, payment_id, merchant_id, jsonb_build_object(
     'event_id', payment_id || ':' || state, 'payment_id', payment_id, 'state', state,
     'merchant_id', merchant_id, 'caller_id', caller_id, 'amount', amount, 'currency', currency,
-    'psp_charge', COALESCE(psp_charge, ''), 'occurred_at', $5::text)
+    'psp_charge', COALESCE(psp_charge, ''), 'occurred_at', $5::text,
+    'client_key', client_key, 'fingerprint', COALESCE(fingerprint, ''))
   FROM moved
 )
 SELECT ` + columns + ` FROM moved`
@@ -367,7 +368,7 @@ func settleIn(ctx context.Context, q rowQuerier, paymentID string, o Outcome, no
 	e := event.Event{
 		EventID: ids.EventID(p.ID, string(p.State)), PaymentID: p.ID, State: string(p.State),
 		MerchantID: p.MerchantID, CallerID: p.CallerID, Amount: p.Amount, Currency: p.Currency,
-		PSPCharge: p.PSPCharge, OccurredAt: occurred,
+		PSPCharge: p.PSPCharge, OccurredAt: occurred, ClientKey: p.ClientKey, Fingerprint: p.Fingerprint,
 	}
 	return p, &e, true, nil
 }

@@ -74,6 +74,7 @@ func main() {
 		Extra:            extra,
 		Logger:           log,
 		Metrics:          m,
+		Adopt:            os.Getenv(stackenv.AdoptLost) == "true",
 	})
 	if err != nil {
 		fail(err)

@@ -76,6 +76,10 @@ const (
 	// ClaimsSweep ("true") makes the resolver delete expired key records:
 	// the MRSC claim table has no TTL.
 	ClaimsSweep = "ONCEPAY_CLAIMS_SWEEP"
+	// AdoptLost ("true", across Regions) makes the worker write the row of
+	// a succeeded payment its ledger has none of, from the event (a failed
+	// Region's copy of a payment the failover lost; inbox.Config.Adopt).
+	AdoptLost   = "ONCEPAY_ADOPT_LOST_PAYMENTS"
 	HomeDefault = "ONCEPAY_HOME_DEFAULT"
 	RegionURLs  = "ONCEPAY_REGION_URLS"
 )

@@ -28,11 +28,6 @@ type Schedule struct {
 	Fired map[string]int
 	// Violations are the invariants broken; empty is a pass.
 	Violations []string
-	// Unrowed are charged payments the home ledger credited once (R1's
-	// leftover copy, through the home inbox) but holds no payment row of:
-	// the money is right, the row is what a reconciliation would write (no
-	// refund or resolve through the api meanwhile; docs/regions.md).
-	Unrowed []string
 	// Lost are the payments R1 charged, answered and wrote in its last lag,
 	// which an unplanned failover lost from the home ledger (its RPO): the
 	// PSP holds their charges, the home ledger knows nothing of them; a
@@ -255,6 +250,9 @@ func Chaos(ctx context.Context, seed uint64) (Schedule, error) {
 	if _, err := s.R2.CollectPushes(ctx); err != nil {
 		return sc, err
 	}
+	if n := int(s.R1.EMF.Sum("PaymentAdopted") + s.R2.EMF.Sum("PaymentAdopted")); n > 0 {
+		sc.Fired["adopted"] += n
+	}
 	return sc, s.check(ctx, pays, &sc)
 }
 
@@ -407,8 +405,10 @@ func (s *System) check(ctx context.Context, pays []*cpay, sc *Schedule) error {
 			}
 			continue
 		}
-		if len(ch) >= 1 && credits == 1 && homeRow.State == "" {
-			sc.Unrowed = append(sc.Unrowed, p.pid)
+		if len(ch) >= 1 && credits == 1 && homeRow.State != ledger.Succeeded {
+			// Credited in the home: its row must say so, whether the home
+			// settled it or adopted R1's leftover copy (inbox.Config.Adopt).
+			violate("%s: charged and credited, but the home ledger's row is %q, not SUCCEEDED (refund and resolve need it)", p.pid, homeRow.State)
 		}
 		switch {
 		case len(ch) >= 1:

@@ -137,7 +137,7 @@ func New(ctx context.Context, o Options) (s *System, err error) {
 	// The home routers read their Region's replica of the home record
 	// table, which exists before the worlds (their APIs hold a router).
 	homes1, homes2 := &routerSlot{}, &routerSlot{}
-	base := story.Options{Clock: s.Clock, T0: t0, Sim: s.Sim, SimURL: simSrv.URL, ClaimStream: o.Claims == Eventual, Logger: o.Logger}
+	base := story.Options{Clock: s.Clock, T0: t0, Sim: s.Sim, SimURL: simSrv.URL, ClaimStream: o.Claims == Eventual, Logger: o.Logger, Adopt: true}
 	o1 := base
 	o1.Region = R1
 	if !o.WithoutHomeRouting {

@@ -161,6 +161,8 @@ type Options struct {
 	ClaimStream bool
 	// Homes routes the API's callers to their home Region; nil: none.
 	Homes api.Homes
+	// Adopt is the workers' inbox.Config.Adopt (across Regions).
+	Adopt bool
 }
 
 // World is the whole payment path over the local cloud's real parts, each
@@ -240,6 +242,7 @@ type World struct {
 	// under load, retried by the SDK) leaves its messages invisible that
 	// long, and Expire cannot release handles it never saw.
 	visibility time.Duration
+	adopt      bool // inbox.Config.Adopt of every worker of the world
 
 	// The crash points are read at every call, so a scenario can set and
 	// clear them between steps.
@@ -492,7 +495,7 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 	}
 	if w.Worker, err = inbox.New(workerDB, n, inbox.Config{
 		MaxReceiveCount: settings.Worker.MaxReceiveCount, Logger: quiet, Metrics: m, Hooks: w.workerHooks(),
-		WithoutNotifRecord: o.WithoutNotifRecord, GroupConcurrency: groups, RetryAfter: 10 * time.Millisecond,
+		WithoutNotifRecord: o.WithoutNotifRecord, GroupConcurrency: groups, RetryAfter: 10 * time.Millisecond, Adopt: o.Adopt,
 	}); err != nil {
 		return nil, err
 	}
@@ -512,7 +515,7 @@ func New(ctx context.Context, o Options) (w *World, err error) {
 	}); err != nil {
 		return nil, err
 	}
-	w.queueArn, w.notifier = q.arn, n
+	w.queueArn, w.notifier, w.adopt = q.arn, n, o.Adopt
 	return w, nil
 }
 
@@ -526,7 +529,7 @@ func (w *World) ConsumerOn(db *pgxpool.Pool) (*harness.QueuePoller, error) {
 	settings.Worker.VisibilityTimeout = w.visibility
 	worker, err := inbox.New(db, w.notifier, inbox.Config{
 		MaxReceiveCount: settings.Worker.MaxReceiveCount, Logger: quiet, Metrics: metrics.New(w.EMF, "worker"),
-		RetryAfter: 10 * time.Millisecond,
+		RetryAfter: 10 * time.Millisecond, Adopt: w.adopt,
 	})
 	if err != nil {
 		return nil, err
