@@ -70,14 +70,7 @@ func TestWebhookSucceededOnFailedRowIsAnIncident(t *testing.T) {
 			if got := w.Metric("WebhookLate"); got != 0 {
 				t.Fatalf("WebhookLate = %v: the incident was counted as a late webhook", got)
 			}
-			var incident bool
-			for _, line := range bytes.Split(w.Logs.Bytes(), []byte("\n")) {
-				if bytes.Contains(line, []byte(`"level":"ERROR"`)) && bytes.Contains(line, []byte(`"alert":"`+webhook.MetricSucceededOnFailed+`"`)) &&
-					bytes.Contains(line, []byte(`"payment_id":"`+pid+`"`)) {
-					incident = true
-				}
-			}
-			if !incident {
+			if !alertLogged(w, webhook.MetricSucceededOnFailed, pid) {
 				t.Fatalf("no error log line carries the alert for %s", pid)
 			}
 			if n := w.Count(`SELECT count(*) FROM outbox_intents WHERE payment_id = $1`, pid); n != intents {
@@ -109,14 +102,19 @@ func TestWebhookSucceededForAnUnknownPaymentIsAnIncident(t *testing.T) {
 	if n := w.Count(`SELECT count(*) FROM payments WHERE payment_id = $1`, pid); n != 0 {
 		t.Errorf("the webhook wrote %d payment rows", n)
 	}
-	var incident bool
-	for _, line := range bytes.Split(w.Logs.Bytes(), []byte("\n")) {
-		if bytes.Contains(line, []byte(`"level":"ERROR"`)) && bytes.Contains(line, []byte(`"alert":"`+webhook.MetricSucceededUnknown+`"`)) &&
-			bytes.Contains(line, []byte(`"payment_id":"`+pid+`"`)) {
-			incident = true
-		}
-	}
-	if !incident {
+	if !alertLogged(w, webhook.MetricSucceededUnknown, pid) {
 		t.Errorf("no error log line carries the alert for %s", pid)
 	}
+}
+
+// alertLogged reports whether an error line of the world's log carries the
+// alert for the payment.
+func alertLogged(w *worldtest.World, alert, pid string) bool {
+	for _, line := range bytes.Split(w.Logs.Bytes(), []byte("\n")) {
+		if bytes.Contains(line, []byte(`"level":"ERROR"`)) && bytes.Contains(line, []byte(`"alert":"`+alert+`"`)) &&
+			bytes.Contains(line, []byte(`"payment_id":"`+pid+`"`)) {
+			return true
+		}
+	}
+	return false
 }
