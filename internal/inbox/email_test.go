@@ -450,8 +450,12 @@ func TestTwoDeclinesOfTheSameCardRaiseOneReminder(t *testing.T) {
 			}
 		}
 	}
-	if r, d := w.reminded(t); r != 1 || d != 2 {
-		t.Fatalf("%d reminders and %d decline emails, want 1 and 2", r, d)
+	// At least two decline emails: a send whose reply the transport lost
+	// (moto closing a connection on a loaded machine) is sent again, the
+	// decline email's policy (a duplicate over a loss). The reminder is
+	// the logical duplicate under test: exactly one.
+	if r, d := w.reminded(t); r != 1 || d < 2 {
+		t.Fatalf("%d reminders and %d decline emails, want 1 and at least 2", r, d)
 	}
 	if first, second := w.rowState(t, ids[0], notify.ChannelReminder), w.rowState(t, ids[1], notify.ChannelReminder); first != inbox.NotifSent || second != inbox.NotifDropped {
 		t.Fatalf("the reminders' rows: %s and %s, want SENT and the duplicate DROPPED", first, second)
