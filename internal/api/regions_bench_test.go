@@ -48,11 +48,7 @@ func BenchmarkFirstCallAcrossRegions(b *testing.B) {
 			readS = append(readS, time.Since(start))
 		},
 	}
-	for i := 0; b.Loop(); i++ {
-		for k := range steps {
-			steps[(i+k)%len(steps)](i)
-		}
-	}
+	interleave(b, steps)
 	w.h = plain
 	report(b, "api", unroutedS)
 	report(b, "api-routed", routedS)

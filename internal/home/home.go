@@ -148,10 +148,19 @@ func (s *Store) IsDefaultHome(ctx context.Context, region, fallback string) (boo
 	if err != nil {
 		return false, err
 	}
-	if !found {
-		return region == fallback, nil
+	return homeOf(Record{}, all, false, found, fallback).Region == region, nil
+}
+
+// homeOf is the record that places a caller: its own, else the default
+// one, else the fallback at version 0.
+func homeOf(own, all Record, ownFound, allFound bool, fallback string) Record {
+	switch {
+	case ownFound:
+		return own
+	case allFound:
+		return all
 	}
-	return all.Region == region, nil
+	return Record{Caller: Everyone, Region: fallback}
 }
 
 // Move writes caller's home as region with version from + 1, only if the
@@ -348,13 +357,7 @@ func (rt *Router) Decide(ctx context.Context, caller string) (Decision, error) {
 	own, ownFound = rt.strict(caller, own, ownFound)
 	all, allFound = rt.strict(Everyone, all, allFound)
 	rt.mu.Unlock()
-	h := Record{Caller: Everyone, Region: rt.fallback}
-	switch {
-	case ownFound:
-		h = own
-	case allFound:
-		h = all
-	}
+	h := homeOf(own, all, ownFound, allFound, rt.fallback)
 	d := Decision{Home: h, Here: h.Region == rt.region}
 	if !d.Here {
 		d.URL = rt.urls[h.Region]
