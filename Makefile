@@ -20,7 +20,7 @@ LAMBDAS  := $(notdir $(wildcard lambdas/*))
 GO_SRC   := $(shell find . -name '*.go' -not -path './_tools/*' -not -path './.local/*' -not -path './cdk.out/*')
 CALLER   ?= u1
 
-.PHONY: help setup up down status inspect totals lambdas synth lint test test-unit test-race fuzz test-cfn test-example demo bench token chaos chaos-regions clean
+.PHONY: help setup up up-regions down status inspect totals lambdas synth lint test test-unit test-race fuzz test-cfn test-example demo bench token chaos chaos-regions clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -34,7 +34,10 @@ up: setup $(TEMPLATE) ## start the local cloud, provision it from the template, 
 	@source scripts/ports.sh && go run ./cmd/localcloud up --template $(TEMPLATE)
 	@bash scripts/localcloud.sh apps
 
-down: ## stop the local cloud
+up-regions: up ## the two-Region local cloud beside it: two live stacks (us-east-1, us-west-2) from the two-Region app, each with its own stores, queues, functions and front door (:8081, :8082)
+	@bash scripts/localcloud.sh regions-up
+
+down: ## stop the local cloud (the two-Region one too)
 	@bash scripts/localcloud.sh down
 
 status: ## what runs locally
@@ -145,7 +148,7 @@ test-example: ## synthesize examples/consumer (each construct in someone else's 
 	@cfn-lint $(EXAMPLE_OUT)/*.template.json
 	@echo "test-example: $$(ls $(EXAMPLE_OUT)/*.template.json | wc -l) stacks synthesized from outside the module, nag and cfn-lint clean, $$(cd examples/consumer && go list -m all | wc -l) modules in its graph"
 
-TEST_PHASES := setup up lint test-unit test-race fuzz test-cfn test-example
+TEST_PHASES := setup up up-regions lint test-unit test-race fuzz test-cfn test-example
 test: ## the README's test command: installs, starts, lints and runs everything
 	@t0=$$(date +%s); for p in $(TEST_PHASES); do \
 	  $(MAKE) --no-print-directory $$p || exit 1; \

@@ -12,6 +12,12 @@
 #                        and the stack (`localcloud serve`: the template's
 #                        functions, mappings and schedules, admin API on :8071)
 #   localcloud.sh status print what runs, and the stack's functions and triggers
+#   localcloud.sh regions-up    the two-Region local cloud beside it (issue 15,
+#                        docs/regions.md): two live stacks, us-east-1 and
+#                        us-west-2, from the two-Region app's templates, each
+#                        with its own DynamoDB Local, PostgreSQL cluster,
+#                        queues, functions and front door (idempotent)
+#   localcloud.sh regions-down  stop the two live Region stacks and their stores
 #   localcloud.sh restart-dynamodb  a fresh, empty DynamoDB Local (the chaos
 #                        runner's -fresh-every: its writes slow as the stream
 #                        records of deleted tables pile up)
@@ -42,8 +48,13 @@ say() { printf 'localcloud: %s\n' "$*"; }
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
 alive() { # name
-  local f=$PIDS/$1.pid
-  [ -f "$f" ] && kill -0 "$(cat "$f")" 2>/dev/null
+  local f=$PIDS/$1.pid pid
+  [ -f "$f" ] || return 1
+  pid=$(cat "$f")
+  kill -0 "$pid" 2>/dev/null || return 1
+  # A killed process whose parent has not reaped it yet runs no more (a
+  # test kills a Region's stack; its parent is whoever adopted it).
+  case "$(ps -o stat= -p "$pid" 2>/dev/null)" in Z* | "") return 1 ;; esac
 }
 
 wait_for() { # name check-command...
@@ -90,12 +101,13 @@ start_ddb() { # [name port]: the first Region's by default
   pgrep -n -f "$dir/DynamoDBLocal.jar -inMemory -port $port -disableTelemetry" >"$PIDS/$name.pid"
 }
 
-start_moto() {
-  if port_open "$MOTO_PORT"; then say "moto already on :$MOTO_PORT"; return; fi
+start_moto() { # [name port]
+  local name=${1:-moto} port=${2:-$MOTO_PORT}
+  if port_open "$port"; then say "$name already on :$port"; return; fi
   command -v moto_server >/dev/null || die "moto_server is not installed: run 'make setup'"
-  setsid nohup moto_server -H 127.0.0.1 -p "$MOTO_PORT" >"$LOGS/moto.log" 2>&1 &
-  wait_for moto curl -fsS "http://127.0.0.1:$MOTO_PORT/moto-api/"
-  pgrep -n -f "moto_server -H 127.0.0.1 -p $MOTO_PORT" >"$PIDS/moto.pid"
+  setsid nohup moto_server -H 127.0.0.1 -p "$port" >"$LOGS/$name.log" 2>&1 &
+  wait_for "$name" curl -fsS "http://127.0.0.1:$port/moto-api/"
+  pgrep -n -f "moto_server -H 127.0.0.1 -p $port" >"$PIDS/$name.pid"
 }
 
 # The dedup cache (ElastiCache for Valkey in AWS): a redis-server of the
@@ -287,7 +299,7 @@ stop_pid() { # name [grace seconds]
   if [ -f "$f" ]; then
     local pid; pid=$(cat "$f")
     if kill -0 "$pid" 2>/dev/null; then
-      if [ "$1" = stack ]; then
+      if [[ "$1" == stack* ]]; then
         # The stack drains on SIGTERM: invocations in flight run to their
         # end before it stops its environments (its children), so they get
         # no signal of their own until the grace has passed.
@@ -305,7 +317,104 @@ stop_pid() { # name [grace seconds]
   fi
 }
 
+# The two-Region local cloud (issue 15, docs/regions.md): the two-Region
+# app's stacks, each run as the one-Region stack is (localcloud up, then
+# localcloud serve), with a state directory under .local/regions/<Region>.
+# us-east-1 has stores of its own (DynamoDB Local :8002, PostgreSQL :54331)
+# so its tables and ledger never meet the one-Region stack's, which has the
+# same logical ids; us-west-2 uses the second Region's stores (:8001,
+# :54330), where the in-process Region tests make only tables and databases
+# of random names. One moto of their own (:4567) keeps both Regions' queues,
+# topics and secrets apart from the one-Region stack's (moto keeps Regions
+# apart by the request's signature). The PSP simulator is the one PSP of
+# both. Replication between them is not run here: the test that plays a
+# Region failure starts it (internal/localcloud/pgrepl, globaltable) and
+# cuts it.
+REGIONS_DIR=$LOCAL/regions
+RG_MOTO_PORT=${ONCEPAY_REGIONS_MOTO_PORT:-4567}
+R1L_DDB_PORT=${ONCEPAY_R1_DDB_PORT:-8002}
+R1L_PG_PORT=${ONCEPAY_R1_PG_PORT:-54331}
+R1L_DOOR=${ONCEPAY_R1_FRONTDOOR_ADDR:-127.0.0.1:8081}
+R2L_DOOR=${ONCEPAY_R2_FRONTDOOR_ADDR:-127.0.0.1:8082}
+R1L_ADMIN=${ONCEPAY_R1_ADMIN_ADDR:-127.0.0.1:8072}
+R2L_ADMIN=${ONCEPAY_R2_ADMIN_ADDR:-127.0.0.1:8073}
+
+regions_synth() {
+  local out=$REGIONS_DIR/cdk.out
+  local sum; sum=$(cat "$ROOT/cdk.out/Oncepay.template.json" build/*/bootstrap 2>/dev/null | sha256sum | cut -c1-16)
+  if [ -f "$out/Oncepay-us-west-2.template.json" ] && [ "$(cat "$REGIONS_DIR/synth.sum" 2>/dev/null)" = "$sum" ]; then return; fi
+  # The Region URLs must be https to synthesize (a 421 sends callers
+  # there); `localcloud up` puts the local front doors in their place.
+  (cd "$ROOT" && "$ROOT/_tools/node_modules/.bin/cdk" synth --lookups=false --quiet -o "$out" \
+    -c oncepay:regions=us-east-1,us-west-2 \
+    -c oncepay:regionUrls=us-east-1=https://api.us-east-1.oncepay.test,us-west-2=https://api.us-west-2.oncepay.test \
+    -c oncepay:jwtIssuer=https://oncepay-local.test/ -c oncepay:jwtAudience=oncepay-local) >"$LOGS/regions-synth.log" 2>&1 \
+    || { tail -n 20 "$LOGS/regions-synth.log" >&2; die "the two-Region app did not synthesize"; }
+  echo "$sum" >"$REGIONS_DIR/synth.sum"
+  say "two-Region templates in $out"
+}
+
+# regions_stack REGION DDB_URL PG_PORT DOOR ADMIN [up flags...]: provision
+# one Region's stack and (re)start it when what it runs changed.
+regions_stack() {
+  local region=$1 ddb=$2 pg=$3 door=$4 admin=$5; shift 5
+  local state=$REGIONS_DIR/$region tpl=$REGIONS_DIR/cdk.out/Oncepay-$region.template.json
+  mkdir -p "$state/logs"
+  local urls='{"us-east-1":"http://'$R1L_DOOR'","us-west-2":"http://'$R2L_DOOR'"}'
+  # The Region's own everything: no AWS_* or ONCEPAY_* variable of the
+  # caller's reaches it (ports.sh's one-Region URLs, or a test's exported
+  # .local/env: an endpoint already set wins over the Region's own).
+  local -a clean=(env) v
+  for v in $(compgen -e); do case $v in AWS_*|ONCEPAY_*) clean+=(-u "$v") ;; esac; done
+  local -a common=(-template "$tpl" -stack "Oncepay-$region" -region "$region" -state "$state" -dynamodb "$ddb"
+    -aws "http://127.0.0.1:$RG_MOTO_PORT" -pg-port "$pg" -r2-pg-port 0 -frontdoor "http://$door"
+    -cache "redis://127.0.0.1:$CACHE_PORT/$([ "$region" = us-east-1 ] && echo 1 || echo 2)")
+  "${clean[@]}" "$LOCAL/bin/localcloud" up "${common[@]}" -region-urls "$urls" "$@" \
+    >"$state/logs/up.log" 2>&1 || { tail -n 30 "$state/logs/up.log" >&2; die "$region: localcloud up failed"; }
+  local name=stack-$region
+  local sum; sum=$(cat "$LOCAL/bin/localcloud" "$tpl" "$state/resources.json" "$state/functions.json" "$LOCAL/lambdas"/*/bootstrap 2>/dev/null | sha256sum | cut -c1-16)
+  if alive "$name" && [ "$(cat "$PIDS/$name.sum" 2>/dev/null)" = "$sum" ]; then
+    say "$name already running on $admin (unchanged)"
+    return
+  fi
+  APP_READY_TIMEOUT=${ONCEPAY_STACK_READY_TIMEOUT:-600} start_app "$name" "$admin" \
+    "${clean[@]}" ONCEPAY_ENV_FILE="$state/env" "$LOCAL/bin/localcloud" serve "${common[@]}" -admin "$admin"
+  echo "$sum" >"$PIDS/$name.sum"
+}
+
+regions_up() {
+  alive stack || die "regions-up: the one-Region stack is not running (make up first: the PSP simulator and the bootstraps are its)"
+  mkdir -p "$REGIONS_DIR"
+  start_ddb dynamodb-local-r1 "$R1L_DDB_PORT" & local ddb=$!
+  start_moto moto-regions "$RG_MOTO_PORT"
+  start_pg postgres-r1 "$R1L_PG_PORT" data-r1
+  wait "$ddb" || die "the us-east-1 DynamoDB Local did not start"
+  regions_synth
+  regions_stack us-east-1 "http://127.0.0.1:$R1L_DDB_PORT" "$R1L_PG_PORT" "$R1L_DOOR" "$R1L_ADMIN" \
+    -replica-dynamodb "us-west-2=http://127.0.0.1:$R2_DDB_PORT"
+  # us-west-2's ledger is the standby of us-east-1's: the primary's roles
+  # and schema first (its rows come with the replication link).
+  env -u ONCEPAY_PG_PORT "$LOCAL/bin/localcloud" standby -pg-port "$R2_PG_PORT" -primary-pg-port "$R1L_PG_PORT" -db oncepay \
+    >"$LOGS/regions-standby.log" 2>&1 || { tail -n 20 "$LOGS/regions-standby.log" >&2; die "the us-west-2 standby ledger could not be made"; }
+  regions_stack us-west-2 "http://127.0.0.1:$R2_DDB_PORT" "$R2_PG_PORT" "$R2L_DOOR" "$R2L_ADMIN"
+}
+
+regions_down() {
+  stop_pid stack-us-west-2 60
+  stop_pid stack-us-east-1 60
+  rm -f "$PIDS"/stack-us-*.sum
+  stop_pid dynamodb-local-r1
+  stop_pid moto-regions
+  pg_stop postgres-r1
+}
+
 case "${1:-}" in
+  regions-up)
+    regions_up
+    ;;
+  regions-down)
+    regions_down
+    ;;
   up)
     # The two DynamoDB Locals (a JVM start each) come up while the rest does.
     start_ddb & ddb1=$!
@@ -320,8 +429,9 @@ case "${1:-}" in
     start_apps
     ;;
   down)
-    # The stack first, while the stores and the simulator it drains
-    # against still run (its drain is bounded at 55 s; 60 s here).
+    # The stacks first, while the stores and the simulator they drain
+    # against still run (a drain is bounded at 55 s; 60 s here).
+    regions_down
     stop_pid stack 60
     for n in frontdoor pspsim; do stop_pid "$n"; done
     rm -f "$PIDS/stack.sum"
@@ -359,5 +469,5 @@ case "${1:-}" in
       say "stack $ADMIN_ADDR down"
     fi
     ;;
-  *) die "usage: $0 up|apps|down|status|restart-dynamodb" ;;
+  *) die "usage: $0 up|apps|down|status|regions-up|regions-down|restart-dynamodb" ;;
 esac

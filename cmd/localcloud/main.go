@@ -5,6 +5,11 @@
 //	localcloud describe
 //	localcloud serve [--admin 127.0.0.1:8071]   run the stack until SIGTERM
 //	localcloud status [--admin 127.0.0.1:8071]  print the running stack's status
+//	localcloud standby --primary-pg-port P      give this cluster the primary's roles and ledger schema
+//
+// A Region of the two-Region local cloud (scripts/localcloud.sh regions-up,
+// docs/regions.md) is one `up` and one `serve` with a state directory, an
+// admin address, a front door and stores of its own.
 package main
 
 import (
@@ -15,6 +20,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -72,15 +78,33 @@ func run(ctx context.Context, args []string) error {
 	fs.StringVar(&c.FrontDoor, "frontdoor", envOr("ONCEPAY_FRONTDOOR_URL", "http://127.0.0.1:8080"), "local front door URL")
 	fs.DurationVar(&c.Timeout, "timeout", 60*time.Second, "readiness wait per service")
 	fs.StringVar(&c.StateDir, "state", c.StateDir, "state directory (env, resources, checkpoints)")
+	replicas := fs.String("replica-dynamodb", "", "a two-Region stack's other Regions' DynamoDB Locals, region=url,… (a global table's replicas are made there too)")
+	fs.StringVar(&c.RegionURLs, "region-urls", "", "the api's ONCEPAY_REGION_URLS (JSON): the local Regions' front doors")
+	primaryPG := fs.Int("primary-pg-port", 0, "standby: the primary Region's PostgreSQL port")
 	admin := fs.String("admin", envOr(stack.AdminAddrVar, stack.DefaultAdminAddr), "admin API address (serve listens, status asks)")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
+	}
+	if *replicas != "" {
+		c.Replicas = map[string]string{}
+		for _, pair := range strings.Split(*replicas, ",") {
+			region, url, ok := strings.Cut(pair, "=")
+			if !ok || region == "" || url == "" {
+				return fmt.Errorf("localcloud: -replica-dynamodb: %q is not region=url", pair)
+			}
+			c.Replicas[region] = url
+		}
 	}
 	switch args[0] {
 	case "serve":
 		return serve(ctx, c, *admin)
 	case "status":
 		return status(ctx, os.Stdout, *admin)
+	case "standby":
+		if *primaryPG == 0 {
+			return fmt.Errorf("localcloud: standby needs -primary-pg-port")
+		}
+		return c.Standby(ctx, *primaryPG)
 	case "up":
 		if _, err := provision.Up(ctx, c); err != nil {
 			return err

@@ -62,7 +62,10 @@ func liveRunner(c provision.Config, awsCfg aws.Config, log *slog.Logger) stack.N
 		for _, env := range envs {
 			env[awsclient.ServiceEndpointVar("Secrets Manager")] = gateURL
 		}
-		fns, err := lambdarun.FromTemplate(c.Template, envs, lambdarun.Config{Root: root})
+		// Each Region of the two-Region local cloud logs to its own state
+		// directory (the default's is .local/logs, as before).
+		lc := lambdarun.Config{Root: root, Region: c.Region, Logs: filepath.Join(c.StateDir, "logs")}
+		fns, err := lambdarun.FromTemplate(c.Template, envs, lc)
 		if err != nil {
 			_ = gate.Close()
 			return nil, err
@@ -73,7 +76,7 @@ func liveRunner(c provision.Config, awsCfg aws.Config, log *slog.Logger) stack.N
 			return nil, err
 		}
 		log.Info("function bootstraps built for the host", "changed", built)
-		r, err := lambdarun.New(fns, lambdarun.Config{Root: root})
+		r, err := lambdarun.New(fns, lc)
 		if err != nil {
 			_ = gate.Close()
 			return nil, err

@@ -74,6 +74,13 @@ type Config struct {
 	// no real item can have (say a partition key "#probe#<id>"); Measure
 	// needs it.
 	ProbeKey func(id string) map[string]types.AttributeValue
+	// FromNow copies only the changes made after Start; by default each
+	// side's stream is copied from its trim horizon (a new replica gets
+	// the items already written). A link started again between replicas
+	// that were linked before sets it: their streams' history would be
+	// copied over again, an older change read later winning over a newer
+	// one read first.
+	FromNow bool
 }
 
 // Stats counts what the replicator did, over both directions.
@@ -205,6 +212,12 @@ func (r *Replicator) Start(ctx context.Context) error {
 		s.reader = newStreamReader(s.Streams, aws.ToString(out.Table.LatestStreamArn))
 		if err := s.reader.discover(ctx); err != nil {
 			return err
+		}
+		if r.cfg.FromNow {
+			// Read to the end and drop: the pump goes on after it.
+			if _, err := s.reader.read(ctx); err != nil {
+				return err
+			}
 		}
 	}
 	run, cancel := context.WithCancel(context.Background())

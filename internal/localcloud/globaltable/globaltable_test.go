@@ -313,3 +313,30 @@ func TestDigestIgnoresSetOrder(t *testing.T) {
 		t.Error("different images share a digest")
 	}
 }
+
+// With FromNow, an item written before Start stays where it was and one
+// written after it is copied.
+func TestFromNowCopiesOnlyWhatComesAfterStart(t *testing.T) {
+	t.Parallel()
+	const lag = 100 * time.Millisecond
+	a := Side{Name: r1, DB: testenv.DynamoDB(t), Streams: testenv.DynamoDBStreams(t)}
+	b := Side{Name: r2, DB: testenv.R2DynamoDB(t), Streams: testenv.R2DynamoDBStreams(t)}
+	a.Table, b.Table = newTable(t, a.DB), newTable(t, b.DB)
+	claim(t, a, "before", r1)
+	r, err := New(Config{A: a, B: b, Lag: lag, FromNow: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(r.Stop)
+	claim(t, a, "after", r1)
+	caughtUp(t, r)
+	if got := owner(t, b, "after"); got != r1 {
+		t.Errorf("the item written after Start: %q in %s, want %q", got, r2, r1)
+	}
+	if got := owner(t, b, "before"); got != "" {
+		t.Errorf("the item written before Start reached %s (owner %q): FromNow copied the stream's history", r2, got)
+	}
+}

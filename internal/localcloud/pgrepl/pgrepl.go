@@ -61,6 +61,15 @@ type Config struct {
 	Lag time.Duration
 	// Logger receives a line per step (default slog.Default()).
 	Logger *slog.Logger
+	// Fence, if set, is the application's role: while the link follows,
+	// the standby refuses that role's writes, as an Aurora secondary
+	// refuses every write (its sessions are read-only, which
+	// ledger.ReadOnly sees), and Promote lifts it. Each ends the role's
+	// sessions on the standby database, as a promotion restarts the
+	// secondary's instances: a pooled connection made before keeps the
+	// setting it started with. The subscription's own writes run as the
+	// subscription's owner and are not fenced.
+	Fence string
 }
 
 // Link is a running replication from the primary database to the standby.
@@ -124,6 +133,13 @@ func New(ctx context.Context, cfg Config) (_ *Link, err error) {
 		if _, err := db.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+ProbeTable+` (id text PRIMARY KEY, written_at timestamptz NOT NULL DEFAULT clock_timestamp())`); err != nil {
 			return l, fmt.Errorf("pgrepl: create %s: %w", ProbeTable, err)
 		}
+		// Owned by the database's owner, as the ledger's own tables are: a
+		// migration that grants on every table of the schema may then
+		// grant on it too.
+		if _, err := db.Exec(ctx, `DO $$ BEGIN EXECUTE format('ALTER TABLE `+ProbeTable+` OWNER TO %I',
+			(SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = current_database())); END $$`); err != nil {
+			return l, fmt.Errorf("pgrepl: hand %s to the database's owner: %w", ProbeTable, err)
+		}
 	}
 	if err := replicaIdentities(ctx, l.primary); err != nil {
 		return l, err
@@ -148,6 +164,9 @@ func New(ctx context.Context, cfg Config) (_ *Link, err error) {
 		return l, fmt.Errorf("pgrepl: look up the subscription: %w", err)
 	}
 	if err := l.synced(ctx); err != nil {
+		return l, err
+	}
+	if err := l.fence(ctx, true); err != nil {
 		return l, err
 	}
 	l.proxy.setLag(cfg.Lag)
@@ -335,10 +354,43 @@ func (l *Link) Promote(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	if err := l.fence(ctx, false); err != nil {
+		return err
+	}
 	l.mu.Lock()
 	l.promoted = true
 	l.mu.Unlock()
 	l.log.Info("pgrepl: standby promoted", slog.Any("sequences", moved))
+	return nil
+}
+
+// fence makes the standby database read-only for Config.Fence (on) or
+// lifts that (off), then ends the role's sessions there so no connection
+// keeps the old setting.
+func (l *Link) fence(ctx context.Context, on bool) error {
+	if l.cfg.Fence == "" {
+		return nil
+	}
+	role := pgx.Identifier{l.cfg.Fence}.Sanitize()
+	var db string
+	if err := l.standby.QueryRow(ctx, `SELECT current_database()`).Scan(&db); err != nil {
+		return fmt.Errorf("pgrepl: fence: %w", err)
+	}
+	stmt := "ALTER ROLE " + role + " IN DATABASE " + pgx.Identifier{db}.Sanitize()
+	if on {
+		stmt += " SET default_transaction_read_only = on"
+	} else {
+		stmt += " RESET default_transaction_read_only"
+	}
+	if _, err := l.standby.Exec(ctx, stmt); err != nil {
+		return fmt.Errorf("pgrepl: fence %s: %w", l.cfg.Fence, err)
+	}
+	var ended int
+	if err := l.standby.QueryRow(ctx, `SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity
+		WHERE usename = $1 AND datname = current_database() AND pid <> pg_backend_pid()`, l.cfg.Fence).Scan(&ended); err != nil {
+		return fmt.Errorf("pgrepl: end %s's sessions: %w", l.cfg.Fence, err)
+	}
+	l.log.Info("pgrepl: standby fence", slog.String("role", l.cfg.Fence), slog.Bool("read_only", on), slog.Int("sessions_ended", ended))
 	return nil
 }
 

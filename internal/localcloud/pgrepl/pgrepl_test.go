@@ -7,7 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 
 	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
@@ -18,9 +23,16 @@ import (
 type linked struct {
 	link             *Link
 	primary, standby *pgxpool.Pool
+	standbyDSN       string
 }
 
 func newLinked(t *testing.T, lag time.Duration, before func(primary *pgxpool.Pool)) linked {
+	t.Helper()
+	return newFenced(t, lag, before, "")
+}
+
+// newFenced is newLinked with Config.Fence.
+func newFenced(t *testing.T, lag time.Duration, before func(primary *pgxpool.Pool), fence string) linked {
 	t.Helper()
 	primary, primaryDSN := testenv.Ledger(t)
 	standby, standbyDSN := testenv.R2Ledger(t)
@@ -29,7 +41,7 @@ func newLinked(t *testing.T, lag time.Duration, before func(primary *pgxpool.Poo
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	link, err := New(ctx, Config{Name: "t_" + testenv.RandomID(6), Primary: primaryDSN, Standby: standbyDSN, Lag: lag})
+	link, err := New(ctx, Config{Name: "t_" + testenv.RandomID(6), Primary: primaryDSN, Standby: standbyDSN, Lag: lag, Fence: fence})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -42,7 +54,7 @@ func newLinked(t *testing.T, lag time.Duration, before func(primary *pgxpool.Poo
 			t.Errorf("close: %v", err)
 		}
 	})
-	return linked{link: link, primary: primary, standby: standby}
+	return linked{link: link, primary: primary, standby: standby, standbyDSN: standbyDSN}
 }
 
 func credit(t *testing.T, db *pgxpool.Pool, event string) int64 {
@@ -253,5 +265,77 @@ func TestPromoteMakesTheStandbyWritable(t *testing.T) {
 	}
 	if slots != 0 || pubs != 0 {
 		t.Errorf("after Close the primary holds %d slot(s) and %d publication(s) of the link", slots, pubs)
+	}
+}
+
+// While the link follows, the fenced role's sessions on the standby are
+// read-only (ledger.ReadOnly says so, and a write is refused) while the
+// subscription goes on applying the primary's rows; a session the role
+// held from before the link is ended. Promote lifts the fence: the role
+// writes.
+func TestTheFencedRoleIsReadOnlyOnTheStandbyUntilPromoted(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	role := "fence_" + testenv.RandomID(6)
+	// The role is made on the standby's cluster before the link and
+	// dropped after the databases (cleanups run last-registered first).
+	admin, err := pgxpool.New(ctx, testenv.Load(t).Get(localenv.R2LedgerAdminDSN))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(admin.Close)
+	if _, err := admin.Exec(ctx, "CREATE ROLE "+role+" LOGIN"); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+role) })
+	var before *pgx.Conn
+	p := newFenced(t, 50*time.Millisecond, nil, role)
+	if _, err := p.standby.Exec(ctx, "GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA public TO "+role+"; GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO "+role); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _, _ = p.standby.Exec(context.Background(), "DROP OWNED BY "+role) })
+	as := func() *pgx.Conn {
+		t.Helper()
+		cfg, err := pgx.ParseConfig(p.standbyDSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.User = role
+		c, err := pgx.ConnectConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.Close(context.Background()) })
+		return c
+	}
+	app := as()
+	if ro, err := ledger.ReadOnly(ctx, app); err != nil || !ro {
+		t.Fatalf("the fenced role's session on the standby: read-only %v (%v), want true", ro, err)
+	}
+	_, err = app.Exec(ctx, `INSERT INTO credits (merchant_id, cents, currency, event_id) VALUES ('m1', 1, 'EUR', 'fenced')`)
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "25006" { // read_only_sql_transaction
+		t.Fatalf("a write of the fenced role on the standby: %v, want SQLSTATE 25006", err)
+	}
+	credit(t, p.primary, "while-fenced")
+	if err := p.link.CaughtUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if !has(t, p.standby, "while-fenced") {
+		t.Fatal("the fence stopped the subscription's own writes")
+	}
+	before = app
+	if err := p.link.Promote(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := before.Ping(ctx); err == nil {
+		t.Error("the role's session from before the promotion still runs: it would keep its read-only setting")
+	}
+	after := as()
+	if ro, err := ledger.ReadOnly(ctx, after); err != nil || ro {
+		t.Fatalf("the role's session after the promotion: read-only %v (%v), want false", ro, err)
+	}
+	if _, err := after.Exec(ctx, `INSERT INTO credits (merchant_id, cents, currency, event_id) VALUES ('m1', 1, 'EUR', 'promoted')`); err != nil {
+		t.Fatalf("a write of the role on the promoted standby: %v", err)
 	}
 }

@@ -40,6 +40,11 @@ type Provisioner struct {
 	SQS      *sqs.Client
 	SNS      *sns.Client
 	Secrets  *secretsmanager.Client // ProvisionSecrets
+	// Replicas are the other Regions' DynamoDB clients by Region: a
+	// global table's replica in one of them is made there too, as
+	// CloudFormation makes every replica from the primary's stack. A
+	// replica Region without a client is left to whoever runs it.
+	Replicas map[string]*dynamodb.Client
 	// SecretPrefix goes before a secret's logical id in its local name
 	// (tests give their own, so they never touch the local cloud's).
 	SecretPrefix string
@@ -58,6 +63,13 @@ func (p *Provisioner) Provision(ctx context.Context, t *Template) (map[string]Ph
 	phys := map[string]Physical{}
 	for _, id := range t.OfType("AWS::DynamoDB::Table") {
 		ph, err := p.table(ctx, id, t.Resources[id].Properties)
+		if err != nil {
+			return nil, err
+		}
+		phys[id] = ph
+	}
+	for _, id := range t.OfType("AWS::DynamoDB::GlobalTable") {
+		ph, err := p.globalTable(ctx, id, t.Resources[id].Properties)
 		if err != nil {
 			return nil, err
 		}
@@ -123,6 +135,45 @@ func decode(props map[string]any, out any) error {
 		return err
 	}
 	return json.Unmarshal(b, out)
+}
+
+// globalTable makes an AWS::DynamoDB::GlobalTable's replica in this
+// Region's DynamoDB Local and in each replica Region p.Replicas names, each
+// with a stream of new and old images (a global table's replicas all have
+// one: it is what replication reads; internal/localcloud/globaltable copies
+// between them). The replicas' own settings (PITR, deletion protection)
+// have no local meaning.
+func (p *Provisioner) globalTable(ctx context.Context, id string, props map[string]any) (Physical, error) {
+	local := map[string]any{}
+	for k, v := range props {
+		if k != "Replicas" && k != "StreamSpecification" {
+			local[k] = v
+		}
+	}
+	local["StreamSpecification"] = map[string]any{"StreamViewType": string(ddbtypes.StreamViewTypeNewAndOldImages)}
+	if str(local, "TableName") == "" {
+		// CloudFormation needs one name for every replica; so do we.
+		return Physical{}, fmt.Errorf("localcloud: global table %s has no TableName", id)
+	}
+	var spec struct{ Replicas []struct{ Region string } }
+	if err := decode(props, &spec); err != nil {
+		return Physical{}, fmt.Errorf("localcloud: global table %s: Replicas: %w", id, err)
+	}
+	for _, r := range spec.Replicas {
+		db, ok := p.Replicas[r.Region]
+		if !ok {
+			continue
+		}
+		other := *p
+		other.DynamoDB, other.Replicas = db, nil
+		if _, err := other.table(ctx, id, local); err != nil {
+			return Physical{}, fmt.Errorf("localcloud: global table %s: replica in %s: %w", id, r.Region, err)
+		}
+		p.logf("global table %s: replica in %s", str(local, "TableName"), r.Region)
+	}
+	ph, err := p.table(ctx, id, local)
+	ph.Type = "AWS::DynamoDB::GlobalTable"
+	return ph, err
 }
 
 func (p *Provisioner) table(ctx context.Context, id string, props map[string]any) (Physical, error) {
@@ -357,7 +408,7 @@ func Outputs(t *Template, phys map[string]Physical) map[string]string {
 
 func attribute(ph Physical, attr string) string {
 	switch ph.Type {
-	case "AWS::DynamoDB::Table":
+	case "AWS::DynamoDB::Table", "AWS::DynamoDB::GlobalTable":
 		switch attr {
 		case "":
 			return ph.Name
@@ -428,7 +479,7 @@ func (p *Provisioner) Describe(ctx context.Context, phys map[string]Physical) (s
 	for _, id := range ids {
 		ph := phys[id]
 		switch ph.Type {
-		case "AWS::DynamoDB::Table":
+		case "AWS::DynamoDB::Table", "AWS::DynamoDB::GlobalTable":
 			d, err := p.DynamoDB.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &ph.Name})
 			if err != nil {
 				return "", fmt.Errorf("localcloud: describe %s: %w", ph.Name, err)

@@ -61,6 +61,22 @@ type Config struct {
 	R2Region    string
 	R2DynamoURL string
 	R2PGPort    int
+	// Replicas are the DynamoDB Locals of the other Regions of a
+	// two-Region stack, by Region (a global table's replicas are made in
+	// each; see Provisioner.Replicas).
+	Replicas map[string]string
+	// RegionURLs replaces the api's ONCEPAY_REGION_URLS (JSON, Region to
+	// base URL): the local Regions' front doors.
+	RegionURLs string
+}
+
+// secondary reports whether a DB cluster's properties make it an Aurora
+// global database's secondary: a member of a global cluster with no master
+// user of its own.
+func secondary(props map[string]any) bool {
+	_, global := props["GlobalClusterIdentifier"]
+	_, master := props["MasterUsername"]
+	return global && !master
 }
 
 // LocalEmailFrom is the local cloud's email sender (see Up).
@@ -112,6 +128,20 @@ func Up(ctx context.Context, c Config) (localenv.Env, error) {
 	if err := c.waitReady(ctx, p); err != nil {
 		return nil, err
 	}
+	for region, url := range c.Replicas {
+		if p.Replicas == nil {
+			p.Replicas = map[string]*dynamodb.Client{}
+		}
+		p.Replicas[region] = dynamoclient.New(cfg, func(o *dynamodb.Options) {
+			o.BaseEndpoint, o.Region = aws.String(url), region
+		})
+		if err := c.waitFor(ctx, "the "+region+" replica's DynamoDB Local at "+url, func(ctx context.Context) error {
+			_, err := p.Replicas[region].ListTables(ctx, &dynamodb.ListTablesInput{})
+			return err
+		}); err != nil {
+			return nil, err
+		}
+	}
 	t, err := ReadTemplate(c.Template)
 	if err != nil {
 		return nil, err
@@ -131,6 +161,13 @@ func Up(ctx context.Context, c Config) (localenv.Env, error) {
 	}
 	ev := c.Evaluator(t, phys, p.Secrets)
 	for _, id := range t.OfType("AWS::RDS::DBCluster") {
+		if secondary(t.Resources[id].Properties) {
+			// An Aurora global database's secondary: its roles, schema and
+			// rows are the primary's, copied (localcloud standby; the
+			// replication itself is internal/localcloud/pgrepl's).
+			p.logf("cluster %s: a global database's secondary on :%d; its ledger comes from the primary", id, c.PGPort)
+			continue
+		}
 		if err := c.LocalCluster(ctx, ev, id); err != nil {
 			return nil, err
 		}
@@ -201,6 +238,16 @@ func Up(ctx context.Context, c Config) (localenv.Env, error) {
 	envs, err := Envs(ctx, t, phys, ec)
 	if err != nil {
 		return nil, err
+	}
+	// LOCAL-ONLY: a 421 names the Region's API by the URL the app was
+	// synthesized with (https, a domain the operator owns); locally the
+	// Regions' front doors are plain http on 127.0.0.1.
+	if c.RegionURLs != "" {
+		for _, e := range envs {
+			if _, ok := e[stackenv.RegionURLs]; ok {
+				e[stackenv.RegionURLs] = c.RegionURLs
+			}
+		}
 	}
 	// The simulator signs its webhooks with the secret the webhook
 	// function verifies: the webhook_secret field of the signing secret

@@ -1,6 +1,8 @@
 package testenv
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -8,6 +10,7 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
 	"github.com/oncepay/oncepay/internal/awsclient/streamsclient"
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
@@ -66,4 +69,29 @@ func r2Dynamo(t testing.TB) (url, region string) {
 	}
 	Reachable(t, "the second Region's DynamoDB Local", url)
 	return url, R2Region(t)
+}
+
+// LiveRegion is one Region of the two-Region local cloud, two live stacks
+// that `make up-regions` (scripts/localcloud.sh regions-up) runs beside the
+// one-Region stack: its environment file, .local/regions/<region>/env, not
+// exported (each Region has endpoints of its own). Missing, or its front
+// door closed, a test skips outside CI and fails in it.
+func LiveRegion(t testing.TB, region string) localenv.Env {
+	t.Helper()
+	root, err := localenv.Root()
+	if err != nil {
+		t.Fatal(err)
+	}
+	path := filepath.Join(root, ".local", "regions", region, "env")
+	f, err := os.Open(path)
+	if err != nil {
+		unavailable(t, "the two-Region local cloud's %s (run `make up-regions`): %v", region, err)
+	}
+	defer f.Close()
+	env, err := localenv.Parse(f)
+	if err != nil {
+		t.Fatalf("%s: %v", path, err)
+	}
+	Reachable(t, region+"'s front door", env.Get(stackenv.FrontDoorURL))
+	return env
 }
