@@ -94,10 +94,17 @@ RACE_PKGS := ./internal/api/ ./internal/idem/ ./internal/home/ ./internal/outbox
 	./internal/localcloud/lambdarun/ ./internal/localcloud/trigger/ ./internal/localcloud/phone/ \
 	./internal/localcloud/pgrepl/ ./internal/localcloud/globaltable/
 
+# -p 3 on two cores: the integration packages spend most of their time
+# waiting on the local cloud (the black-box crash run waits out the events
+# queue's 180 s visibility timeout after a killed worker batch), and with
+# go test's default of one package per core that wait held a core idle
+# while every other package ran, compiled included, in the other (CI:
+# test-unit was the largest phase; see the timings `make test` prints).
+TEST_P ?= 3
 test-unit: ## go test ./... in the project and the constructs' module (unit, integration against the running local cloud, CDK stack tests); prints the skip count
 	@rm -rf $(VARIANTS)
 	@rc=0; rm -f $(LOCAL)/test.json; for m in . cdk/oncepay; do \
-	  (cd $$m && ONCEPAY_TEMPLATES_OUT=$(CURDIR)/$(VARIANTS) $(BIN)/gotestsum --format pkgname-and-test-fails --jsonfile $(LOCAL)/test.part.json -- -count=1 -timeout 15m ./...) || rc=$$?; \
+	  (cd $$m && ONCEPAY_TEMPLATES_OUT=$(CURDIR)/$(VARIANTS) $(BIN)/gotestsum --format pkgname-and-test-fails --jsonfile $(LOCAL)/test.part.json -- -p $(TEST_P) -count=1 -timeout 15m ./...) || rc=$$?; \
 	  cat $(LOCAL)/test.part.json >> $(LOCAL)/test.json 2>/dev/null || rc=1; \
 	done; rm -f $(LOCAL)/test.part.json; \
 	  bash scripts/testsummary.sh $(LOCAL)/test.json; exit $$rc
