@@ -20,7 +20,7 @@ LAMBDAS  := $(notdir $(wildcard lambdas/*))
 GO_SRC   := $(shell find . -name '*.go' -not -path './_tools/*' -not -path './.local/*' -not -path './cdk.out/*')
 CALLER   ?= u1
 
-.PHONY: help setup up up-regions down status inspect totals lambdas synth lint test test-unit test-race fuzz test-cfn test-example demo bench token chaos chaos-regions clean
+.PHONY: test-background help setup up up-regions down status inspect totals lambdas synth lint test test-unit test-race fuzz test-cfn test-example demo bench token chaos chaos-regions clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -155,15 +155,33 @@ test-example: ## synthesize examples/consumer (each construct in someone else's 
 	@cfn-lint $(EXAMPLE_OUT)/*.template.json
 	@echo "test-example: $$(ls $(EXAMPLE_OUT)/*.template.json | wc -l) stacks synthesized from outside the module, nag and cfn-lint clean, $$(cd examples/consumer && go list -m all | wc -l) modules in its graph"
 
-TEST_PHASES := setup up up-regions lint test-unit test-race fuzz test-cfn test-example
+# The phases, in order. While test-unit runs (its packages mostly wait on
+# the local cloud), the work that only needs the CPU runs beside it at the
+# lowest priority (nice 19: it takes only what the tests leave idle):
+# compiling the race detector's test binaries, then every fuzzer
+# (test-background). test-race then only links and runs, and the fuzzers'
+# log is printed when they end; a failed fuzzer fails the run.
+TEST_PHASES := setup up up-regions lint test-unit test-race test-cfn test-example
 test: ## the README's test command: installs, starts, lints and runs everything
-	@t0=$$(date +%s); for p in $(TEST_PHASES); do \
-	  $(MAKE) --no-print-directory $$p || exit 1; \
+	@t0=$$(date +%s); bg=; for p in $(TEST_PHASES); do \
+	  if [ $$p = test-unit ]; then \
+	    nice -n 19 $(MAKE) --no-print-directory test-background >$(LOCAL)/background.log 2>&1 & bg=$$!; \
+	  fi; \
+	  $(MAKE) --no-print-directory $$p || { [ -z "$$bg" ] || kill $$bg 2>/dev/null; exit 1; }; \
 	  echo "== test: $$p done, $$(( $$(date +%s) - t0 ))s in"; \
-	done
+	done; \
+	wait $$bg; rc=$$?; cat $(LOCAL)/background.log; \
+	echo "== test: background (race binaries, fuzz) done, $$(( $$(date +%s) - t0 ))s in"; \
+	[ $$rc -eq 0 ] || { echo "test: the fuzz phase failed (above)"; exit 1; }
 	@echo "== summary of the test run (skips fail CI; the chaos line counts faults that fired)"
 	@bash scripts/testsummary.sh $(LOCAL)/test.json
 	@echo "test: all green"
+
+# test-background: the CPU-only work `make test` runs beside test-unit.
+test-background:
+	@go test -race -count=1 -c -o $(LOCAL)/race-bin/ $(RACE_PKGS) >/dev/null
+	@echo "test-background: race test binaries built"
+	@$(MAKE) --no-print-directory fuzz
 
 demo: up ## bring the local cloud up; the lost reply, a live payment tap -> push, the story (~1 min)
 	@go run ./cmd/demo

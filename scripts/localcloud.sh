@@ -47,14 +47,17 @@ say() { printf 'localcloud: %s\n' "$*"; }
 
 port_open() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
 
+# running PID: the process exists and is no zombie (a killed process whose
+# parent has not reaped it yet runs no more: a test kills a Region's stack,
+# and its parent is whoever adopted it).
+running() {
+  kill -0 "$1" 2>/dev/null || return 1
+  case "$(ps -o stat= -p "$1" 2>/dev/null)" in Z* | "") return 1 ;; esac
+}
+
 alive() { # name
-  local f=$PIDS/$1.pid pid
-  [ -f "$f" ] || return 1
-  pid=$(cat "$f")
-  kill -0 "$pid" 2>/dev/null || return 1
-  # A killed process whose parent has not reaped it yet runs no more (a
-  # test kills a Region's stack; its parent is whoever adopted it).
-  case "$(ps -o stat= -p "$pid" 2>/dev/null)" in Z* | "") return 1 ;; esac
+  local f=$PIDS/$1.pid
+  [ -f "$f" ] && running "$(cat "$f")"
 }
 
 wait_for() { # name check-command...
@@ -298,18 +301,18 @@ stop_pid() { # name [grace seconds]
   local f=$PIDS/$1.pid grace=${2:-5}
   if [ -f "$f" ]; then
     local pid; pid=$(cat "$f")
-    if kill -0 "$pid" 2>/dev/null; then
+    if running "$pid"; then
       if [[ "$1" == stack* ]]; then
         # The stack drains on SIGTERM: invocations in flight run to their
         # end before it stops its environments (its children), so they get
         # no signal of their own until the grace has passed.
         kill "$pid" 2>/dev/null || true
-        for _ in $(seq $((grace * 10))); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+        for _ in $(seq $((grace * 10))); do running "$pid" || break; sleep 0.1; done
       fi
       # setsid may fork: the server can be a child of the recorded pid.
       pkill -TERM -P "$pid" 2>/dev/null || true
       kill "$pid" 2>/dev/null || true
-      for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
+      for _ in $(seq 50); do running "$pid" || break; sleep 0.1; done
       kill -9 "$pid" 2>/dev/null || true
       say "stopped $1"
     fi
@@ -326,8 +329,8 @@ stop_pid() { # name [grace seconds]
 # :54330), where the in-process Region tests make only tables and databases
 # of random names. One moto of their own (:4567) keeps both Regions' queues,
 # topics and secrets apart from the one-Region stack's (moto keeps Regions
-# apart by the request's signature). The PSP simulator is the one PSP of
-# both. Replication between them is not run here: the test that plays a
+# apart by the request's signature). A PSP simulator of their own (:8091)
+# is the one PSP of both. Replication between them is not run here: the test that plays a
 # Region failure starts it (internal/localcloud/pgrepl, globaltable) and
 # cuts it.
 REGIONS_DIR=$LOCAL/regions
@@ -338,17 +341,21 @@ R1L_DOOR=${ONCEPAY_R1_FRONTDOOR_ADDR:-127.0.0.1:8081}
 R2L_DOOR=${ONCEPAY_R2_FRONTDOOR_ADDR:-127.0.0.1:8082}
 R1L_ADMIN=${ONCEPAY_R1_ADMIN_ADDR:-127.0.0.1:8072}
 R2L_ADMIN=${ONCEPAY_R2_ADMIN_ADDR:-127.0.0.1:8073}
+RG_PSPSIM_ADDR=${ONCEPAY_REGIONS_PSPSIM_ADDR:-127.0.0.1:8091}
 
 regions_synth() {
   local out=$REGIONS_DIR/cdk.out
-  local sum; sum=$(cat "$ROOT/cdk.out/Oncepay.template.json" build/*/bootstrap 2>/dev/null | sha256sum | cut -c1-16)
+  # Synthesized again when the app, its constructs, the bootstraps or the
+  # context below change.
+  local -a ctx=(-c oncepay:regions=us-east-1,us-west-2
+    -c oncepay:regionUrls=us-east-1=https://api.us-east-1.oncepay.test,us-west-2=https://api.us-west-2.oncepay.test
+    -c oncepay:jwtIssuer=https://oncepay-local.test/ -c oncepay:jwtAudience=oncepay-local)
+  local sum; sum=$( { echo "${ctx[*]}"; cat cdk.json cdk/oncepay/go.mod build/*/bootstrap;
+    find cdk -name '*.go' -not -name '*_test.go' | sort | xargs cat; } 2>/dev/null | sha256sum | cut -c1-16)
   if [ -f "$out/Oncepay-us-west-2.template.json" ] && [ "$(cat "$REGIONS_DIR/synth.sum" 2>/dev/null)" = "$sum" ]; then return; fi
   # The Region URLs must be https to synthesize (a 421 sends callers
   # there); `localcloud up` puts the local front doors in their place.
-  (cd "$ROOT" && "$ROOT/_tools/node_modules/.bin/cdk" synth --lookups=false --quiet -o "$out" \
-    -c oncepay:regions=us-east-1,us-west-2 \
-    -c oncepay:regionUrls=us-east-1=https://api.us-east-1.oncepay.test,us-west-2=https://api.us-west-2.oncepay.test \
-    -c oncepay:jwtIssuer=https://oncepay-local.test/ -c oncepay:jwtAudience=oncepay-local) >"$LOGS/regions-synth.log" 2>&1 \
+  (cd "$ROOT" && "$ROOT/_tools/node_modules/.bin/cdk" synth --lookups=false --quiet -o "$out" "${ctx[@]}") >"$LOGS/regions-synth.log" 2>&1 \
     || { tail -n 20 "$LOGS/regions-synth.log" >&2; die "the two-Region app did not synthesize"; }
   echo "$sum" >"$REGIONS_DIR/synth.sum"
   say "two-Region templates in $out"
@@ -367,7 +374,7 @@ regions_stack() {
   local -a clean=(env) v
   for v in $(compgen -e); do case $v in AWS_*|ONCEPAY_*) clean+=(-u "$v") ;; esac; done
   local -a common=(-template "$tpl" -stack "Oncepay-$region" -region "$region" -state "$state" -dynamodb "$ddb"
-    -aws "http://127.0.0.1:$RG_MOTO_PORT" -pg-port "$pg" -r2-pg-port 0 -frontdoor "http://$door"
+    -aws "http://127.0.0.1:$RG_MOTO_PORT" -pg-port "$pg" -r2-pg-port 0 -frontdoor "http://$door" -psp "http://$RG_PSPSIM_ADDR"
     -cache "redis://127.0.0.1:$CACHE_PORT/$([ "$region" = us-east-1 ] && echo 1 || echo 2)")
   "${clean[@]}" "$LOCAL/bin/localcloud" up "${common[@]}" -region-urls "$urls" "$@" \
     >"$state/logs/up.log" 2>&1 || { tail -n 30 "$state/logs/up.log" >&2; die "$region: localcloud up failed"; }
@@ -390,6 +397,12 @@ regions_up() {
   start_pg postgres-r1 "$R1L_PG_PORT" data-r1
   wait "$ddb" || die "the us-east-1 DynamoDB Local did not start"
   regions_synth
+  # The PSP of both Regions, one company's API: a simulator of their own,
+  # which sends no webhooks (the one-Region stack's front door, where the
+  # other simulator sends them, knows none of their payments).
+  if ! alive pspsim-regions; then
+    start_app pspsim-regions "$RG_PSPSIM_ADDR" "$LOCAL/bin/pspsim" -addr "$RG_PSPSIM_ADDR" -state "$REGIONS_DIR/pspsim.state"
+  fi
   regions_stack us-east-1 "http://127.0.0.1:$R1L_DDB_PORT" "$R1L_PG_PORT" "$R1L_DOOR" "$R1L_ADMIN" \
     -replica-dynamodb "us-west-2=http://127.0.0.1:$R2_DDB_PORT"
   # us-west-2's ledger is the standby of us-east-1's: the primary's roles
@@ -403,6 +416,7 @@ regions_down() {
   stop_pid stack-us-west-2 60
   stop_pid stack-us-east-1 60
   rm -f "$PIDS"/stack-us-*.sum
+  stop_pid pspsim-regions
   stop_pid dynamodb-local-r1
   stop_pid moto-regions
   pg_stop postgres-r1

@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -34,18 +35,23 @@ import (
 	"github.com/aws/aws-sdk-go-v2/service/dynamodb"
 	ddbtypes "github.com/aws/aws-sdk-go-v2/service/dynamodb/types"
 	"github.com/aws/aws-sdk-go-v2/service/dynamodbstreams"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
 	"github.com/oncepay/oncepay/internal/awsclient/streamsclient"
+	"github.com/oncepay/oncepay/internal/boot"
 	"github.com/oncepay/oncepay/internal/home"
+	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/localcloud/frontdoor"
 	"github.com/oncepay/oncepay/internal/localcloud/globaltable"
 	"github.com/oncepay/oncepay/internal/localcloud/inspect"
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 	"github.com/oncepay/oncepay/internal/localcloud/pgrepl"
 	"github.com/oncepay/oncepay/internal/localcloud/provision"
+	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
 	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
 
@@ -53,9 +59,9 @@ const (
 	r1, r2 = "us-east-1", "us-west-2"
 	// lag is the seed's replication lag (1.0 s), for every replicated store.
 	lag = time.Second
-	// appRole is the ledger's application role (the stack's
-	// ONCEPAY_LEDGER_APP_USER): read-only on the standby until promoted.
-	appRole = "oncepay_app"
+	// linkPrefix names this test's replication links (a run killed before
+	// its cleanup leaves one behind: the next run drops it).
+	linkPrefix = "tworegions_"
 )
 
 // region is one live Region as the test reaches it.
@@ -63,17 +69,20 @@ type region struct {
 	name    string
 	state   string // .local/regions/<name>
 	door    string // its front door's base URL
+	psp     string // the PSP (simulator) its functions call
 	ddb     *dynamodb.Client
 	streams *dynamodbstreams.Client
 	ledger  *pgxpool.Pool // its ledger database, as the cluster's superuser
 	dsn     string
 	globals []string // its global tables' names
+	appRole string   // the ledger's application role (ONCEPAY_LEDGER_APP_USER)
 }
 
 func liveRegion(t *testing.T, root, name string) *region {
 	t.Helper()
 	env := testenv.LiveRegion(t, name)
-	r := &region{name: name, state: filepath.Join(root, ".local", "regions", name), door: strings.TrimSuffix(env.Get(stackenv.FrontDoorURL), "/")}
+	r := &region{name: name, state: filepath.Join(root, ".local", "regions", name),
+		door: strings.TrimSuffix(env.Get(stackenv.FrontDoorURL), "/"), psp: env.Get(stackenv.PSPURL)}
 	cfg := testenv.AWSConfig(t)
 	url := env.Get("AWS_ENDPOINT_URL_DYNAMODB")
 	testenv.Reachable(t, name+"'s DynamoDB Local", url)
@@ -95,6 +104,18 @@ func liveRegion(t *testing.T, root, name string) *region {
 			r.globals = append(r.globals, ph.Name)
 		}
 	}
+	envs, err := provision.ReadFunctionEnvs(r.state)
+	if err != nil {
+		t.Fatalf("%s's functions: %v", name, err)
+	}
+	for _, e := range envs {
+		if u := e[boot.LedgerIAMUser]; u != "" {
+			r.appRole = u
+		}
+	}
+	if r.appRole == "" {
+		t.Fatalf("no function of %s names the ledger's application role (%s)", name, boot.LedgerIAMUser)
+	}
 	return r
 }
 
@@ -114,17 +135,27 @@ func TestARegionFailsMidReplicationAndTheOtherReplaysWithTheSameIDs(t *testing.T
 		t.Fatal(err)
 	}
 	east, west := liveRegion(t, root, r1), liveRegion(t, root, r2)
-	psp := testenv.Load(t).Get(stackenv.PSPURL)
-	testenv.Reachable(t, "the PSP simulator", psp)
+	psp := east.psp
+	if psp == "" || psp != west.psp {
+		t.Fatalf("the Regions call PSPs %q and %q, want one", east.psp, west.psp)
+	}
+	testenv.Reachable(t, "the Regions' PSP simulator", psp)
 	if len(east.globals) != 2 {
 		t.Fatalf("%s provisioned global tables %v, want the claim table and the home record table", r1, east.globals)
 	}
 	pid := stackPID(t, root, r1)
+	dropStaleLinks(t, east, west)
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	// Whatever happens, us-east-1 comes back for the next run (its stack
-	// restarted, as `make up-regions` starts it).
-	t.Cleanup(func() { restart(t, root, east.door) })
+	// restarted, as `make up-regions` starts it), its replica of the home
+	// records first made us-west-2's, as the runbook brings a recovered
+	// Region's replica up to date before its API serves: it then sends
+	// every caller to us-west-2 (421), not serving them beside it.
+	t.Cleanup(func() {
+		defer restart(t, root, east.door) // even if the restore fails
+		restoreHomes(t, west, east)
+	})
 
 	quiet := slog.New(slog.NewJSONHandler(io.Discard, nil))
 	repl := map[string]*globaltable.Replicator{}
@@ -132,8 +163,8 @@ func TestARegionFailsMidReplicationAndTheOtherReplaysWithTheSameIDs(t *testing.T
 		dropProbes(ctx, t, table, east, west)
 		repl[table] = replicate(ctx, t, east, west, table, quiet)
 	}
-	link, err := pgrepl.New(ctx, pgrepl.Config{Name: "tworegions_" + testenv.RandomID(6), Primary: east.dsn, Standby: west.dsn,
-		Lag: lag, Logger: quiet, Fence: appRole})
+	link, err := pgrepl.New(ctx, pgrepl.Config{Name: linkPrefix + testenv.RandomID(6), Primary: east.dsn, Standby: west.dsn,
+		Lag: lag, Logger: quiet, Fence: west.appRole})
 	if err != nil {
 		t.Fatalf("the ledger's replication: %v", err)
 	}
@@ -203,6 +234,10 @@ func TestARegionFailsMidReplicationAndTheOtherReplaysWithTheSameIDs(t *testing.T
 	if err := eventually(ctx, 30*time.Second, func() error { return credited(ctx, west, k1.Body.PaymentID, 1) }); err != nil {
 		t.Fatalf("K1 on the standby: %v", err)
 	}
+	// The standby refuses the application's writes, as a secondary does.
+	if err := appWrite(ctx, west); !isReadOnly(err) {
+		t.Fatalf("an application write on %s's standby ledger: %v, want SQLSTATE 25006 (read-only)", r2, err)
+	}
 
 	// K2 is charged in us-east-1, which fails before its last second
 	// replicates: the replication is cut and the stack killed at once.
@@ -215,9 +250,7 @@ func TestARegionFailsMidReplicationAndTheOtherReplaysWithTheSameIDs(t *testing.T
 		r.Cut(r1)
 	}
 	link.Cut()
-	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
-		t.Fatalf("kill %s's stack (pid %d): %v", r1, pid, err)
-	}
+	killStack(t, pid)
 	if err := eventually(ctx, 10*time.Second, func() error {
 		if c, err := net.DialTimeout("tcp", strings.TrimPrefix(east.door, "http://"), 200*time.Millisecond); err == nil {
 			c.Close()
@@ -227,9 +260,25 @@ func TestARegionFailsMidReplicationAndTheOtherReplaysWithTheSameIDs(t *testing.T
 	}); err != nil {
 		t.Fatalf("%s down: %v", r1, err)
 	}
-	if n, err := count(ctx, west, `SELECT count(*) FROM payments WHERE payment_id = $1`, k2.Body.PaymentID); err != nil || n != 0 {
-		t.Fatalf("K2's row on the standby after the cut: %d (%v); the failure came too late to lose it: nothing to show", n, err)
+	// What of K2 reached us-west-2 before the cut. Its row SUCCEEDED
+	// there would mean the failure came too late to lose anything.
+	var k2State string
+	switch err := west.ledger.QueryRow(ctx, `SELECT state FROM payments WHERE payment_id = $1`, k2.Body.PaymentID).Scan(&k2State); {
+	case errors.Is(err, pgx.ErrNoRows):
+		k2State = "none"
+	case err != nil:
+		t.Fatal(err)
+	case k2State == "SUCCEEDED":
+		t.Fatalf("K2's row reached the standby SUCCEEDED before the cut: the failure came too late to lose anything")
 	}
+	claims := claimTable(t, east) // one name in every replica; us-west-2's template declares none
+	c, err := west.ddb.GetItem(ctx, &dynamodb.GetItemInput{TableName: &claims, ConsistentRead: aws.Bool(true),
+		Key: map[string]ddbtypes.AttributeValue{"pk": &ddbtypes.AttributeValueMemberS{Value: ids.Scope(caller, "K2")}}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	claimLost := len(c.Item) == 0
+	t.Logf("lost at the failure: K2's claim %v, K2's ledger row in the standby: %s", claimLost, k2State)
 
 	// The runbook in us-west-2: promote the ledger, move the homes.
 	if err := link.Promote(ctx); err != nil {
@@ -252,6 +301,9 @@ func TestARegionFailsMidReplicationAndTheOtherReplaysWithTheSameIDs(t *testing.T
 	}
 	took := time.Since(failedAt)
 	t.Logf("failover: %v from %s down to %s's first 201 to its caller (promote, %d home record(s) moved)", took.Round(time.Millisecond), r1, r2, len(moved))
+	if claimLost && again.Replayed {
+		t.Errorf("K2 in %s answered as a replay of a claim that never reached it", r2)
+	}
 	if again.Body.PaymentID != k2.Body.PaymentID || again.Body.PSPCharge != k2.Body.PSPCharge {
 		t.Errorf("K2 in %s: payment %s charge %s, want %s's %s %s (the same derived ids, the PSP's replay)",
 			r2, again.Body.PaymentID, again.Body.PSPCharge, r1, k2.Body.PaymentID, k2.Body.PSPCharge)
@@ -271,8 +323,9 @@ func TestARegionFailsMidReplicationAndTheOtherReplaysWithTheSameIDs(t *testing.T
 		t.Fatal(err)
 	}
 	for _, p := range []answer{k1, k2, k3} {
-		if n := charges[p.Body.PaymentID]; n != 1 {
-			t.Errorf("payment %s: %d charges at the PSP, want 1", p.Body.PaymentID, n)
+		got := charges[p.Body.PaymentID]
+		if len(got) != 1 || got[0].IdempotencyKey != ids.ChargeKey(p.Body.PaymentID) || got[0].ID != p.Body.PSPCharge {
+			t.Errorf("payment %s: charges at the PSP %+v, want one, %s, under the derived key %s", p.Body.PaymentID, got, p.Body.PSPCharge, ids.ChargeKey(p.Body.PaymentID))
 		}
 	}
 	// us-west-2's phone (its stack's reader of the push topic) keeps its
@@ -283,6 +336,14 @@ func TestARegionFailsMidReplicationAndTheOtherReplaysWithTheSameIDs(t *testing.T
 			t.Errorf("payment %s in %s: %v", p.Body.PaymentID, r2, err)
 		}
 	}
+	// Once more after a quiet while: a second credit or push would come
+	// later than the first.
+	time.Sleep(3 * time.Second)
+	for _, p := range []answer{k2, k3} {
+		if err := settled(ctx, west, phonePath, p.Body.PaymentID); err != nil {
+			t.Errorf("payment %s in %s, a while later: %v", p.Body.PaymentID, r2, err)
+		}
+	}
 	var balance int64
 	if err := west.ledger.QueryRow(ctx, `SELECT coalesce(sum(balance), 0) FROM merchant_balances WHERE merchant_id = $1`, merchant).Scan(&balance); err != nil {
 		t.Fatal(err)
@@ -290,6 +351,33 @@ func TestARegionFailsMidReplicationAndTheOtherReplaysWithTheSameIDs(t *testing.T
 	if want := int64(15000 + 3000 + 700); balance != want {
 		t.Errorf("%s's balance in %s: %d, want %d (each payment credited once)", merchant, r2, balance, want)
 	}
+	// us-east-1's worker may have pushed K2 before it died: across a
+	// failover a notification can go out once more (docs/regions.md), the
+	// phone shows one (the same replace id).
+	if rep, err := inspect.Read(ctx, east.ledger, filepath.Join(east.state, "phone", "pushes.jsonl"), k2.Body.PaymentID); err == nil {
+		t.Logf("K2 in %s before it failed: state %s, %d credit(s), %d push(es) on its phone", r1, rep.Payment.State, len(rep.Credits), len(rep.Pushes))
+	}
+}
+
+// appWrite is an insert as r's ledger application role.
+func appWrite(ctx context.Context, r *region) error {
+	cfg, err := pgx.ParseConfig(r.dsn)
+	if err != nil {
+		return err
+	}
+	cfg.User = r.appRole
+	c, err := pgx.ConnectConfig(ctx, cfg)
+	if err != nil {
+		return err
+	}
+	defer c.Close(ctx)
+	_, err = c.Exec(ctx, `INSERT INTO credits (merchant_id, cents, currency, event_id) VALUES ('fence-probe', 1, 'USD', $1)`, "fence-"+testenv.RandomID(4))
+	return err
+}
+
+func isReadOnly(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "25006" // read_only_sql_transaction
 }
 
 // answer is what a front door answered.
@@ -412,10 +500,21 @@ func homeTable(t *testing.T, r *region) string {
 	return ""
 }
 
-// seedHome homes every caller in region: the default record, with a
+// claimTable is the claim table among a Region's global tables.
+func claimTable(t *testing.T, r *region) string {
+	t.Helper()
+	for _, name := range r.globals {
+		if name != homeTable(t, r) {
+			return name
+		}
+	}
+	t.Fatalf("%s has no claim table among %v", r.name, r.globals)
+	return ""
+}
+
+// seedHome homes every caller in homeRegion: the default record, with a
 // version past both replicas', written in a and replicated, until both
-// replicas hold it (an earlier run's failover left us-west-2's replica
-// saying otherwise, and the replicator copies the streams' history first).
+// replicas hold it (an earlier run's failover left both saying us-west-2).
 func seedHome(ctx context.Context, t *testing.T, a, b *region, table, homeRegion string) {
 	t.Helper()
 	var top int64
@@ -490,14 +589,8 @@ func settled(ctx context.Context, r *region, phonePath, paymentID string) error 
 	return nil
 }
 
-func count(ctx context.Context, r *region, sql string, args ...any) (int, error) {
-	var n int
-	err := r.ledger.QueryRow(ctx, sql, args...).Scan(&n)
-	return n, err
-}
-
-// pspCharges counts the PSP simulator's charges by payment id.
-func pspCharges(ctx context.Context, psp string) (map[string]int, error) {
+// pspCharges is the PSP simulator's charges by payment id.
+func pspCharges(ctx context.Context, psp string) (map[string][]pspsim.Charge, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(psp, "/")+"/_sim/charges", nil)
 	if err != nil {
 		return nil, err
@@ -507,15 +600,16 @@ func pspCharges(ctx context.Context, psp string) (map[string]int, error) {
 		return nil, fmt.Errorf("the PSP's charges: %w", err)
 	}
 	defer resp.Body.Close()
-	var all []struct {
-		Metadata map[string]string `json:"metadata"`
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("the PSP's charges: %s", resp.Status)
 	}
+	var all []pspsim.Charge
 	if err := json.NewDecoder(resp.Body).Decode(&all); err != nil {
 		return nil, fmt.Errorf("the PSP's charges: %w", err)
 	}
-	out := map[string]int{}
+	out := map[string][]pspsim.Charge{}
 	for _, c := range all {
-		out[c.Metadata["payment_id"]]++
+		out[c.Metadata["payment_id"]] = append(out[c.Metadata["payment_id"]], c)
 	}
 	return out, nil
 }
@@ -532,7 +626,105 @@ func stackPID(t *testing.T, root, name string) int {
 	if err != nil || syscall.Kill(pid, 0) != nil {
 		t.Fatalf("%s's stack pid %q does not run (run `make up-regions`)", name, b)
 	}
+	// Never another process that got the number since.
+	cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if args := strings.Split(string(cmd), "\x00"); err != nil || !slices.Contains(args, "serve") || !slices.Contains(args, name) {
+		t.Fatalf("pid %d is not %s's localcloud serve (%q): run `make up-regions`", pid, name, args)
+	}
 	return pid
+}
+
+// killStack is a Region's failure: its `localcloud serve` and every
+// function environment it runs (each a session of its own: the runtime
+// emulator and the bootstrap under it) are SIGKILLed at once.
+func killStack(t *testing.T, pid int) {
+	t.Helper()
+	procs, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var envs []int
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp session ...: after the last ')'.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) > 3 && f[1] == strconv.Itoa(pid) {
+			if child, err := strconv.Atoi(f[3]); err == nil {
+				envs = append(envs, child) // its process group
+			}
+		}
+	}
+	if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+		t.Fatalf("kill the stack (pid %d): %v", pid, err)
+	}
+	for _, g := range envs {
+		if g != pid {
+			_ = syscall.Kill(-g, syscall.SIGKILL)
+		}
+	}
+	t.Logf("killed the stack (pid %d) and %d function environment(s)", pid, len(envs))
+}
+
+// dropStaleLinks drops what a run killed before its cleanup left of its
+// replication link: the standby's subscription (its slot left alone) and
+// the primary's publication and slots.
+func dropStaleLinks(t *testing.T, primary, standby *region) {
+	t.Helper()
+	ctx := context.Background()
+	subs, err := standby.ledger.Query(ctx, `SELECT subname FROM pg_subscription WHERE subname LIKE $1`, linkPrefix+"%")
+	if err != nil {
+		t.Fatal(err)
+	}
+	names, err := pgx.CollectRows(subs, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		id := pgx.Identifier{n}.Sanitize()
+		for _, stmt := range []string{"ALTER SUBSCRIPTION " + id + " DISABLE", "ALTER SUBSCRIPTION " + id + " SET (slot_name = NONE)", "DROP SUBSCRIPTION " + id} {
+			if _, err := standby.ledger.Exec(ctx, stmt); err != nil {
+				t.Fatalf("%s: %v", stmt, err)
+			}
+		}
+	}
+	pubs, err := primary.ledger.Query(ctx, `SELECT pubname FROM pg_publication WHERE pubname LIKE $1`, linkPrefix+"%")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if names, err = pgx.CollectRows(pubs, pgx.RowTo[string]); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range names {
+		if _, err := primary.ledger.Exec(ctx, "DROP PUBLICATION "+pgx.Identifier{n}.Sanitize()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := primary.ledger.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE $1 AND NOT active`, linkPrefix+"%"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// restoreHomes writes every home record of from's replica into to's (the
+// Region whose template declares the global tables).
+func restoreHomes(t *testing.T, from, to *region) {
+	t.Helper()
+	ctx := context.Background()
+	table := homeTable(t, to)
+	recs, err := home.NewMover(from.ddb, table).All(ctx)
+	if err != nil {
+		t.Errorf("read %s's home records: %v", from.name, err)
+		return
+	}
+	for _, r := range recs {
+		if _, err := to.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: &table, Item: map[string]ddbtypes.AttributeValue{
+			"caller":  &ddbtypes.AttributeValueMemberS{Value: r.Caller},
+			"region":  &ddbtypes.AttributeValueMemberS{Value: r.Region},
+			"version": &ddbtypes.AttributeValueMemberN{Value: strconv.FormatInt(r.Version, 10)},
+		}}); err != nil {
+			t.Errorf("restore %s's home records: %v", to.name, err)
+			return
+		}
+	}
 }
 
 // restart starts whatever of the two-Region local cloud does not run.

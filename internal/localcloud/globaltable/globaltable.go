@@ -190,7 +190,8 @@ func New(cfg Config) (*Replicator, error) {
 
 // Start finds both tables' streams and starts replicating everything in
 // them from their trim horizon (a new replica gets the items already
-// written). ctx bounds the start only: the replicator runs until Stop.
+// written), or with Config.FromNow what comes after it. ctx bounds the
+// start only: the replicator runs until Stop.
 func (r *Replicator) Start(ctx context.Context) error {
 	r.mu.Lock()
 	if r.started {
@@ -214,9 +215,17 @@ func (r *Replicator) Start(ctx context.Context) error {
 			return err
 		}
 		if r.cfg.FromNow {
-			// Read to the end and drop: the pump goes on after it.
-			if _, err := s.reader.read(ctx); err != nil {
-				return err
+			// Read to the end and drop, until a read finds nothing (a
+			// shard that ended in one read has its children read in the
+			// next): the pump goes on after it.
+			for {
+				recs, err := s.reader.read(ctx)
+				if err != nil {
+					return err
+				}
+				if len(recs) == 0 && !s.reader.discovered.IsZero() {
+					break
+				}
 			}
 		}
 	}

@@ -9,8 +9,9 @@
 // Where it differs from Aurora, and what New and Promote do about it:
 //
 //   - Aurora's secondary is a physical copy. A subscription copies rows, so
-//     the standby database must already hold the schema (both are clones of
-//     the migrated template), and New empties the standby's tables before
+//     the standby database must already hold the schema (the tests' are
+//     clones of the migrated template; the live standby is made by
+//     `localcloud standby`), and New empties the standby's tables before
 //     the initial copy: the primary's rows replace them.
 //   - Logical replication does not carry sequences (PostgreSQL 15): the
 //     standby's BIGSERIAL sequences stay where the clone left them. Promote
@@ -64,11 +65,15 @@ type Config struct {
 	// Fence, if set, is the application's role: while the link follows,
 	// the standby refuses that role's writes, as an Aurora secondary
 	// refuses every write (its sessions are read-only, which
-	// ledger.ReadOnly sees), and Promote lifts it. Each ends the role's
-	// sessions on the standby database, as a promotion restarts the
-	// secondary's instances: a pooled connection made before keeps the
-	// setting it started with. The subscription's own writes run as the
-	// subscription's owner and are not fenced.
+	// ledger.ReadOnly sees); Promote lifts it, and so does Close of a link
+	// never promoted (a secondary detached from its global cluster is a
+	// writable cluster of its own). Each ends the role's sessions on the
+	// standby database, as a promotion restarts the secondary's instances:
+	// a pooled connection made before keeps the setting it started with.
+	// The subscription's own writes run as the subscription's owner and
+	// are not fenced. It is a session default, which a session may change
+	// (SET default_transaction_read_only = off): it stops the
+	// application's code, which never does, not a hostile client.
 	Fence string
 }
 
@@ -144,6 +149,11 @@ func New(ctx context.Context, cfg Config) (_ *Link, err error) {
 	if err := replicaIdentities(ctx, l.primary); err != nil {
 		return l, err
 	}
+	// Fenced before its tables are emptied and copied: an application
+	// write in between would fail the copy of its table.
+	if err := l.fence(ctx, true); err != nil {
+		return l, err
+	}
 	if err := emptyTables(ctx, l.standby); err != nil {
 		return l, err
 	}
@@ -164,9 +174,6 @@ func New(ctx context.Context, cfg Config) (_ *Link, err error) {
 		return l, fmt.Errorf("pgrepl: look up the subscription: %w", err)
 	}
 	if err := l.synced(ctx); err != nil {
-		return l, err
-	}
-	if err := l.fence(ctx, true); err != nil {
 		return l, err
 	}
 	l.proxy.setLag(cfg.Lag)
@@ -479,12 +486,18 @@ func (l *Link) Close(ctx context.Context) error {
 		return nil
 	}
 	l.closed = true
+	promoted := l.promoted
 	l.mu.Unlock()
 	l.cutOff()
 	var errs []error
 	if l.standby != nil {
 		if err := l.dropSubscription(ctx); err != nil {
 			errs = append(errs, err)
+		}
+		if !promoted {
+			if err := l.fence(ctx, false); err != nil {
+				errs = append(errs, err)
+			}
 		}
 	}
 	if l.proxy != nil {

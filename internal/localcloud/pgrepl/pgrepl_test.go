@@ -31,13 +31,17 @@ func newLinked(t *testing.T, lag time.Duration, before func(primary *pgxpool.Poo
 	return newFenced(t, lag, before, "")
 }
 
-// newFenced is newLinked with Config.Fence.
-func newFenced(t *testing.T, lag time.Duration, before func(primary *pgxpool.Pool), fence string) linked {
+// newFenced is newLinked with Config.Fence; onStandby, if set, runs on
+// the standby database before the link.
+func newFenced(t *testing.T, lag time.Duration, before func(primary *pgxpool.Pool), fence string, onStandby ...func(standby *pgxpool.Pool, dsn string)) linked {
 	t.Helper()
 	primary, primaryDSN := testenv.Ledger(t)
 	standby, standbyDSN := testenv.R2Ledger(t)
 	if before != nil {
 		before(primary)
+	}
+	for _, f := range onStandby {
+		f(standby, standbyDSN)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
@@ -271,8 +275,8 @@ func TestPromoteMakesTheStandbyWritable(t *testing.T) {
 // While the link follows, the fenced role's sessions on the standby are
 // read-only (ledger.ReadOnly says so, and a write is refused) while the
 // subscription goes on applying the primary's rows; a session the role
-// held from before the link is ended. Promote lifts the fence: the role
-// writes.
+// held from before the link is ended. Promote lifts the fence and ends the
+// fenced sessions: the role writes.
 func TestTheFencedRoleIsReadOnlyOnTheStandbyUntilPromoted(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -288,15 +292,9 @@ func TestTheFencedRoleIsReadOnlyOnTheStandbyUntilPromoted(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP ROLE IF EXISTS "+role) })
-	var before *pgx.Conn
-	p := newFenced(t, 50*time.Millisecond, nil, role)
-	if _, err := p.standby.Exec(ctx, "GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA public TO "+role+"; GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO "+role); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _, _ = p.standby.Exec(context.Background(), "DROP OWNED BY "+role) })
-	as := func() *pgx.Conn {
+	as := func(dsn string) *pgx.Conn {
 		t.Helper()
-		cfg, err := pgx.ParseConfig(p.standbyDSN)
+		cfg, err := pgx.ParseConfig(dsn)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -308,7 +306,21 @@ func TestTheFencedRoleIsReadOnlyOnTheStandbyUntilPromoted(t *testing.T) {
 		t.Cleanup(func() { _ = c.Close(context.Background()) })
 		return c
 	}
-	app := as()
+	var before *pgx.Conn
+	p := newFenced(t, 50*time.Millisecond, nil, role, func(standby *pgxpool.Pool, dsn string) {
+		if _, err := standby.Exec(ctx, "GRANT SELECT, INSERT ON ALL TABLES IN SCHEMA public TO "+role+"; GRANT USAGE ON ALL SEQUENCES IN SCHEMA public TO "+role); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _, _ = standby.Exec(context.Background(), "DROP OWNED BY "+role) })
+		before = as(dsn)
+		if err := before.Ping(ctx); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if err := before.Ping(ctx); err == nil {
+		t.Error("the role's session from before the link still runs after it: it would write on the standby")
+	}
+	app := as(p.standbyDSN)
 	if ro, err := ledger.ReadOnly(ctx, app); err != nil || !ro {
 		t.Fatalf("the fenced role's session on the standby: read-only %v (%v), want true", ro, err)
 	}
@@ -324,14 +336,13 @@ func TestTheFencedRoleIsReadOnlyOnTheStandbyUntilPromoted(t *testing.T) {
 	if !has(t, p.standby, "while-fenced") {
 		t.Fatal("the fence stopped the subscription's own writes")
 	}
-	before = app
 	if err := p.link.Promote(ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := before.Ping(ctx); err == nil {
-		t.Error("the role's session from before the promotion still runs: it would keep its read-only setting")
+	if err := app.Ping(ctx); err == nil {
+		t.Error("the role's fenced session still runs after the promotion: it would keep its read-only setting")
 	}
-	after := as()
+	after := as(p.standbyDSN)
 	if ro, err := ledger.ReadOnly(ctx, after); err != nil || ro {
 		t.Fatalf("the role's session after the promotion: read-only %v (%v), want false", ro, err)
 	}

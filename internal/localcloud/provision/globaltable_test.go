@@ -34,19 +34,33 @@ func TestAGlobalTableIsMadeInEveryReplicaRegion(t *testing.T) {
 			"KeySchema":               []any{map[string]any{"AttributeName": "pk", "KeyType": "HASH"}},
 			"AttributeDefinitions":    []any{map[string]any{"AttributeName": "pk", "AttributeType": "S"}},
 			"BillingMode":             "PAY_PER_REQUEST",
+			"StreamSpecification":     map[string]any{"StreamViewType": "NEW_AND_OLD_IMAGES"},
 			"TimeToLiveSpecification": map[string]any{"AttributeName": "expires_at", "Enabled": true},
 			"Replicas":                []any{map[string]any{"Region": r2}, map[string]any{"Region": "us-east-1"}},
 		},
 	}}}
-	p := &provision.Provisioner{DynamoDB: east, Replicas: map[string]*dynamodb.Client{r2: west}}
+	// No client for a replica Region: refused, nothing made.
+	if _, err := (&provision.Provisioner{DynamoDB: east, Region: "us-east-1"}).Provision(ctx, tpl); err == nil {
+		t.Fatalf("a global table with a replica in %s and no DynamoDB Local for it was provisioned", r2)
+	}
+	if _, err := east.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &name}); err == nil {
+		t.Fatal("the refused global table was made anyway")
+	}
+	p := &provision.Provisioner{DynamoDB: east, Region: "us-east-1", Replicas: map[string]*dynamodb.Client{r2: west}}
+	var stream string
 	for run := range 2 {
 		phys, err := p.Provision(ctx, tpl)
 		if err != nil {
 			t.Fatalf("run %d: %v", run, err)
 		}
-		if ph := phys["Claims"]; ph.Type != "AWS::DynamoDB::GlobalTable" || ph.Name != name || ph.StreamArn == "" {
+		ph := phys["Claims"]
+		if ph.Type != "AWS::DynamoDB::GlobalTable" || ph.Name != name || ph.StreamArn == "" {
 			t.Fatalf("run %d: physical %+v, want the global table %s with its stream", run, ph, name)
 		}
+		if run == 1 && ph.StreamArn != stream {
+			t.Errorf("the second run changed the stream: %s, then %s (the table was made again)", stream, ph.StreamArn)
+		}
+		stream = ph.StreamArn
 	}
 	for region, db := range map[string]*dynamodb.Client{"us-east-1": east, r2: west} {
 		d, err := db.DescribeTable(ctx, &dynamodb.DescribeTableInput{TableName: &name})

@@ -40,10 +40,13 @@ type Provisioner struct {
 	SQS      *sqs.Client
 	SNS      *sns.Client
 	Secrets  *secretsmanager.Client // ProvisionSecrets
+	// Region is the Region DynamoDB is in (a global table must have a
+	// replica there).
+	Region string
 	// Replicas are the other Regions' DynamoDB clients by Region: a
-	// global table's replica in one of them is made there too, as
-	// CloudFormation makes every replica from the primary's stack. A
-	// replica Region without a client is left to whoever runs it.
+	// global table's replica in each is made there too, as CloudFormation
+	// makes every replica from the primary's stack; a replica Region with
+	// no client here is an error.
 	Replicas map[string]*dynamodb.Client
 	// SecretPrefix goes before a secret's logical id in its local name
 	// (tests give their own, so they never touch the local cloud's).
@@ -138,42 +141,64 @@ func decode(props map[string]any, out any) error {
 }
 
 // globalTable makes an AWS::DynamoDB::GlobalTable's replica in this
-// Region's DynamoDB Local and in each replica Region p.Replicas names, each
-// with a stream of new and old images (a global table's replicas all have
-// one: it is what replication reads; internal/localcloud/globaltable copies
-// between them). The replicas' own settings (PITR, deletion protection)
-// have no local meaning.
+// Region's DynamoDB Local and in each other replica Region's (p.Replicas),
+// each with the stream of new and old images every global table has (it is
+// what replication reads; internal/localcloud/globaltable copies between
+// them). It refuses what CloudFormation refuses or the local cloud does not
+// play: no name, no such stream, this Region not among the replicas, a
+// replica Region it cannot reach, strong multi-Region consistency. The
+// replicas' own settings (PITR, deletion protection, keys) have no local
+// meaning.
 func (p *Provisioner) globalTable(ctx context.Context, id string, props map[string]any) (Physical, error) {
+	var spec struct {
+		TableName              string
+		MultiRegionConsistency string
+		StreamSpecification    *struct{ StreamViewType string }
+		Replicas               []struct{ Region string }
+	}
+	if err := decode(props, &spec); err != nil {
+		return Physical{}, fmt.Errorf("localcloud: global table %s: %w", id, err)
+	}
+	switch {
+	case spec.TableName == "":
+		return Physical{}, fmt.Errorf("localcloud: global table %s has no TableName (every replica has the one name)", id)
+	case spec.StreamSpecification == nil || spec.StreamSpecification.StreamViewType != string(ddbtypes.StreamViewTypeNewAndOldImages):
+		return Physical{}, fmt.Errorf("localcloud: global table %s: StreamSpecification %+v, want NEW_AND_OLD_IMAGES (CloudFormation requires it with more than one replica)", id, spec.StreamSpecification)
+	case spec.MultiRegionConsistency != "" && spec.MultiRegionConsistency != "EVENTUAL":
+		return Physical{}, fmt.Errorf("localcloud: global table %s: MultiRegionConsistency %s is not played by the local cloud's stacks (the in-process Region tests play it)", id, spec.MultiRegionConsistency)
+	}
 	local := map[string]any{}
 	for k, v := range props {
-		if k != "Replicas" && k != "StreamSpecification" {
+		if k != "Replicas" {
 			local[k] = v
 		}
 	}
-	local["StreamSpecification"] = map[string]any{"StreamViewType": string(ddbtypes.StreamViewTypeNewAndOldImages)}
-	if str(local, "TableName") == "" {
-		// CloudFormation needs one name for every replica; so do we.
-		return Physical{}, fmt.Errorf("localcloud: global table %s has no TableName", id)
-	}
-	var spec struct{ Replicas []struct{ Region string } }
-	if err := decode(props, &spec); err != nil {
-		return Physical{}, fmt.Errorf("localcloud: global table %s: Replicas: %w", id, err)
-	}
+	here := false
 	for _, r := range spec.Replicas {
+		if r.Region == p.Region {
+			here = true
+			continue
+		}
 		db, ok := p.Replicas[r.Region]
 		if !ok {
-			continue
+			return Physical{}, fmt.Errorf("localcloud: global table %s: no DynamoDB Local for its replica in %s (localcloud up -replica-dynamodb)", id, r.Region)
 		}
 		other := *p
 		other.DynamoDB, other.Replicas = db, nil
 		if _, err := other.table(ctx, id, local); err != nil {
-			return Physical{}, fmt.Errorf("localcloud: global table %s: replica in %s: %w", id, r.Region, err)
+			return Physical{}, fmt.Errorf("replica in %s: %w", r.Region, err)
 		}
-		p.logf("global table %s: replica in %s", str(local, "TableName"), r.Region)
+		p.logf("global table %s: replica in %s", spec.TableName, r.Region)
+	}
+	if !here {
+		return Physical{}, fmt.Errorf("localcloud: global table %s has no replica in its stack's Region %s", id, p.Region)
 	}
 	ph, err := p.table(ctx, id, local)
+	if err != nil {
+		return Physical{}, err
+	}
 	ph.Type = "AWS::DynamoDB::GlobalTable"
-	return ph, err
+	return ph, nil
 }
 
 func (p *Provisioner) table(ctx context.Context, id string, props map[string]any) (Physical, error) {

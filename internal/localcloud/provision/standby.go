@@ -3,11 +3,14 @@ package provision
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -15,10 +18,12 @@ import (
 // Standby readies this cluster (c.PGPort) as the standby of the ledger
 // database c.Database on the primary's cluster (primaryPort), as an Aurora
 // global database's secondary starts: with the primary's roles (their
-// settings included) and its schema, objects owned as on the primary. The
-// rows are not copied here: a replication link (internal/localcloud/pgrepl)
-// copies them and keeps following. A database that already has the schema
-// keeps it, so a second run changes nothing.
+// settings included) and its schema, objects owned as on the primary, the
+// database owned by the primary's owner. The rows are not copied here: a
+// replication link (internal/localcloud/pgrepl) copies them and keeps
+// following. A standby whose schema is the primary's (the same migrations
+// applied) is kept; one behind or ahead is made again, its sessions ended,
+// so a new migration reaches it with the next `make up-regions`.
 //
 // The copy is PostgreSQL's own (pg_dumpall --roles-only, pg_dump
 // --schema-only): a physical replica holds exactly what the primary holds,
@@ -37,66 +42,149 @@ func (c Config) Standby(ctx context.Context, primaryPort int) error {
 	if err := primary.waitFor(ctx, fmt.Sprintf("the primary's PostgreSQL at %s:%d", c.PGHost, primaryPort), primary.pgReady); err != nil {
 		return err
 	}
-	has, err := primary.hasSchema(ctx)
+	want, owner, err := primary.schemaVersion(ctx)
 	if err != nil {
 		return err
 	}
-	if !has {
+	if want < 0 {
 		return fmt.Errorf("localcloud: standby: %s on :%d has no ledger schema yet (the primary stack's migration makes it: start the primary Region first)", c.Database, primaryPort)
 	}
-	// Roles are cluster-wide; one that exists already is kept (psql goes
-	// on past "already exists"), its settings are set again.
+	// Roles are cluster-wide; one that exists already is kept, its
+	// settings and memberships set again.
 	roles, err := run(ctx, filepath.Join(bin, "pg_dumpall"), nil, "-h", c.PGHost, "-p", strconv.Itoa(primaryPort), "-U", "postgres", "--roles-only", "--no-role-passwords")
+	if err != nil {
+		return fmt.Errorf("localcloud: standby: the primary's roles: %w", err)
+	}
+	if err := psqlTolerant(ctx, bin, c, "postgres", roles); err != nil {
+		return fmt.Errorf("localcloud: standby: the roles on :%d: %w", c.PGPort, err)
+	}
+	got, _, err := c.schemaVersion(ctx)
 	if err != nil {
 		return err
 	}
-	if _, err := run(ctx, filepath.Join(bin, "psql"), roles, "-h", c.PGHost, "-p", strconv.Itoa(c.PGPort), "-U", "postgres", "-d", "postgres", "-X", "-q"); err != nil {
-		return err
+	if got == want {
+		return nil
 	}
-	if err := c.ensureDatabase(ctx, c.Database); err != nil {
-		return err
+	if got >= 0 || got == noSchema {
+		if err := c.dropDatabase(ctx); err != nil {
+			return err
+		}
 	}
-	if has, err := c.hasSchema(ctx); err != nil || has {
-		return err
+	conn, err := pgx.Connect(ctx, c.DSN("postgres"))
+	if err != nil {
+		return fmt.Errorf("localcloud: connect :%d: %w", c.PGPort, err)
+	}
+	_, err = conn.Exec(ctx, "CREATE DATABASE "+pgx.Identifier{c.Database}.Sanitize()+" OWNER "+pgx.Identifier{owner}.Sanitize())
+	conn.Close(ctx)
+	if err != nil {
+		return fmt.Errorf("localcloud: standby: create %s on :%d: %w", c.Database, c.PGPort, err)
 	}
 	schema, err := run(ctx, filepath.Join(bin, "pg_dump"), nil, "-h", c.PGHost, "-p", strconv.Itoa(primaryPort), "-U", "postgres",
 		"--schema-only", "--no-publications", "--no-subscriptions", c.Database)
 	if err != nil {
-		return err
+		return fmt.Errorf("localcloud: standby: the primary's schema: %w", err)
 	}
 	if _, err := run(ctx, filepath.Join(bin, "psql"), schema, "-h", c.PGHost, "-p", strconv.Itoa(c.PGPort), "-U", "postgres", "-d", c.Database,
 		"-X", "-q", "-v", "ON_ERROR_STOP=1"); err != nil {
-		return err
+		return fmt.Errorf("localcloud: standby: the schema on :%d: %w", c.PGPort, err)
 	}
 	if c.Log != nil {
-		fmt.Fprintf(c.Log, "localcloud: standby: %s on :%d has the roles and schema of :%d\n", c.Database, c.PGPort, primaryPort)
+		fmt.Fprintf(c.Log, "localcloud: standby: %s on :%d has the roles and schema (migration %d) of :%d\n", c.Database, c.PGPort, want, primaryPort)
 	}
 	return nil
 }
 
-// hasSchema reports whether c.Database exists and holds the migrations'
-// bookkeeping table.
-func (c Config) hasSchema(ctx context.Context) (bool, error) {
+// noSchema is schemaVersion's answer for a database that exists without
+// the migrations' bookkeeping; -1 is no database at all.
+const noSchema = -2
+
+// schemaVersion is the highest migration applied to c.Database (-1: no
+// such database, noSchema: no bookkeeping table) and the database's owner.
+func (c Config) schemaVersion(ctx context.Context) (int64, string, error) {
 	conn, err := pgx.Connect(ctx, c.DSN("postgres"))
 	if err != nil {
-		return false, fmt.Errorf("localcloud: connect :%d: %w", c.PGPort, err)
+		return 0, "", fmt.Errorf("localcloud: connect :%d: %w", c.PGPort, err)
 	}
-	var exists bool
-	err = conn.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", c.Database).Scan(&exists)
+	var owner string
+	err = conn.QueryRow(ctx, "SELECT pg_get_userbyid(datdba) FROM pg_database WHERE datname = $1", c.Database).Scan(&owner)
 	conn.Close(ctx)
-	if err != nil || !exists {
-		return false, err
+	if errors.Is(err, pgx.ErrNoRows) {
+		return -1, "", nil
+	}
+	if err != nil {
+		return 0, "", fmt.Errorf("localcloud: %s on :%d: %w", c.Database, c.PGPort, err)
 	}
 	db, err := pgx.Connect(ctx, c.DSN(c.Database))
 	if err != nil {
-		return false, fmt.Errorf("localcloud: connect %s on :%d: %w", c.Database, c.PGPort, err)
+		return 0, "", fmt.Errorf("localcloud: connect %s on :%d: %w", c.Database, c.PGPort, err)
 	}
 	defer db.Close(ctx)
 	var has bool
 	if err := db.QueryRow(ctx, "SELECT to_regclass('public.goose_db_version') IS NOT NULL").Scan(&has); err != nil {
-		return false, fmt.Errorf("localcloud: %s on :%d: %w", c.Database, c.PGPort, err)
+		return 0, "", fmt.Errorf("localcloud: %s on :%d: %w", c.Database, c.PGPort, err)
 	}
-	return has, nil
+	if !has {
+		return noSchema, owner, nil
+	}
+	var v int64
+	if err := db.QueryRow(ctx, "SELECT coalesce(max(version_id), 0) FROM goose_db_version WHERE is_applied").Scan(&v); err != nil {
+		return 0, "", fmt.Errorf("localcloud: %s on :%d: migrations: %w", c.Database, c.PGPort, err)
+	}
+	return v, owner, nil
+}
+
+// dropDatabase drops c.Database, ending its sessions first (a standby's
+// functions keep pooled connections; a subscription left by a link that
+// was never closed is dropped with its slot left alone).
+func (c Config) dropDatabase(ctx context.Context) error {
+	if db, err := pgx.Connect(ctx, c.DSN(c.Database)); err == nil {
+		rows, err := db.Query(ctx, "SELECT subname FROM pg_subscription WHERE subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())")
+		var subs []string
+		if err == nil {
+			subs, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		}
+		for _, sub := range subs {
+			id := pgx.Identifier{sub}.Sanitize()
+			for _, stmt := range []string{"ALTER SUBSCRIPTION " + id + " DISABLE", "ALTER SUBSCRIPTION " + id + " SET (slot_name = NONE)", "DROP SUBSCRIPTION " + id} {
+				if _, err := db.Exec(ctx, stmt); err != nil {
+					db.Close(ctx)
+					return fmt.Errorf("localcloud: standby: %s: %w", stmt, err)
+				}
+			}
+		}
+		db.Close(ctx)
+		if err != nil {
+			return fmt.Errorf("localcloud: standby: subscriptions of %s: %w", c.Database, err)
+		}
+	}
+	conn, err := pgx.Connect(ctx, c.DSN("postgres"))
+	if err != nil {
+		return fmt.Errorf("localcloud: connect :%d: %w", c.PGPort, err)
+	}
+	defer conn.Close(ctx)
+	if _, err := conn.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{c.Database}.Sanitize()+" WITH (FORCE)"); err != nil {
+		return fmt.Errorf("localcloud: standby: drop %s on :%d: %w", c.Database, c.PGPort, err)
+	}
+	return nil
+}
+
+// psqlTolerant runs sql through psql on database db, going on past
+// statements that fail because what they make exists already (a role the
+// cluster has), and fails on any other error.
+func psqlTolerant(ctx context.Context, bin string, c Config, db string, sql []byte) error {
+	cmd := exec.CommandContext(ctx, filepath.Join(bin, "psql"), "-h", c.PGHost, "-p", strconv.Itoa(c.PGPort), "-U", "postgres", "-d", db, "-X", "-q")
+	cmd.Stdin = bytes.NewReader(sql)
+	var errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = io.Discard, &errb
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("psql: %w: %s", err, bytes.TrimSpace(errb.Bytes()))
+	}
+	for line := range strings.Lines(errb.String()) {
+		if strings.Contains(line, "ERROR:") && !strings.Contains(line, "already exists") {
+			return fmt.Errorf("psql: %s", strings.TrimSpace(line))
+		}
+	}
+	return nil
 }
 
 // pgBin is the newest installed PostgreSQL's bin directory (Debian's

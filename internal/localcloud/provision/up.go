@@ -9,6 +9,7 @@ import (
 	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -27,6 +28,7 @@ import (
 	"github.com/oncepay/oncepay/internal/awsclient/sesclient"
 	"github.com/oncepay/oncepay/internal/awsclient/snsclient"
 	"github.com/oncepay/oncepay/internal/awsclient/sqsclient"
+	"github.com/oncepay/oncepay/internal/home"
 	"github.com/oncepay/oncepay/internal/ledger/migrations"
 	"github.com/oncepay/oncepay/internal/localcloud/localenv"
 	"github.com/oncepay/oncepay/internal/localcloud/phone"
@@ -71,12 +73,20 @@ type Config struct {
 }
 
 // secondary reports whether a DB cluster's properties make it an Aurora
-// global database's secondary: a member of a global cluster with no master
-// user of its own.
-func secondary(props map[string]any) bool {
-	_, global := props["GlobalClusterIdentifier"]
-	_, master := props["MasterUsername"]
-	return global && !master
+// global database's secondary: a member of a global cluster (the primary's
+// cluster is not one: the global cluster is made from it). A secondary
+// with credentials or a database name of its own is refused, as RDS
+// refuses it.
+func secondary(props map[string]any) (bool, error) {
+	if _, member := props["GlobalClusterIdentifier"]; !member {
+		return false, nil
+	}
+	for _, k := range []string{"MasterUsername", "MasterUserPassword", "ManageMasterUserPassword", "DatabaseName"} {
+		if _, set := props[k]; set {
+			return true, fmt.Errorf("a global database's secondary sets %s: RDS takes it from the primary and refuses it here", k)
+		}
+	}
+	return true, nil
 }
 
 // LocalEmailFrom is the local cloud's email sender (see Up).
@@ -124,7 +134,7 @@ func Up(ctx context.Context, c Config) (localenv.Env, error) {
 		return nil, err
 	}
 	p := &Provisioner{DynamoDB: dynamoclient.New(cfg), SQS: sqsclient.New(cfg), SNS: snsclient.New(cfg),
-		Secrets: secretsmanager.NewFromConfig(cfg), SecretPrefix: c.SecretPrefix, Log: c.Log}
+		Secrets: secretsmanager.NewFromConfig(cfg), SecretPrefix: c.SecretPrefix, Log: c.Log, Region: c.Region}
 	if err := c.waitReady(ctx, p); err != nil {
 		return nil, err
 	}
@@ -161,7 +171,11 @@ func Up(ctx context.Context, c Config) (localenv.Env, error) {
 	}
 	ev := c.Evaluator(t, phys, p.Secrets)
 	for _, id := range t.OfType("AWS::RDS::DBCluster") {
-		if secondary(t.Resources[id].Properties) {
+		sec, err := secondary(t.Resources[id].Properties)
+		if err != nil {
+			return nil, fmt.Errorf("localcloud: cluster %s: %w", id, err)
+		}
+		if sec {
 			// An Aurora global database's secondary: its roles, schema and
 			// rows are the primary's, copied (localcloud standby; the
 			// replication itself is internal/localcloud/pgrepl's).
@@ -243,10 +257,26 @@ func Up(ctx context.Context, c Config) (localenv.Env, error) {
 	// synthesized with (https, a domain the operator owns); locally the
 	// Regions' front doors are plain http on 127.0.0.1.
 	if c.RegionURLs != "" {
-		for _, e := range envs {
-			if _, ok := e[stackenv.RegionURLs]; ok {
-				e[stackenv.RegionURLs] = c.RegionURLs
+		local, err := home.ParseURLs(c.RegionURLs)
+		if err != nil {
+			return nil, fmt.Errorf("localcloud: -region-urls: %w", err)
+		}
+		for id, e := range envs {
+			v, ok := e[stackenv.RegionURLs]
+			if !ok {
+				continue
 			}
+			// The same Regions, or the template and the local cloud
+			// disagree on where callers go.
+			synthesized, err := home.ParseURLs(v)
+			if err != nil {
+				return nil, fmt.Errorf("localcloud: function %s: %s: %w", id, stackenv.RegionURLs, err)
+			}
+			if !slices.Equal(slices.Sorted(maps.Keys(synthesized)), slices.Sorted(maps.Keys(local))) {
+				return nil, fmt.Errorf("localcloud: function %s: the template's Regions %v are not -region-urls' %v",
+					id, slices.Sorted(maps.Keys(synthesized)), slices.Sorted(maps.Keys(local)))
+			}
+			e[stackenv.RegionURLs] = c.RegionURLs
 		}
 	}
 	// The simulator signs its webhooks with the secret the webhook
