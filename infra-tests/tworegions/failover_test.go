@@ -147,7 +147,9 @@ func TestARegionFailsMidReplicationAndTheOtherReplaysWithTheSameIDs(t *testing.T
 		t.Fatalf("%s provisioned global tables %v, want the claim table and the home record table", r1, east.globals)
 	}
 	pid := stackPID(t, root, r1)
-	dropStaleLinks(t, east, west)
+	if err := pgrepl.DropStale(context.Background(), east.ledger, west.ledger, linkPrefix); err != nil {
+		t.Fatal(err)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()
 	// Whatever happens, us-east-1 comes back for the next run (its stack
@@ -541,11 +543,7 @@ func seedHome(ctx context.Context, t *testing.T, a, b *region, table, homeRegion
 			}
 			if !found || all.Region != homeRegion || all.Version < want {
 				if r == a {
-					if _, err := a.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: &table, Item: map[string]ddbtypes.AttributeValue{
-						"caller":  &ddbtypes.AttributeValueMemberS{Value: home.Everyone},
-						"region":  &ddbtypes.AttributeValueMemberS{Value: homeRegion},
-						"version": &ddbtypes.AttributeValueMemberN{Value: strconv.FormatInt(want, 10)},
-					}}); err != nil {
+					if err := home.NewMover(a.ddb, table).Put(ctx, home.Record{Caller: home.Everyone, Region: homeRegion, Version: want, MovedAt: time.Now()}); err != nil {
 						return err
 					}
 				}
@@ -681,73 +679,13 @@ func killStack(t *testing.T, pid int) {
 	t.Logf("killed the stack (pid %d) and %d process(es) of its %d function environment(s)", pid, killed, len(sessions))
 }
 
-// dropStaleLinks drops what a run killed before its cleanup left of its
-// replication link: the standby's subscription (its slots left alone), and
-// on the primary the publication, the subscription's slot and the slots of
-// its initial copy (pg_<subscription oid>_sync_…).
-func dropStaleLinks(t *testing.T, primary, standby *region) {
-	t.Helper()
-	ctx := context.Background()
-	subs, err := standby.ledger.Query(ctx, `SELECT oid::text, subname FROM pg_subscription
-		WHERE subname LIKE $1 AND subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())`, linkPrefix+"%")
-	if err != nil {
-		t.Fatal(err)
-	}
-	type sub struct{ oid, name string }
-	stale, err := pgx.CollectRows(subs, pgx.RowToStructByPos[sub])
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, sb := range stale {
-		id := pgx.Identifier{sb.name}.Sanitize()
-		for _, stmt := range []string{"ALTER SUBSCRIPTION " + id + " DISABLE", "ALTER SUBSCRIPTION " + id + " SET (slot_name = NONE)", "DROP SUBSCRIPTION " + id} {
-			if _, err := standby.ledger.Exec(ctx, stmt); err != nil {
-				t.Fatalf("%s: %v", stmt, err)
-			}
-		}
-		if _, err := primary.ledger.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots
-			WHERE slot_name LIKE $1 AND NOT active`, "pg_"+sb.oid+"_sync_%"); err != nil {
-			t.Fatal(err)
-		}
-	}
-	pubs, err := primary.ledger.Query(ctx, `SELECT pubname FROM pg_publication WHERE pubname LIKE $1`, linkPrefix+"%")
-	if err != nil {
-		t.Fatal(err)
-	}
-	names, err := pgx.CollectRows(pubs, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, n := range names {
-		if _, err := primary.ledger.Exec(ctx, "DROP PUBLICATION "+pgx.Identifier{n}.Sanitize()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	if _, err := primary.ledger.Exec(ctx, `SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE slot_name LIKE $1 AND NOT active`, linkPrefix+"%"); err != nil {
-		t.Fatal(err)
-	}
-}
-
 // restoreHomes writes every home record of from's replica into to's (the
 // Region whose template declares the global tables).
 func restoreHomes(t *testing.T, from, to *region) {
 	t.Helper()
-	ctx := context.Background()
 	table := homeTable(t, to)
-	recs, err := home.NewMover(from.ddb, table).All(ctx)
-	if err != nil {
-		t.Errorf("read %s's home records: %v", from.name, err)
-		return
-	}
-	for _, r := range recs {
-		if _, err := to.ddb.PutItem(ctx, &dynamodb.PutItemInput{TableName: &table, Item: map[string]ddbtypes.AttributeValue{
-			"caller":  &ddbtypes.AttributeValueMemberS{Value: r.Caller},
-			"region":  &ddbtypes.AttributeValueMemberS{Value: r.Region},
-			"version": &ddbtypes.AttributeValueMemberN{Value: strconv.FormatInt(r.Version, 10)},
-		}}); err != nil {
-			t.Errorf("restore %s's home records: %v", to.name, err)
-			return
-		}
+	if err := home.NewMover(to.ddb, table).RestoreFrom(context.Background(), home.NewMover(from.ddb, table)); err != nil {
+		t.Errorf("restore %s's home records from %s's: %v", to.name, from.name, err)
 	}
 }
 

@@ -191,6 +191,32 @@ func (s *Mover) Move(ctx context.Context, caller, region string, from int64) (Re
 	return r, nil
 }
 
+// Put writes r as it is, with no condition: what a global table's own
+// replication writes into a replica, never a move (Move is).
+func (s *Mover) Put(ctx context.Context, r Record) error {
+	if _, err := s.db.PutItem(ctx, &dynamodb.PutItemInput{TableName: &s.table, Item: encode(r)}); err != nil {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return nil
+}
+
+// RestoreFrom writes every record of src's replica into this one, as a
+// global table resynchronises a replica that comes back after its Region
+// failed (the runbook keeps that Region's API fenced until then,
+// docs/regions.md).
+func (s *Mover) RestoreFrom(ctx context.Context, src *Mover) error {
+	recs, err := src.All(ctx)
+	if err != nil {
+		return err
+	}
+	for _, r := range recs {
+		if err := s.Put(ctx, r); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
 // All returns every record in this Region's replica.
 func (s *Mover) All(ctx context.Context) ([]Record, error) {
 	var out []Record

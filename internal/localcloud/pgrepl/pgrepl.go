@@ -38,6 +38,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -411,14 +412,69 @@ func (l *Link) dropSubscription(ctx context.Context) error {
 	if !exists {
 		return nil
 	}
-	name := pgx.Identifier{l.cfg.Name}.Sanitize()
+	return DetachSubscription(ctx, l.standby, l.cfg.Name)
+}
+
+// Execer is what DetachSubscription needs of a connection or a pool.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// DetachSubscription drops the subscription name of db's database without
+// touching its slot on the primary (which may be unreachable: the slot is
+// the primary's to drop).
+func DetachSubscription(ctx context.Context, db Execer, name string) error {
+	id := pgx.Identifier{name}.Sanitize()
 	for _, stmt := range []string{
-		"ALTER SUBSCRIPTION " + name + " DISABLE",
-		"ALTER SUBSCRIPTION " + name + " SET (slot_name = NONE)",
-		"DROP SUBSCRIPTION " + name,
+		"ALTER SUBSCRIPTION " + id + " DISABLE",
+		"ALTER SUBSCRIPTION " + id + " SET (slot_name = NONE)",
+		"DROP SUBSCRIPTION " + id,
 	} {
-		if _, err := l.standby.Exec(ctx, stmt); err != nil {
+		if _, err := db.Exec(ctx, stmt); err != nil {
 			return fmt.Errorf("pgrepl: %s: %w", stmt, err)
+		}
+	}
+	return nil
+}
+
+// DropStale drops what links named prefix… left behind when their Close
+// never ran (a test process killed mid-run): the standby database's
+// subscriptions, and on the primary their publications, their slots and
+// their initial copy's slots.
+func DropStale(ctx context.Context, primary, standby *pgxpool.Pool, prefix string) error {
+	rows, err := standby.Query(ctx, `SELECT oid, subname::text FROM pg_subscription
+		WHERE starts_with(subname::text, $1) AND subdbid = (SELECT oid FROM pg_database WHERE datname = current_database())`, prefix)
+	if err != nil {
+		return fmt.Errorf("pgrepl: stale subscriptions: %w", err)
+	}
+	type sub struct {
+		OID  uint32
+		Name string
+	}
+	subs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[sub])
+	if err != nil {
+		return fmt.Errorf("pgrepl: stale subscriptions: %w", err)
+	}
+	log := slog.Default()
+	for _, sb := range subs {
+		if err := DetachSubscription(ctx, standby, sb.Name); err != nil {
+			return err
+		}
+		if err := dropSlots(ctx, primary, log, sb.Name, sb.OID); err != nil {
+			return err
+		}
+	}
+	pubs, err := primary.Query(ctx, `SELECT pubname::text FROM pg_publication WHERE starts_with(pubname::text, $1)`, prefix)
+	if err != nil {
+		return fmt.Errorf("pgrepl: stale publications: %w", err)
+	}
+	names, err := pgx.CollectRows(pubs, pgx.RowTo[string])
+	if err != nil {
+		return fmt.Errorf("pgrepl: stale publications: %w", err)
+	}
+	for _, n := range names {
+		if _, err := primary.Exec(ctx, "DROP PUBLICATION "+pgx.Identifier{n}.Sanitize()); err != nil {
+			return fmt.Errorf("pgrepl: drop publication %s: %w", n, err)
 		}
 	}
 	return nil
@@ -523,10 +579,17 @@ func (l *Link) Close(ctx context.Context) error {
 // primary. A walsender may still hold one for a moment after the proxy
 // dropped its connection: it is ended, and the drop retried.
 func (l *Link) dropSlots(ctx context.Context) error {
-	syncPrefix := fmt.Sprintf("pg_%d_sync_", l.subOID)
+	return dropSlots(ctx, l.primary, l.log, l.cfg.Name, l.subOID)
+}
+
+// dropSlots drops, on the primary, the slot name and the table-sync slots
+// of the subscription with oid subOID (0: none known), ending a walsender
+// that still holds one.
+func dropSlots(ctx context.Context, primary *pgxpool.Pool, log *slog.Logger, name string, subOID uint32) error {
+	syncPrefix := fmt.Sprintf("pg_%d_sync_", subOID)
 	for {
-		rows, err := l.primary.Query(ctx, `SELECT slot_name::text, coalesce(active_pid, 0) FROM pg_replication_slots
-  WHERE slot_name = $1 OR ($2 <> 'pg_0_sync_' AND starts_with(slot_name::text, $2))`, l.cfg.Name, syncPrefix)
+		rows, err := primary.Query(ctx, `SELECT slot_name::text, coalesce(active_pid, 0) FROM pg_replication_slots
+  WHERE slot_name = $1 OR ($2 <> 'pg_0_sync_' AND starts_with(slot_name::text, $2))`, name, syncPrefix)
 		if err != nil {
 			return fmt.Errorf("pgrepl: list slots: %w", err)
 		}
@@ -546,11 +609,11 @@ func (l *Link) dropSlots(ctx context.Context) error {
 		}
 		for _, s := range slots {
 			if s.pid != 0 {
-				_, _ = l.primary.Exec(ctx, `SELECT pg_terminate_backend($1)`, s.pid)
+				_, _ = primary.Exec(ctx, `SELECT pg_terminate_backend($1)`, s.pid)
 				continue
 			}
-			if _, err := l.primary.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, s.name); err != nil {
-				l.log.Debug("pgrepl: drop slot", slog.String("slot", s.name), slog.String("error", err.Error()))
+			if _, err := primary.Exec(ctx, `SELECT pg_drop_replication_slot($1)`, s.name); err != nil {
+				log.Debug("pgrepl: drop slot", slog.String("slot", s.name), slog.String("error", err.Error()))
 			}
 		}
 		select {

@@ -350,3 +350,53 @@ func TestTheFencedRoleIsReadOnlyOnTheStandbyUntilPromoted(t *testing.T) {
 		t.Fatalf("a write of the role on the promoted standby: %v", err)
 	}
 }
+
+// A link whose Close never ran (its process killed) leaves a subscription
+// on the standby and a publication and slots on the primary; DropStale
+// removes them by the links' name prefix, and leaves another link's.
+func TestDropStaleRemovesWhatAKilledLinkLeft(t *testing.T) {
+	t.Parallel()
+	p := newLinked(t, 0, nil)
+	ctx := context.Background()
+	credit(t, p.primary, "before-the-kill")
+	if err := p.link.CaughtUp(ctx); err != nil {
+		t.Fatal(err)
+	}
+	count := func(db *pgxpool.Pool, sql string) int {
+		t.Helper()
+		var n int
+		if err := db.QueryRow(ctx, sql, p.link.cfg.Name).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	const (
+		subs  = `SELECT count(*) FROM pg_subscription WHERE subname = $1`
+		pubs  = `SELECT count(*) FROM pg_publication WHERE pubname = $1`
+		slots = `SELECT count(*) FROM pg_replication_slots WHERE slot_name = $1`
+	)
+	if count(p.standby, subs) != 1 || count(p.primary, pubs) != 1 || count(p.primary, slots) != 1 {
+		t.Fatal("the link has no subscription, publication and slot to leave behind: nothing to show")
+	}
+	// The kill: the proxy goes, nothing is dropped.
+	p.link.proxy.close()
+	if err := DropStale(ctx, p.primary, p.standby, "no_such_prefix_"); err != nil {
+		t.Fatal(err)
+	}
+	if count(p.standby, subs) != 1 {
+		t.Fatal("DropStale dropped a subscription its prefix does not name")
+	}
+	if err := DropStale(ctx, p.primary, p.standby, p.link.cfg.Name[:2]); err != nil {
+		t.Fatal(err)
+	}
+	if s, pb := count(p.standby, subs), count(p.primary, pubs); s != 0 || pb != 0 {
+		t.Errorf("after DropStale: %d subscriptions, %d publications left", s, pb)
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for count(p.primary, slots) != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the stale link's slot is still on the primary")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

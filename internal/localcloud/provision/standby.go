@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -51,7 +50,7 @@ func (c Config) Standby(ctx context.Context, primaryPort int) error {
 	}
 	// Roles are cluster-wide; one that exists already is kept, its
 	// settings and memberships set again.
-	roles, err := run(ctx, filepath.Join(bin, "pg_dumpall"), nil, "-h", c.PGHost, "-p", strconv.Itoa(primaryPort), "-U", "postgres", "--roles-only", "--no-role-passwords")
+	roles, _, err := run(ctx, filepath.Join(bin, "pg_dumpall"), nil, "-h", c.PGHost, "-p", strconv.Itoa(primaryPort), "-U", "postgres", "--roles-only", "--no-role-passwords")
 	if err != nil {
 		return fmt.Errorf("localcloud: standby: the primary's roles: %w", err)
 	}
@@ -79,12 +78,12 @@ func (c Config) Standby(ctx context.Context, primaryPort int) error {
 	if err != nil {
 		return fmt.Errorf("localcloud: standby: create %s on :%d: %w", c.Database, c.PGPort, err)
 	}
-	schema, err := run(ctx, filepath.Join(bin, "pg_dump"), nil, "-h", c.PGHost, "-p", strconv.Itoa(primaryPort), "-U", "postgres",
+	schema, _, err := run(ctx, filepath.Join(bin, "pg_dump"), nil, "-h", c.PGHost, "-p", strconv.Itoa(primaryPort), "-U", "postgres",
 		"--schema-only", "--no-publications", "--no-subscriptions", c.Database)
 	if err != nil {
 		return fmt.Errorf("localcloud: standby: the primary's schema: %w", err)
 	}
-	if _, err := run(ctx, filepath.Join(bin, "psql"), schema, "-h", c.PGHost, "-p", strconv.Itoa(c.PGPort), "-U", "postgres", "-d", c.Database,
+	if _, _, err := run(ctx, filepath.Join(bin, "psql"), schema, "-h", c.PGHost, "-p", strconv.Itoa(c.PGPort), "-U", "postgres", "-d", c.Database,
 		"-X", "-q", "-v", "ON_ERROR_STOP=1"); err != nil {
 		return fmt.Errorf("localcloud: standby: the schema on :%d: %w", c.PGPort, err)
 	}
@@ -143,6 +142,8 @@ func (c Config) dropDatabase(ctx context.Context) error {
 		if err == nil {
 			subs, err = pgx.CollectRows(rows, pgx.RowTo[string])
 		}
+		// As pgrepl.DetachSubscription does (not imported: pgrepl's tests
+		// import the test kit, which imports this package).
 		for _, sub := range subs {
 			id := pgx.Identifier{sub}.Sanitize()
 			for _, stmt := range []string{"ALTER SUBSCRIPTION " + id + " DISABLE", "ALTER SUBSCRIPTION " + id + " SET (slot_name = NONE)", "DROP SUBSCRIPTION " + id} {
@@ -172,14 +173,11 @@ func (c Config) dropDatabase(ctx context.Context) error {
 // statements that fail because what they make exists already (a role the
 // cluster has), and fails on any other error.
 func psqlTolerant(ctx context.Context, bin string, c Config, db string, sql []byte) error {
-	cmd := exec.CommandContext(ctx, filepath.Join(bin, "psql"), "-h", c.PGHost, "-p", strconv.Itoa(c.PGPort), "-U", "postgres", "-d", db, "-X", "-q")
-	cmd.Stdin = bytes.NewReader(sql)
-	var errb bytes.Buffer
-	cmd.Stdout, cmd.Stderr = io.Discard, &errb
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("psql: %w: %s", err, bytes.TrimSpace(errb.Bytes()))
+	_, stderr, err := run(ctx, filepath.Join(bin, "psql"), sql, "-h", c.PGHost, "-p", strconv.Itoa(c.PGPort), "-U", "postgres", "-d", db, "-X", "-q")
+	if err != nil {
+		return err
 	}
-	for line := range strings.Lines(errb.String()) {
+	for line := range strings.Lines(string(stderr)) {
 		if strings.Contains(line, "ERROR:") && !strings.Contains(line, "already exists") {
 			return fmt.Errorf("psql: %s", strings.TrimSpace(line))
 		}
@@ -202,8 +200,9 @@ func pgBin() (string, error) {
 	return dirs[len(dirs)-1], nil
 }
 
-// run runs a PostgreSQL client program with stdin and returns its output.
-func run(ctx context.Context, name string, stdin []byte, args ...string) ([]byte, error) {
+// run runs a PostgreSQL client program with stdin and returns its output
+// and its error output.
+func run(ctx context.Context, name string, stdin []byte, args ...string) (stdout, stderr []byte, err error) {
 	cmd := exec.CommandContext(ctx, name, args...)
 	if stdin != nil {
 		cmd.Stdin = bytes.NewReader(stdin)
@@ -211,7 +210,7 @@ func run(ctx context.Context, name string, stdin []byte, args ...string) ([]byte
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
-		return nil, fmt.Errorf("localcloud: %s: %w: %s", filepath.Base(name), err, bytes.TrimSpace(errb.Bytes()))
+		return nil, errb.Bytes(), fmt.Errorf("localcloud: %s: %w: %s", filepath.Base(name), err, bytes.TrimSpace(errb.Bytes()))
 	}
-	return out.Bytes(), nil
+	return out.Bytes(), errb.Bytes(), nil
 }

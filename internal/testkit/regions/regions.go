@@ -28,7 +28,6 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
-	"strconv"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -257,20 +256,8 @@ func (s *System) Failover(ctx context.Context) ([]home.Record, error) {
 // every record of R2's replica is written into R1's. The runbook keeps R1's
 // API fenced until then (docs/regions.md).
 func (s *System) RestoreR1(ctx context.Context) error {
-	recs, err := s.Homes[R2].All(ctx)
-	if err != nil {
-		return err
-	}
-	table := s.Homes[R1].Table()
-	for _, r := range recs {
-		_, err := s.R1.Dynamo.PutItem(ctx, &dynamodb.PutItemInput{TableName: &table, Item: map[string]ddbtypes.AttributeValue{
-			"caller":  &ddbtypes.AttributeValueMemberS{Value: r.Caller},
-			"region":  &ddbtypes.AttributeValueMemberS{Value: r.Region},
-			"version": &ddbtypes.AttributeValueMemberN{Value: strconv.FormatInt(r.Version, 10)},
-		}})
-		if err != nil {
-			return fmt.Errorf("regions: restore R1's home records: %w", err)
-		}
+	if err := s.Homes[R1].RestoreFrom(ctx, s.Homes[R2]); err != nil {
+		return fmt.Errorf("regions: restore R1's home records: %w", err)
 	}
 	return nil
 }
