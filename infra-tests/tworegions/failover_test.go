@@ -592,21 +592,9 @@ func settled(ctx context.Context, r *region, phonePath, paymentID string) error 
 
 // pspCharges is the PSP simulator's charges by payment id.
 func pspCharges(ctx context.Context, psp string) (map[string][]pspsim.Charge, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, strings.TrimSuffix(psp, "/")+"/_sim/charges", nil)
+	all, err := pspsim.Charges(ctx, psp)
 	if err != nil {
 		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("the PSP's charges: %w", err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("the PSP's charges: %s", resp.Status)
-	}
-	var all []pspsim.Charge
-	if err := json.NewDecoder(resp.Body).Decode(&all); err != nil {
-		return nil, fmt.Errorf("the PSP's charges: %w", err)
 	}
 	out := map[string][]pspsim.Charge{}
 	for _, c := range all {

@@ -162,28 +162,6 @@ func (r *Runner) recordAnswer(s *schedule, p *payment, rec idem.Record, x row) {
 	s.log("record %s/%s stores %d %s%s", p.caller, p.key, a.status, a.state, strings.TrimPrefix(a.ptype, problem.TypeBase))
 }
 
-// simList reads one of the simulator's admin lists over HTTP: the PSP's own
-// account of what it did, independent of anything our code wrote.
-func simList[T any](ctx context.Context, base, path string) ([]T, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+path, nil)
-	if err != nil {
-		return nil, err
-	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return nil, fmt.Errorf("check: GET %s: %w", path, err)
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return nil, fmt.Errorf("check: GET %s: %s", path, resp.Status)
-	}
-	var out []T
-	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil {
-		return nil, fmt.Errorf("check: decode %s: %w", path, err)
-	}
-	return out, nil
-}
-
 // paymentOfKey is the payment a PSP idempotency key was derived from
 // (<payment_id>:charge, :attempt-N:<psp>, :cancel:refund).
 func paymentOfKey(key string) string {
@@ -200,11 +178,11 @@ func (r *Runner) check(ctx context.Context, s *schedule) error {
 	}
 	// The PSP's charges and refunds since the schedule began, matched by
 	// the derived idempotency key each was made under, not by metadata.
-	allCharges, err := simList[pspsim.Charge](ctx, w.SimURL, "/_sim/charges")
+	allCharges, err := pspsim.Charges(ctx, w.SimURL)
 	if err != nil {
 		return err
 	}
-	allRefunds, err := simList[pspsim.Refund](ctx, w.SimURL, "/_sim/refunds")
+	allRefunds, err := pspsim.Refunds(ctx, w.SimURL)
 	if err != nil {
 		return err
 	}
