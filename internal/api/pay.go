@@ -323,6 +323,7 @@ func (a *attempt) charge(ctx context.Context, row ledger.Payment, call psp.Call)
 	h := a.h
 	res, err := h.d.PSP.Charge(ctx, psp.ChargeRequest{
 		IdempotencyKey: ids.ChargeKey(row.ID), PaymentID: row.ID, MerchantID: row.MerchantID,
+		CallerID: row.CallerID, ClientKey: row.ClientKey, Fingerprint: row.Fingerprint,
 		Amount: row.Amount, Currency: row.Currency, PaymentMethod: row.PaymentMethod,
 	})
 	if resp, crashed := a.hook(ctx, h.d.Hooks.AfterPSPReply); crashed {

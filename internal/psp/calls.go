@@ -15,9 +15,22 @@ import (
 
 // Metadata keys written on every PaymentIntent. They carry our ids only,
 // never personal data (they show up in the PSP's dashboard and exports).
+//
+// The caller, its key and the request's fingerprint let a reconciliation
+// adopt a charge whose ledger row was lost (a failover inside the
+// replication lag): the row is rebuilt from the PSP's record alone, with
+// the same durable guard (caller, key) and fingerprint the api wrote, so
+// the buyer's retry is answered from it. The caller is the identity
+// provider's opaque subject and the key the client's random one; neither
+// is personal data.
 const (
-	MetaPaymentID  = "payment_id"
-	MetaMerchantID = "merchant_id"
+	maxMetadataValue = 500
+
+	MetaPaymentID   = "payment_id"
+	MetaMerchantID  = "merchant_id"
+	MetaCallerID    = "caller_id"
+	MetaClientKey   = "client_key"
+	MetaFingerprint = "fingerprint"
 )
 
 // ChargeRequest is one charge attempt.
@@ -28,8 +41,12 @@ type ChargeRequest struct {
 	// PaymentID is our reference, written to metadata so Lookup can find
 	// the PaymentIntent after the PSP has forgotten the key.
 	PaymentID string
-	// MerchantID is written to metadata for reconciliation.
-	MerchantID string
+	// MerchantID, CallerID, ClientKey and Fingerprint are written to
+	// metadata for reconciliation (see MetaCallerID); each may be empty.
+	MerchantID  string
+	CallerID    string
+	ClientKey   string
+	Fingerprint string
 	// Amount is in minor units (> 0).
 	Amount int64
 	// Currency is an ISO 4217 code; it is sent in lower case.
@@ -91,8 +108,14 @@ func (c *Client) Charge(ctx context.Context, req ChargeRequest) (Result, error) 
 		ErrorOnRequiresAction: stripe.Bool(true),
 		Metadata:              map[string]string{MetaPaymentID: req.PaymentID},
 	}
-	if req.MerchantID != "" {
-		params.Metadata[MetaMerchantID] = req.MerchantID
+	for k, v := range map[string]string{MetaMerchantID: req.MerchantID, MetaCallerID: req.CallerID,
+		MetaClientKey: req.ClientKey, MetaFingerprint: req.Fingerprint} {
+		// Stripe refuses a metadata value over 500 characters: one that
+		// long is left out (that charge is then not adoptable by a
+		// reconciliation, which says so) rather than refused as a charge.
+		if v != "" && len(v) <= maxMetadataValue {
+			params.Metadata[k] = v
+		}
 	}
 	params.SetIdempotencyKey(req.IdempotencyKey)
 

@@ -174,6 +174,9 @@ type Client struct {
 	key     func(ctx context.Context) (string, error)
 	refresh func(ctx context.Context) (string, error)
 	log     *slog.Logger
+	// listPage is the page size of the list calls (list.go); 0 means
+	// Stripe's largest, 100. Tests set it to page small spans.
+	listPage int64
 }
 
 // New builds a Client from cfg.

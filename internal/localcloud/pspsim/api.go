@@ -28,6 +28,8 @@ func route(r *http.Request) (op, string, *reply) {
 	case r.Method == http.MethodGet && strings.HasPrefix(p, "/v1/refunds/") &&
 		!strings.Contains(strings.TrimPrefix(p, "/v1/refunds/"), "/"):
 		return (*Sim).getRefund, strings.TrimPrefix(p, "/v1/refunds/"), nil
+	case r.Method == http.MethodGet && p == "/v1/payment_intents":
+		return (*Sim).listPaymentIntents, "", nil
 	case r.Method == http.MethodGet && p == "/v1/payment_intents/search":
 		return (*Sim).searchPaymentIntents, "", nil
 	case r.Method == http.MethodGet && strings.HasPrefix(p, "/v1/payment_intents/") &&
@@ -105,7 +107,7 @@ func (s *Sim) handle(r *http.Request, key string, fault Fault, faulted bool) rep
 	}
 	if key == "" { // GETs, and POSTs without a key, are not deduplicated
 		s.slow(r, fault, faulted)
-		rep, _ := s.execute(run, form, key, r.URL.Path)
+		rep, _ := s.execute(run, form, key, r.Method, r.URL.Path)
 		return rep
 	}
 	if len(key) > 255 {
@@ -119,7 +121,7 @@ func (s *Sim) handle(r *http.Request, key string, fault Fault, faulted bool) rep
 		return *early
 	}
 	s.slow(r, fault, faulted)
-	rep, ran := s.execute(run, form, key, r.URL.Path)
+	rep, ran := s.execute(run, form, key, r.Method, r.URL.Path)
 	rep.idemKey = key
 	s.finishKey(key, entry, rep, ran)
 	return rep
@@ -128,7 +130,7 @@ func (s *Sim) handle(r *http.Request, key string, fault Fault, faulted bool) rep
 // execute runs the endpoint under the lock, unless an error_5xx fault fires:
 // then it answers 500 without running anything, and the 500 counts as run
 // (it is saved under the key, as Stripe saves its 500s).
-func (s *Sim) execute(run op, form url.Values, key, path string) (reply, bool) {
+func (s *Sim) execute(run op, form url.Values, key, method, path string) (reply, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	reqID := s.newIDLocked("req")
@@ -142,13 +144,13 @@ func (s *Sim) execute(run op, form url.Values, key, path string) (reply, bool) {
 		return rep, true
 	}
 	s.settleRefundsLocked(s.nowLocked())
-	if rep, refused := s.checkPaymentMethodLocked(path, form); refused {
+	if rep, refused := s.checkPaymentMethodLocked(method, path, form); refused {
 		rep.requestID = reqID
 		return rep, false
 	}
 	rep, ran := run(s, form, key)
 	if ran && rep.status < 300 {
-		s.notePaymentMethodLocked(path, form, rep)
+		s.notePaymentMethodLocked(method, path, form, rep)
 	}
 	if f, ok := s.takeAfterRunLocked(ran, key, path); ok {
 		// Stripe saves a result once execution has begun: the side effect

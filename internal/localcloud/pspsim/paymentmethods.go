@@ -3,6 +3,7 @@ package pspsim
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/url"
 	"strings"
 )
@@ -21,9 +22,10 @@ func reusableToken(pm string) bool { return strings.HasPrefix(pm, "pm_card_") }
 
 // checkPaymentMethodLocked refuses a PaymentIntent confirmed with a
 // single-use payment method another PaymentIntent has already used. Like a
-// parameter error, the refusal is not saved under the key.
-func (s *Sim) checkPaymentMethodLocked(path string, form url.Values) (reply, bool) {
-	if path != "/v1/payment_intents" {
+// parameter error, the refusal is not saved under the key. Only the create
+// (a POST) confirms: the list shares its path and takes no payment method.
+func (s *Sim) checkPaymentMethodLocked(method, path string, form url.Values) (reply, bool) {
+	if method != http.MethodPost || path != "/v1/payment_intents" {
 		return reply{}, false
 	}
 	pm := form.Get("payment_method")
@@ -43,9 +45,9 @@ func (s *Sim) checkPaymentMethodLocked(path string, form url.Values) (reply, boo
 
 // notePaymentMethodLocked records that a PaymentIntent which took money
 // used its payment method.
-func (s *Sim) notePaymentMethodLocked(path string, form url.Values, rep reply) {
+func (s *Sim) notePaymentMethodLocked(method, path string, form url.Values, rep reply) {
 	pm := form.Get("payment_method")
-	if path != "/v1/payment_intents" || pm == "" || reusableToken(pm) {
+	if method != http.MethodPost || path != "/v1/payment_intents" || pm == "" || reusableToken(pm) {
 		return
 	}
 	var pi struct {

@@ -179,15 +179,15 @@ func (s *Sim) getRefund(form url.Values, _ string) (reply, bool) {
 }
 
 var listRefundParams = params{
-	names:    []string{"charge", "payment_intent", "limit", "starting_after", "ending_before"},
-	prefixes: []string{"expand["},
+	names:    []string{"charge", "payment_intent", "limit", "starting_after", "ending_before", "created"},
+	prefixes: []string{"created[", "expand["},
 }
 
 // listRefunds is GET /v1/refunds: the refunds as they stand now, newest
-// first, filtered by charge= and payment_intent= when given, Stripe's list
-// shape ({"object":"list","data":[...],"has_more","url"}), limit 1-100
-// (default 10) and starting_after paging. Unlike search it has no lag: a
-// refund is listed as soon as it is made.
+// first, filtered by charge=, payment_intent= and created (lists.go) when
+// given, Stripe's list shape ({"object":"list","data":[...],"has_more","url"}),
+// limit 1-100 (default 10) and starting_after paging. Unlike search it has
+// no lag: a refund is listed as soon as it is made.
 func (s *Sim) listRefunds(form url.Values, _ string) (reply, bool) {
 	if rep, bad := listRefundParams.check(form); bad {
 		return rep, false
@@ -195,16 +195,13 @@ func (s *Sim) listRefunds(form url.Values, _ string) (reply, bool) {
 	if form.Get("ending_before") != "" {
 		return invalid("ending_before", "", "pspsim pages refund lists forward only (starting_after)."), false
 	}
-	limit := int64(10)
-	if form.Has("limit") {
-		l, rep, bad := positiveInt(form, "limit", false)
-		if bad || l > 100 {
-			if !bad {
-				rep = invalid("limit", "parameter_invalid_integer", "limit must be between 1 and 100.")
-			}
-			return rep, false
-		}
-		limit = l
+	limit, rep, bad := listLimit(form)
+	if bad {
+		return rep, false
+	}
+	span, rep, bad := created(form)
+	if bad {
+		return rep, false
 	}
 	chID, piID, after := form.Get("charge"), form.Get("payment_intent"), form.Get("starting_after")
 	if after != "" {
@@ -219,7 +216,7 @@ func (s *Sim) listRefunds(form url.Values, _ string) (reply, bool) {
 			skipping = r.ID != after
 			continue
 		}
-		if (chID != "" && r.Charge != chID) || (piID != "" && r.PaymentIntent != piID) {
+		if (chID != "" && r.Charge != chID) || (piID != "" && r.PaymentIntent != piID) || !span.holds(r.Created) {
 			continue
 		}
 		st := s.refundsByID[r.ID]

@@ -7,11 +7,12 @@
 // The API (form-encoded, as stripe-go sends it):
 //
 //	POST /v1/payment_intents          create + confirm (confirm=true only)
+//	GET  /v1/payment_intents          list: created[gte|gt|lte|lt]=, limit, starting_after
 //	GET  /v1/payment_intents/{id}
 //	GET  /v1/payment_intents/search   query: metadata['k']:'v' [AND ...]
 //	POST /v1/refunds
 //	GET  /v1/refunds/{id}
-//	GET  /v1/refunds                  list: charge=, payment_intent=, limit, starting_after
+//	GET  /v1/refunds                  list: charge=, payment_intent=, created[...]=, limit, starting_after
 //
 // Idempotency follows Stripe: a POST's Idempotency-Key is kept for the key
 // window (24 h by default, measured by the injected clock) with the first
