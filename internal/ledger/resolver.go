@@ -32,7 +32,19 @@ type Unsettled struct {
 	Payment
 	// InKeyWindow: replay the charge with its derived key; otherwise look
 	// it up by our reference (a replay after the window would charge anew).
+	// It is decided when the row is taken; the call may leave much later
+	// (the rate cap, the rows before it), so a replay checks
+	// KeyWindowCloses again when it is about to go.
 	InKeyWindow bool
+	// KeyWindowCloses is when the PSP's key window closes (created_at +
+	// KeyWindow) on this process's clock: the time the window had left on
+	// the database's clock (the one that stamped created_at) when the
+	// statement ran, added to a reading of time.Now taken before it was
+	// sent, so the round trip only moves it earlier. It carries the
+	// monotonic reading: compare it with time.Now, which sees the real
+	// waits between the claim and the call (a fake or stepped wall clock
+	// does not), and no offset between the two clocks enters.
+	KeyWindowCloses time.Time
 	// Attempts counts the runs that have taken this row, this one included.
 	Attempts int
 }
@@ -51,6 +63,7 @@ func (s *Store) ClaimUnsettled(ctx context.Context, c Claim) ([]Unsettled, error
 		return nil, nil
 	}
 	window := (c.KeyWindow - c.Margin).Seconds()
+	sent := time.Now()
 	rows, err := s.pool.Query(ctx, `
 		UPDATE payments SET resolve_lease_until = $1, resolve_attempts = resolve_attempts + 1
 		FROM (
@@ -62,18 +75,21 @@ func (s *Store) ClaimUnsettled(ctx context.Context, c Claim) ([]Unsettled, error
 		  FOR UPDATE SKIP LOCKED
 		) pick
 		WHERE payment_id = pick.pick_id
-		RETURNING `+columns+`, now() - created_at < make_interval(secs => $5), resolve_attempts`,
-		c.Now.Add(c.Lease), c.Now.Add(-c.Margin), c.Now, c.Limit, window)
+		RETURNING `+columns+`, now() - created_at < make_interval(secs => $5), resolve_attempts,
+		  extract(epoch FROM created_at + make_interval(secs => $6) - now())::float8`,
+		c.Now.Add(c.Lease), c.Now.Add(-c.Margin), c.Now, c.Limit, window, c.KeyWindow.Seconds())
 	if err != nil {
 		return nil, unavailable("claim unsettled", err)
 	}
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Unsettled, error) {
 		var u Unsettled
 		var state string
+		var left float64 // seconds
 		err := r.Scan(&u.ID, &u.CallerID, &u.ClientKey, &u.Fingerprint, &u.Amount, &u.Currency, &u.MerchantID,
 			&u.OrderID, &u.PaymentMethod, &state, &u.PSPCharge, &u.DeclineCode, &u.DeadlineAt, &u.CreatedAt, &u.UpdatedAt,
-			&u.InKeyWindow, &u.Attempts)
+			&u.InKeyWindow, &u.Attempts, &left)
 		u.State = State(state)
+		u.KeyWindowCloses = sent.Add(time.Duration(left * float64(time.Second)))
 		return u, err
 	})
 	if err != nil {

@@ -79,6 +79,33 @@ func TestClaimUnsettledTakesOpenRowsAndLeasesThem(t *testing.T) {
 	}
 }
 
+// The claim says when each row's PSP key window closes, on the caller's
+// own monotonic clock, from the database's clock that stamped created_at:
+// a run decides at each call whether a replay still lands inside it.
+func TestClaimUnsettledSaysWhenTheKeyWindowCloses(t *testing.T) {
+	pool, _ := testenv.Ledger(t)
+	st := ledger.New(pool)
+	ctx := context.Background()
+	if _, _, err := st.InsertPending(ctx, pending("pay_old", "K1"), ""); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `UPDATE payments SET created_at = now() - interval '23 hours 58 minutes 30 seconds'`); err != nil {
+		t.Fatal(err)
+	}
+	before := time.Now()
+	got, err := st.ClaimUnsettled(ctx, ledger.Claim{Now: now.Add(10 * time.Second), Margin: time.Second, Lease: time.Minute,
+		KeyWindow: 24 * time.Hour, Limit: 10})
+	if err != nil || len(got) != 1 {
+		t.Fatalf("claimed %+v, %v", got, err)
+	}
+	u := got[0]
+	// 90 s were left when the statement ran, counted from before it was
+	// sent: never later than that, and not much earlier.
+	if lo, hi := before.Add(80*time.Second), time.Now().Add(90*time.Second); !u.InKeyWindow || u.KeyWindowCloses.Before(lo) || u.KeyWindowCloses.After(hi) {
+		t.Fatalf("in window %v, closes in %s; want inside, in about 90 s", u.InKeyWindow, time.Until(u.KeyWindowCloses))
+	}
+}
+
 // Rows the PSP keeps answering open are taken after fresh ones: with more
 // such rows than a run's Limit, a payment that just crashed after its charge
 // is still taken by the next run.

@@ -23,6 +23,9 @@
 // answer is settled from the PSP's list of the charge's refunds
 // (psp.Client.FindRefund): succeeded, pending (then followed by id) or
 // failed as the PSP holds it; only when none is found is the key replayed.
+// So is a refusal: it says this request did not run, not that no refund
+// exists (a replay after the key's 24 h, whose first reply was lost, is
+// refused charge_already_refunded by the very refund it sent).
 //
 // The API makes the first attempt (POST /payments/{key}/refund); the
 // resolver makes the others. Both use an Attempter.
@@ -210,10 +213,14 @@ func (a *Attempter) Attempt(ctx context.Context, r ledger.Refund, now time.Time)
 		a.Metrics.Count(psp.MetricKeyUnreadable, 1)
 		return a.open(ctx, r, false, "", now, log)
 	case err != nil:
-		// A refusal under our own key is not proof either way (another
-		// path may have refunded the charge): keep it open, never guess.
-		log.Error("refund call refused; the refund stays open", "err", err)
-		return a.open(ctx, r, true, "", now, log)
+		// A refusal says only that this request did not run, never that no
+		// refund exists: an earlier attempt whose reply was lost may have
+		// refunded, and a replay after the PSP forgot the key is a new
+		// request, refused with charge_already_refunded by that very
+		// refund. The PSP's list of the charge's refunds says which; none
+		// of ours found, it stays open, never guessed.
+		log.Warn("refund call refused; looking it up among the charge's refunds", "err", err)
+		return a.find(ctx, r, pi, charge, now, "refusal", log)
 	case res.Outcome == psp.Succeeded:
 		return a.settle(ctx, r, ledger.RefundOutcome{State: ledger.RefundSucceeded, PSPRefund: res.RefundID, PSPPaymentIntent: res.PaymentIntentID}, log)
 	case res.Outcome == psp.Declined:
@@ -230,7 +237,7 @@ func (a *Attempter) Attempt(ctx context.Context, r ledger.Refund, now time.Time)
 		// 24 h answers the same 500. The PSP's list of the charge's
 		// refunds says what happened.
 		log.Warn("refund answered 5xx; looking it up among the charge's refunds", "http_status", res.HTTPStatus, "replayed", res.Replayed)
-		return a.find(ctx, r, pi, charge, now, log)
+		return a.find(ctx, r, pi, charge, now, "5xx", log)
 	default: // Unknown
 		cause := ""
 		if res.Cause != nil {
@@ -268,32 +275,35 @@ func (a *Attempter) follow(ctx context.Context, r ledger.Refund, now time.Time, 
 	return a.open(ctx, r, true, "", now, log)
 }
 
-// find settles a refund whose key answered a 5xx from the PSP's own
-// records (GET /v1/refunds by the charge or PaymentIntent the refund was
-// sent against): succeeded or failed settles it, pending records its id so
-// later attempts follow it by id; none found, or the look-up failing,
-// leaves it open, and only then does the next attempt replay the key.
-func (a *Attempter) find(ctx context.Context, r ledger.Refund, pi, charge string, now time.Time, log *slog.Logger) (ledger.Refund, error) {
+// find settles a refund whose call answered something that does not say
+// whether it ran (a 5xx, or a refusal; behind names which, for the logs)
+// from the PSP's own records (GET /v1/refunds by the charge or
+// PaymentIntent the refund was sent against): succeeded or failed settles
+// it, pending records its id so later attempts follow it by id; none
+// found, or the look-up failing, leaves it open, and only then does the
+// next attempt replay the key.
+func (a *Attempter) find(ctx context.Context, r ledger.Refund, pi, charge string, now time.Time, behind string, log *slog.Logger) (ledger.Refund, error) {
 	if err := a.wait(ctx); err != nil {
 		return a.open(ctx, r, true, "", now, log)
 	}
 	cctx, cancel := a.callContext(ctx)
 	res, err := a.PSP.FindRefund(cctx, pi, charge, r.PaymentID)
 	cancel()
+	log = log.With("behind", behind)
 	switch {
 	case err != nil:
 		log.Warn("refund look-up failed; the refund stays open", "err", err)
 	case res.Outcome == psp.Succeeded:
-		log.Info("refund found at the PSP behind the 5xx", "psp_refund", res.RefundID)
+		log.Info("refund found at the PSP", "psp_refund", res.RefundID)
 		return a.settle(ctx, r, ledger.RefundOutcome{State: ledger.RefundSucceeded, PSPRefund: res.RefundID, PSPPaymentIntent: res.PaymentIntentID}, log)
 	case res.Outcome == psp.Declined && res.RefundID != "":
 		return a.settle(ctx, r, ledger.RefundOutcome{State: ledger.RefundFailed, PSPRefund: res.RefundID, FailureReason: res.DeclineCode,
 			PSPPaymentIntent: res.PaymentIntentID}, log)
 	case res.Outcome == psp.Pending && res.RefundID != "":
-		log.Info("refund found pending at the PSP behind the 5xx; it will be followed by id", "psp_refund", res.RefundID)
+		log.Info("refund found pending at the PSP; it will be followed by id", "psp_refund", res.RefundID)
 		return a.open(ctx, r, true, res.RefundID, now, log)
 	default:
-		log.Warn("no refund at the PSP behind the 5xx; it will be retried with the same key", "outcome", res.Outcome.String())
+		log.Warn("no refund of ours at the PSP; it will be retried with the same key", "outcome", res.Outcome.String())
 	}
 	return a.open(ctx, r, true, "", now, log)
 }

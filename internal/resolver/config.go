@@ -43,7 +43,9 @@ type Config struct {
 	// (config.Timing.PSPKeyWindow, which the API's takeovers obey too:
 	// ONCEPAY_PSP_KEY_WINDOW, default 24 h), counted from the row's
 	// created_at: inside it a charge is replayed with its derived key, after
-	// it the payment is looked up by our reference.
+	// it the payment is looked up by our reference. A replay is sent only
+	// while it lands CallTimeout + Margin before the window closes, checked
+	// at the call (after the rate cap's wait), not when the row was taken.
 	KeyWindow time.Duration
 	// Margin is the clock margin (ONCEPAY_CLOCK_MARGIN, default 1 s): a
 	// PENDING row is the resolver's once its deadline + Margin has passed.

@@ -13,7 +13,11 @@
 //     The PSP answers with the original's saved result, or runs the call if
 //     the original never reached it. A saved 5xx keeps coming back for that
 //     key, so then the payment is looked up instead; a Pending answer is
-//     followed with Retrieve.
+//     followed with Retrieve. "Inside" is decided at the call, after the
+//     rate cap's wait: a replay goes only if it lands at least the call
+//     timeout plus the margin before the window closes, and is a look-up
+//     otherwise (whose NotFound, the window perhaps still open, leaves the
+//     row open).
 //   - after the window: psp.Lookup by our own reference (metadata
 //     payment_id). A replay there would be a new charge. NotFound after the
 //     window means no charge exists: FAILED.
@@ -446,14 +450,33 @@ func (r *Resolver) ask(ctx context.Context, u ledger.Unsettled, rn *run) (psp.Re
 		res, err := r.lookup(ctx, u.ID, rn)
 		return res, howLookup, err
 	}
+	late := false
 	res, err := r.call(ctx, rn, func(ctx context.Context) (psp.Result, error) {
+		// Decided again here, after the rate cap's wait and the rows before
+		// this one: the claim's "inside the window" may have run out since.
+		if !r.replayable(u) {
+			late = true
+			return r.d.PSP.Lookup(ctx, u.ID)
+		}
 		// The API's request, field for field: the PSP compares parameters.
 		return r.d.PSP.Charge(ctx, psp.ChargeRequest{
 			IdempotencyKey: ids.ChargeKey(u.ID), PaymentID: u.ID, MerchantID: u.MerchantID,
+			CallerID: u.CallerID, ClientKey: u.ClientKey, Fingerprint: u.Fingerprint,
 			Amount: u.Amount, Currency: u.Currency, PaymentMethod: u.PaymentMethod,
 		})
 	})
 	switch {
+	case late:
+		// The key may be pruned by the time a replay lands, which would then
+		// charge anew: looked up instead. The window may still be open (and
+		// a recent replay's charge not yet searchable), so NotFound proves
+		// nothing; a later run, past the window, decides it.
+		r.d.Log.Info("the PSP key window closes before a replay could land; looked up instead",
+			"payment_id", u.ID, "key_window_closes_in", time.Until(u.KeyWindowCloses).String())
+		if err == nil && res.Outcome == psp.NotFound {
+			res.Outcome = psp.Unknown
+		}
+		return res, howLookup, err
 	case errors.Is(err, psp.ErrKeyReuse):
 		// The key's first request carried other parameters: one sent by an
 		// older client (before error_on_requires_action was sent). Nothing
@@ -483,6 +506,15 @@ func (r *Resolver) ask(ctx context.Context, u ledger.Unsettled, rn *run) (psp.Re
 		return res, howLookup, err
 	}
 	return res, howReplay, nil
+}
+
+// replayable reports whether a replay sent now still lands inside the
+// PSP's key window: the request leaves within CallTimeout (the call's
+// context bounds any wait in a capping transport and the client's own
+// retries), and Margin covers the offset between the database's clock,
+// which stamped created_at, and the PSP's.
+func (r *Resolver) replayable(u ledger.Unsettled) bool {
+	return time.Now().Add(r.cfg.CallTimeout + r.cfg.Margin).Before(u.KeyWindowCloses)
 }
 
 func (r *Resolver) lookup(ctx context.Context, paymentID string, rn *run) (psp.Result, error) {
