@@ -20,13 +20,18 @@ const (
 	// later (Stripe's refund.failed after succeeded): the merchant is
 	// credited back, the buyer told the payment stands.
 	RefundFailed = "REFUND_FAILED"
+	// Reversed: a reconciliation refunded a charge the buyer was told did
+	// not happen (the payment FAILED or VOID) or a second charge of one
+	// payment. No merchant money moves (none was credited); the buyer is
+	// told the money is on its way back.
+	Reversed = "REVERSED"
 )
 
 // Event is a payment reaching a published state.
 type Event struct {
 	EventID    string    `json:"event_id"`   // <payment_id>:<state>
 	PaymentID  string    `json:"payment_id"` //
-	State      string    `json:"state"`      // Succeeded, Failed, Refunded or RefundFailed
+	State      string    `json:"state"`      // Succeeded, Failed, Refunded, RefundFailed or Reversed
 	MerchantID string    `json:"merchant_id"`
 	CallerID   string    `json:"caller_id"` // whose devices are notified; an opaque subject, no personal data
 	Amount     int64     `json:"amount"`    // minor units

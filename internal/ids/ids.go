@@ -43,6 +43,15 @@ func ChargeKey(paymentID string) string { return paymentID + ":charge" }
 // RefundKey is the PSP key of the compensation that undoes the charge.
 func RefundKey(paymentID string) string { return paymentID + ":cancel:refund" }
 
+// ReversalKey is the PSP key of the refund a reconciliation sends of one
+// charge the ledger does not hold as the payment's: the PaymentIntent names
+// it, so every run re-creates the same key for the same charge, and two
+// charges of one payment get two keys (one key with two parameter sets
+// would be refused as a reuse).
+func ReversalKey(paymentID, paymentIntent string) string {
+	return paymentID + ":reconcile:refund:" + paymentIntent
+}
+
 // EventID names the event published when the payment reaches state.
 func EventID(paymentID, state string) string { return paymentID + ":" + state }
 

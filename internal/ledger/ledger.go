@@ -288,19 +288,9 @@ func (s *Store) Settle(ctx context.Context, paymentID string, o Outcome, now tim
 			return Payment{}, nil, false, unavailable("journal", err)
 		}
 	}
-	e := event.Event{
-		EventID: ids.EventID(p.ID, string(p.State)), PaymentID: p.ID, State: string(p.State),
-		MerchantID: p.MerchantID, CallerID: p.CallerID, Amount: p.Amount, Currency: p.Currency,
-		PSPCharge: p.PSPCharge, OccurredAt: now.UTC(), ClientKey: p.ClientKey, Fingerprint: p.Fingerprint,
-	}
-	payload, err := e.Marshal()
-	if err != nil {
+	e := paymentEvent(p, now)
+	if err := insertIntent(ctx, tx, e); err != nil {
 		return Payment{}, nil, false, err
-	}
-	if _, err := tx.Exec(ctx, `
-		INSERT INTO outbox_intents (event_id, payment_id, merchant_id, payload) VALUES ($1, $2, $3, $4)`,
-		e.EventID, e.PaymentID, e.MerchantID, payload); err != nil {
-		return Payment{}, nil, false, unavailable("outbox intent", err)
 	}
 	for _, h := range hooks {
 		if err := h(ctx, tx); err != nil {
@@ -365,12 +355,31 @@ func settleIn(ctx context.Context, q rowQuerier, paymentID string, o Outcome, no
 	if err != nil {
 		return Payment{}, nil, false, unavailable("settle", err)
 	}
-	e := event.Event{
+	e := paymentEvent(p, occurred)
+	return p, &e, true, nil
+}
+
+// paymentEvent is the event a payment that just became final publishes.
+func paymentEvent(p Payment, at time.Time) event.Event {
+	return event.Event{
 		EventID: ids.EventID(p.ID, string(p.State)), PaymentID: p.ID, State: string(p.State),
 		MerchantID: p.MerchantID, CallerID: p.CallerID, Amount: p.Amount, Currency: p.Currency,
-		PSPCharge: p.PSPCharge, OccurredAt: occurred, ClientKey: p.ClientKey, Fingerprint: p.Fingerprint,
+		PSPCharge: p.PSPCharge, OccurredAt: at.UTC(), ClientKey: p.ClientKey, Fingerprint: p.Fingerprint,
 	}
-	return p, &e, true, nil
+}
+
+// insertIntent records e's outbox intent inside tx.
+func insertIntent(ctx context.Context, tx pgx.Tx, e event.Event) error {
+	payload, err := e.Marshal()
+	if err != nil {
+		return err
+	}
+	if _, err := tx.Exec(ctx, `
+		INSERT INTO outbox_intents (event_id, payment_id, merchant_id, payload) VALUES ($1, $2, $3, $4)`,
+		e.EventID, e.PaymentID, e.MerchantID, payload); err != nil {
+		return unavailable("outbox intent "+e.EventID, err)
+	}
+	return nil
 }
 
 // Row is what ReadOnly needs of a pool or a connection.

@@ -283,14 +283,8 @@ func settleRefundTx(ctx context.Context, tx pgx.Tx, paymentID string, o RefundOu
 	default:
 		return r, true, nil // failed before any money moved: nothing to publish
 	}
-	payload, err := e.Marshal()
-	if err != nil {
+	if err := insertIntent(ctx, tx, e); err != nil {
 		return Refund{}, false, err
-	}
-	if _, err := tx.Exec(ctx, `
-		INSERT INTO outbox_intents (event_id, payment_id, merchant_id, payload) VALUES ($1, $2, $3, $4)`,
-		e.EventID, e.PaymentID, e.MerchantID, payload); err != nil {
-		return Refund{}, false, unavailable("refund outbox intent", err)
 	}
 	return r, true, nil
 }
