@@ -22,6 +22,12 @@
 // again and is let through, not dropped as its own duplicate. The steps
 // run as one script on the server: atomic, one round trip.
 //
+// A message let through whose send then definitely did not go out (the
+// provider refused it, no address) gives its fingerprint back (Release):
+// kept, it would drop the card's next decline for the rest of the window
+// while the buyer got nothing. Only the owner's own hold is released; a
+// send that may have gone out keeps it.
+//
 // The cache is Valkey (ElastiCache; locally a Redis-protocol server), run
 // with eviction off: an evicted key turns into a silent duplicate, so a full
 // cache refuses writes instead, and an alarm watches its memory. When the
@@ -47,6 +53,9 @@ type Cache interface {
 	// Admit decides one Admission atomically and returns Send, Duplicate
 	// or Capped.
 	Admit(ctx context.Context, a Admission) (string, error)
+	// Release deletes key only while it holds owner, and reports whether
+	// it did.
+	Release(ctx context.Context, key, owner string) (bool, error)
 }
 
 // Admission is one question to the cache: may Owner's message, named by
@@ -164,6 +173,30 @@ func (g *Gate) Accept(ctx context.Context, m Message, owner string, now time.Tim
 		return FailOpen
 	}
 	return verdict
+}
+
+// Release gives back the fingerprint owner holds for m: its message was let
+// through and did not go out, so the next message raised for the same
+// reason is not dropped as its duplicate. A fingerprint held by another
+// owner, or already gone, is left alone. The cap's count is kept: the
+// owner asking again (a retry of the same row) is not counted twice. It
+// blocks for at most one cache call; an error is logged and counted
+// (DedupReleaseFailed) and returned: the fingerprint then lapses with its
+// window.
+func (g *Gate) Release(ctx context.Context, m Message, owner string) error {
+	cctx, cancel := context.WithTimeout(ctx, g.cfg.Timeout)
+	defer cancel()
+	released, err := g.cache.Release(cctx, "dedup:"+m.Fingerprint(), owner)
+	if err != nil {
+		g.cfg.Metrics.Count("DedupReleaseFailed", 1)
+		g.cfg.Logger.Warn("the dedup cache did not release a fingerprint: it lapses with its window",
+			"scope", "dedup", "template", m.Template, "event_id", owner, "err", err)
+		return fmt.Errorf("dedup: release %s: %w", owner, err)
+	}
+	if released {
+		g.cfg.Metrics.Count("DedupReleased", 1)
+	}
+	return nil
 }
 
 // Goes reports whether a verdict sends the message.

@@ -149,6 +149,8 @@ type oddCache struct{}
 
 func (oddCache) Admit(context.Context, dedup.Admission) (string, error) { return "weird", nil }
 
+func (oddCache) Release(context.Context, string, string) (bool, error) { return false, nil }
+
 // A verdict the gate does not know is no verdict: the message goes out,
 // counted, rather than being dropped on an answer nobody decided.
 func TestAnAnswerTheGateDoesNotKnowFailsOpen(t *testing.T) {
@@ -210,5 +212,42 @@ func TestTheSameEventIsAnsweredTheSameAcrossMidnight(t *testing.T) {
 	}
 	if v := g.Accept(context.Background(), msg("pm_a"), "evA2", next); v != dedup.Duplicate {
 		t.Fatalf("card A's next decline: %s, want its duplicate", v)
+	}
+}
+
+// A message let through whose send did not go out gives its fingerprint
+// back: the card's next decline is let through, not dropped as the
+// duplicate of a reminder nobody got. Only the owner's hold is released:
+// another event asking to release it changes nothing, and the released
+// owner asking again (the sweep's retry) is answered as any newcomer.
+func TestAReleasedFingerprintLetsTheNextMessageThrough(t *testing.T) {
+	c := testenv.Cache(t)
+	g, emf := gate(t, c, dedup.Config{Cap: 2})
+	m := dedup.Message{Recipient: "u-" + testenv.RandomID(6), Template: "card-declined-reminder", Key: "pm_a"}
+	if v := g.Accept(context.Background(), m, "evA", now); v != dedup.Send {
+		t.Fatalf("evA: %s", v)
+	}
+	// Not evB's to release: evA keeps it.
+	if err := g.Release(context.Background(), m, "evB"); err != nil {
+		t.Fatal(err)
+	}
+	if v := g.Accept(context.Background(), m, "evB", now); v != dedup.Duplicate {
+		t.Fatalf("evB while evA holds the card: %s", v)
+	}
+	if err := g.Release(context.Background(), m, "evA"); err != nil {
+		t.Fatal(err)
+	}
+	held, err := c.Do(context.Background(), "EXISTS", "dedup:"+m.Fingerprint())
+	if err != nil || held.(int64) != 0 {
+		t.Fatalf("the fingerprint is still held after evA released it: %v %v", held, err)
+	}
+	if v := g.Accept(context.Background(), m, "evC", now); v != dedup.Send {
+		t.Fatalf("the next decline after the release: %s, want send", v)
+	}
+	if v := g.Accept(context.Background(), m, "evA", now); v != dedup.Duplicate {
+		t.Fatalf("evA asking again after evC took the card: %s, want duplicate", v)
+	}
+	if metrics.Sum(emf.Bytes(), "DedupReleased") != 1 {
+		t.Errorf("want one release counted: %s", emf.String())
 	}
 }

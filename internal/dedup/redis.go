@@ -99,6 +99,29 @@ func (r *Redis) Admit(ctx context.Context, a Admission) (string, error) {
 	return v, nil
 }
 
+// release deletes the fingerprint only while it holds the owner: a later
+// event's hold, taken since, is not its to give back.
+// KEYS: the fingerprint's key; ARGV: owner.
+var release = redis.NewScript(1, `
+if redis.call('GET', KEYS[1]) == ARGV[1] then
+  return redis.call('DEL', KEYS[1])
+end
+return 0`)
+
+// Release implements Cache.
+func (r *Redis) Release(ctx context.Context, key, owner string) (bool, error) {
+	c, err := r.pool.GetContext(ctx)
+	if err != nil {
+		return false, fmt.Errorf("dedup: cache: %w", err)
+	}
+	defer c.Close()
+	n, err := redis.Int(release.DoContext(ctx, c, key, owner))
+	if err != nil {
+		return false, fmt.Errorf("dedup: release: %w", err)
+	}
+	return n == 1, nil
+}
+
 // Do runs one command (tests and tools look at the cache with it).
 func (r *Redis) Do(ctx context.Context, cmd string, args ...any) (any, error) {
 	c, err := r.pool.GetContext(ctx)

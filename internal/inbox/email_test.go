@@ -81,6 +81,9 @@ type emailWorld struct {
 	// crashCommit makes AfterCommit fail once: the worker dies after the
 	// inbox transaction, before any send.
 	crashCommit *bool
+	// reminder is the reminder's sender, the worker's and its sweep's: a
+	// test may change its From.
+	reminder *notify.EmailSender
 }
 
 func newEmailWorld(t *testing.T, reminders ...*dedup.Gate) *emailWorld {
@@ -122,8 +125,9 @@ func newEmailWorld(t *testing.T, reminders ...*dedup.Gate) *emailWorld {
 	sender = notify.EmailSender{SES: ew.ses, DB: ew.pool, From: ew.from}
 	reminder = sender
 	reminder.Type = notify.CardDeclinedReminder
+	ew.reminder = &reminder
 	if raise != nil {
-		rs, err := inbox.NewNotifSweeper(ew.pool, reminder, inbox.SweepConfig{Channel: notify.ChannelReminder, Message: notify.CardDeclinedReminder,
+		rs, err := inbox.NewNotifSweeper(ew.pool, &reminder, inbox.SweepConfig{Channel: notify.ChannelReminder, Message: notify.CardDeclinedReminder,
 			Repeats: true, Raise: raise, Grace: time.Nanosecond, Logger: quiet, Metrics: metrics.New(ew.emf, "worker")})
 		if err != nil {
 			t.Fatal(err)
@@ -171,8 +175,31 @@ func (w *emailWorld) paid(t *testing.T, pid, to string) event.Event {
 }
 
 // settled writes the payment's row (card method) and returns its event in
-// state.
+// state; a FAILED payment is settled so, declined by the card's issuer.
 func (w *emailWorld) settled(t *testing.T, pid, to, method, state string) event.Event {
+	t.Helper()
+	if state == event.Failed {
+		return w.declined(t, pid, to, method, "generic_decline")
+	}
+	w.pending(t, pid, to, method)
+	e := payment(pid, "m1", state, 3000)
+	e.CallerID = w.caller
+	return e
+}
+
+// declined writes the payment's row, settles it FAILED with decline code
+// as the api or the resolver does, and returns its FAILED event.
+func (w *emailWorld) declined(t *testing.T, pid, to, method, code string) event.Event {
+	t.Helper()
+	w.pending(t, pid, to, method)
+	_, ev, moved, err := ledger.New(w.pool).Settle(context.Background(), pid, ledger.Outcome{State: ledger.Failed, PSPCharge: "pi_" + pid, DeclineCode: code}, time.Now())
+	if err != nil || !moved || ev == nil {
+		t.Fatalf("settle %s FAILED: moved %v, %v", pid, moved, err)
+	}
+	return *ev
+}
+
+func (w *emailWorld) pending(t *testing.T, pid, to, method string) {
 	t.Helper()
 	_, _, err := ledger.New(w.pool).InsertPending(context.Background(), ledger.Payment{ID: pid, CallerID: w.caller, ClientKey: "K-" + pid,
 		Fingerprint: "H", Amount: 3000, Currency: "USD", MerchantID: "m1", OrderID: pid, PaymentMethod: method,
@@ -180,9 +207,6 @@ func (w *emailWorld) settled(t *testing.T, pid, to, method, state string) event.
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := payment(pid, "m1", state, 3000)
-	e.CallerID = w.caller
-	return e
 }
 
 // subjects counts the emails to the buyer by subject's first words.
@@ -857,5 +881,161 @@ func TestALogicalMessageNeedsItsGate(t *testing.T) {
 	}
 	if _, err := inbox.NewNotifSweeper(w.pool, sender, inbox.SweepConfig{Channel: "reminder", Message: notify.CardDeclinedReminder}); err == nil {
 		t.Error("a reminder sweep without a gate: accepted")
+	}
+}
+
+// Our own refusals — the PSP refused our request (a rotated key), nothing
+// at the PSP carries the payment — are not the card's fault: the buyer
+// gets the decline email, never a reminder to update the card, and the
+// card's gate is left alone, so the issuer's decline of the same card
+// later raises its reminder.
+func TestOurOwnRefusalRaisesNoCardReminder(t *testing.T) {
+	g, _ := reminderGate(t, testenv.Cache(t), 0)
+	w := newEmailWorld(t, g)
+	var ours []string
+	for i, code := range []string{"psp_invalid_request", "psp_no_charge"} {
+		e := w.declined(t, fmt.Sprintf("pay_own%d", i), w.to, "pm_card_visa", code)
+		ours = append(ours, e.EventID)
+		if _, err := w.w.Process(context.Background(), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, d := w.reminded(t); r != 0 || d < 2 {
+		t.Fatalf("our own refusals: %d reminders and %d decline emails, want none and at least 2", r, d)
+	}
+	for _, id := range ours {
+		if state := w.rowState(t, id, notify.ChannelReminder); state != "none" {
+			t.Errorf("%s: a reminder row %s, want none", id, state)
+		}
+	}
+	issuer := w.declined(t, "pay_issuer", w.to, "pm_card_visa", "insufficient_funds")
+	if _, err := w.w.Process(context.Background(), issuer); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := w.reminded(t); r != 1 || w.rowState(t, issuer.EventID, notify.ChannelReminder) != inbox.NotifSent {
+		t.Fatalf("the issuer's decline: %d reminders, row %s; want 1 and SENT", r, w.rowState(t, issuer.EventID, notify.ChannelReminder))
+	}
+}
+
+// A reminder row our own refusal raised before the decline code was
+// checked (written by the worker of the version before, PENDING when the
+// new one is deployed) is dropped by the sweep, not sent.
+func TestTheSweepDropsAReminderOurOwnRefusalRaised(t *testing.T) {
+	g, _ := reminderGate(t, testenv.Cache(t), 0)
+	w := newEmailWorld(t, g)
+	e := w.declined(t, "pay_old", w.to, "pm_card_visa", "psp_invalid_request")
+	payload, err := e.Marshal()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.pool.Exec(context.Background(), `
+		INSERT INTO notif (event_id, channel, state, replace_id, caller_id, payload, created_at)
+		VALUES ($1, 'reminder', 'PENDING', $2, $3, $4, now() - interval '1 minute')`, e.EventID, e.PaymentID, e.CallerID, payload); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.reminders.FinishPending(context.Background(), 10); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := w.reminded(t); r != 0 {
+		t.Fatalf("%d reminders sent for our own refusal", r)
+	}
+	if state := w.rowState(t, e.EventID, notify.ChannelReminder); state != inbox.NotifDropped {
+		t.Fatalf("the reminder's row: %s, want DROPPED", state)
+	}
+}
+
+// unverified makes the reminder's sender an address SES has not verified:
+// SES refuses its sends (400 MessageRejected), a send that definitely did
+// not go out. It returns the verified one.
+func (w *emailWorld) unverified() string {
+	from := w.reminder.From
+	w.reminder.From = "unverified-" + testenv.RandomID(4) + "@oncepay.test"
+	return from
+}
+
+// A reminder the gate let through whose send SES refused did not reach the
+// buyer: the gate gives the card back, so the card's next decline raises
+// its reminder (before, the card was held for the window and the next
+// decline's reminder dropped, while the buyer had none). The refused row,
+// retried by the sweep, is then the duplicate: one reminder in all.
+func TestARefusedReminderGivesTheCardBack(t *testing.T) {
+	g, _ := reminderGate(t, testenv.Cache(t), 0)
+	w := newEmailWorld(t, g)
+	first := w.settled(t, "pay_rf1", w.to, "pm_card_visa", event.Failed)
+	from := w.unverified()
+	if res, err := w.w.Process(context.Background(), first); err != nil || res.Extra != "email=sent reminder=failed" {
+		t.Fatalf("the refused reminder: %+v %v", res, err)
+	}
+	if r, _ := w.reminded(t); r != 0 {
+		t.Fatalf("%d reminders taken by SES from an unverified sender: the refusal is not injected", r)
+	}
+	w.reminder.From = from
+	second := w.settled(t, "pay_rf2", w.to, "pm_card_visa", event.Failed)
+	if _, err := w.w.Process(context.Background(), second); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := w.reminded(t); r != 1 {
+		t.Fatalf("the card's next decline: %d reminders, want 1 (row %s): the refused reminder kept the card",
+			r, w.rowState(t, second.EventID, notify.ChannelReminder))
+	}
+	// The sweep retries the refused one: the duplicate now.
+	if _, err := w.pool.Exec(context.Background(), `UPDATE notif SET next_attempt_at = now() WHERE event_id = $1`, first.EventID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.reminders.FinishPending(context.Background(), 10); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := w.reminded(t); r != 1 {
+		t.Fatalf("%d reminders, want 1", r)
+	}
+	if a, b := w.rowState(t, first.EventID, notify.ChannelReminder), w.rowState(t, second.EventID, notify.ChannelReminder); a != inbox.NotifDropped || b != inbox.NotifSent {
+		t.Fatalf("the reminders' rows: %s and %s, want DROPPED and SENT", a, b)
+	}
+}
+
+// The sweep gives up on a reminder SES keeps refusing (STUCK, past its
+// horizon): the card is given back too.
+func TestAReminderTheSweepGivesUpOnGivesTheCardBack(t *testing.T) {
+	g, _ := reminderGate(t, testenv.Cache(t), 0)
+	w := newEmailWorld(t, g)
+	first := w.settled(t, "pay_gu1", w.to, "pm_card_visa", event.Failed)
+	w.dieAfterCommit(t, first)
+	from := w.unverified()
+	if _, err := w.pool.Exec(context.Background(), `UPDATE notif SET armed_at = now() - interval '25 hours' WHERE event_id = $1 AND channel = 'reminder'`, first.EventID); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.reminders.FinishPending(context.Background(), 10); err != nil {
+		t.Fatal(err)
+	}
+	if state := w.rowState(t, first.EventID, notify.ChannelReminder); state != inbox.NotifStuck {
+		t.Fatalf("the refused reminder's row: %s, want STUCK", state)
+	}
+	w.reminder.From = from
+	second := w.settled(t, "pay_gu2", w.to, "pm_card_visa", event.Failed)
+	if _, err := w.w.Process(context.Background(), second); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := w.reminded(t); r != 1 || w.rowState(t, second.EventID, notify.ChannelReminder) != inbox.NotifSent {
+		t.Fatalf("the card's next decline: %d reminders (row %s), want 1 and SENT: the given-up reminder kept the card",
+			r, w.rowState(t, second.EventID, notify.ChannelReminder))
+	}
+}
+
+// A reminder whose answer was lost may be in the buyer's inbox: it keeps
+// the card, and the card's next decline is the duplicate.
+func TestAReminderThatMayHaveGoneKeepsTheCard(t *testing.T) {
+	g, _ := reminderGate(t, testenv.Cache(t), 0)
+	w := newEmailWorld(t, g)
+	first := w.settled(t, "pay_mg1", w.to, "pm_card_visa", event.Failed)
+	w.ses.skip, w.ses.left = 1, 1 // the decline email goes, the reminder's answer is lost
+	if res, err := w.w.Process(context.Background(), first); err != nil || res.Extra != "email=sent reminder=unknown" {
+		t.Fatalf("%+v %v", res, err)
+	}
+	second := w.settled(t, "pay_mg2", w.to, "pm_card_visa", event.Failed)
+	if _, err := w.w.Process(context.Background(), second); err != nil {
+		t.Fatal(err)
+	}
+	if r, _ := w.reminded(t); r != 1 || w.rowState(t, second.EventID, notify.ChannelReminder) != inbox.NotifDropped {
+		t.Fatalf("%d reminders (the next decline's row %s), want the lost-answer one only and DROPPED", r, w.rowState(t, second.EventID, notify.ChannelReminder))
 	}
 }

@@ -12,6 +12,10 @@
 //	all:       INSERT notif (event_id, channel, 'PENDING', replace_id, caller, payload) ON CONFLICT DO NOTHING
 //	COMMIT
 //
+// Across Regions (Config.Adopt) a SUCCEEDED event first checks the
+// payment's row: it credits only what the row backs with a charge journal
+// (Worker.adopt).
+//
 // The balance is an increment, which an at-least-once consumer must never
 // make unguarded; here the inbox row commits with it, so a repeat never gets
 // that far. After the commit, and again on every redelivery whether or not
@@ -104,7 +108,8 @@ type Channel struct {
 }
 
 // Raise says when a logical message is raised: by an event in States whose
-// payment has a receipt address. Its row is written in the inbox
+// payment has a receipt address and, for the card reminder, whose decline
+// is the card issuer's, not oncepay's own refusal (notify.Raises). Its row is written in the inbox
 // transaction, as any channel's, so a worker that dies after the commit
 // leaves it PENDING for the redelivery or the sweep. Whichever sends it
 // asks the Gate first (its fingerprint is the caller, the Template and the
@@ -187,6 +192,9 @@ type Config struct {
 	// a payment its last replication lag lost from the home ledger (the
 	// copy its relay sends once it is back): without the row the payment
 	// could be neither refunded nor resolved. Counted (PaymentAdopted).
+	// Such a copy credits only what the home row backs: a PENDING or
+	// UNKNOWN row is settled from it (PaymentSettledByCopy), a FAILED or
+	// VOID one refuses it (AdoptionRefused); see Worker.adopt.
 	Adopt bool
 }
 
@@ -239,6 +247,10 @@ type Result struct {
 	Pushed        bool // this delivery sent the push
 	PushFailed    bool // the push failed: the row stays PENDING for the sweep
 	Undeliverable bool // no channel can take the push: the row is UNDELIVERABLE
+	// Refused (Config.Adopt): the inbox row was new, and the event, a copy
+	// the ledger contradicts, was recorded and not applied: no credit, no
+	// notification (AdoptionRefused).
+	Refused bool
 	// Extra is what this delivery did on each extra channel that owed a
 	// message, "<channel>=<outcome>" in Config.Extra's order, space
 	// separated: sent, failed (PENDING for the sweep), undeliverable,
@@ -261,16 +273,21 @@ func (r *Result) extra(channel, outcome string) {
 // the redelivery is then the only retry.
 func (w *Worker) Process(ctx context.Context, e event.Event) (Result, error) {
 	var res Result
-	if e.State != Succeeded && e.State != Failed && e.State != Refunded && e.State != RefundFailed {
+	if e.State != Succeeded && e.State != Failed && e.State != Refunded && e.State != RefundFailed && e.State != event.Reversed {
 		return res, fmt.Errorf("%w: event %s has state %q", ErrPoison, e.EventID, e.State)
 	}
 	if err := hook(ctx, w.cfg.Hooks.BeforeEvent, e, "before the transaction"); err != nil {
 		return res, err
 	}
-	inserted, err := w.apply(ctx, e)
+	how, err := w.apply(ctx, e)
 	if err != nil {
 		return res, err
 	}
+	if how == refused {
+		res.Refused = true
+		return res, nil // nothing owed: no notification was recorded
+	}
+	inserted := how == done
 	res.Credited, res.Duplicate = inserted, !inserted
 	if err := hook(ctx, w.cfg.Hooks.AfterCommit, e, "after the commit"); err != nil {
 		return res, err
@@ -289,20 +306,67 @@ func (w *Worker) Process(ctx context.Context, e event.Event) (Result, error) {
 	return res, nil
 }
 
-// admit asks r's gate whether e's logical message goes out. The card is
-// the payment's method, read from the ledger (no event carries it).
-func (r *Raise) admit(ctx context.Context, db interface {
+// notRaised is admit's verdict on a message its payment does not raise
+// (notify.Raises): a reminder to update a card the issuer never declined.
+// Not the gate's: nothing is asked of it or held.
+const notRaised = "not-raised"
+
+// rowQuerier is a pool or a transaction.
+type rowQuerier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
-}, e event.Event) (string, error) {
-	var card string
-	if err := db.QueryRow(ctx, `SELECT COALESCE(payment_method, '') FROM payments WHERE payment_id = $1`, e.PaymentID).Scan(&card); err != nil {
-		return "", fmt.Errorf("inbox: read the card of %s: %w", e.PaymentID, err)
+}
+
+// message is e's logical message as the gate names it, and the payment's
+// decline code. The card is the payment's method, read from the ledger (no
+// event carries it, nor the decline code).
+func (r *Raise) message(ctx context.Context, db rowQuerier, e event.Event) (dedup.Message, string, error) {
+	var card, decline string
+	if err := db.QueryRow(ctx, `SELECT COALESCE(payment_method, ''), COALESCE(decline_code, '') FROM payments WHERE payment_id = $1`,
+		e.PaymentID).Scan(&card, &decline); err != nil {
+		return dedup.Message{}, "", fmt.Errorf("inbox: read the card of %s: %w", e.PaymentID, err)
+	}
+	return dedup.Message{Recipient: e.CallerID, Template: r.Template, Key: card}, decline, nil
+}
+
+// admit asks r's gate whether e's logical message typ goes out. A message
+// the payment does not raise (a row written before the decline code was
+// checked in the inbox transaction, see apply) is notRaised, and the gate
+// is not asked.
+func (r *Raise) admit(ctx context.Context, db rowQuerier, e event.Event, typ notify.MessageType) (string, error) {
+	m, decline, err := r.message(ctx, db, e)
+	if err != nil {
+		return "", err
+	}
+	if !notify.Raises(typ, decline) {
+		return notRaised, nil
 	}
 	now := time.Now
 	if r.Now != nil {
 		now = r.Now
 	}
-	return r.Gate.Accept(ctx, dedup.Message{Recipient: e.CallerID, Template: r.Template, Key: card}, e.EventID, now()), nil
+	return r.Gate.Accept(ctx, m, e.EventID, now()), nil
+}
+
+// giveBack releases the gate's hold on e's message after a send that
+// definitely did not go out (refused, no address; retried later or given
+// up): kept, it would drop the card's next decline for the rest of the
+// window while the buyer got nothing. A send that may have gone out
+// (notify.ErrOutcomeUnknown) keeps it: that reminder may be in the inbox.
+// A failure is only logged: the hold then lapses with its window.
+func (r *Raise) giveBack(ctx context.Context, db rowQuerier, e event.Event, sendErr error, log *slog.Logger) {
+	if r == nil || sendErr == nil || errors.Is(sendErr, notify.ErrOutcomeUnknown) {
+		return
+	}
+	ctx, cancel := recordCtx(ctx)
+	defer cancel()
+	m, _, err := r.message(ctx, db, e)
+	if err == nil {
+		err = r.Gate.Release(ctx, m, e.EventID)
+	}
+	if err != nil {
+		log.LogAttrs(ctx, slog.LevelWarn, "the gate's hold on a message not sent was not released; it lapses with its window",
+			slog.String("event_id", e.EventID), slog.String("payment_id", e.PaymentID), slog.String("error", err.Error()))
+	}
 }
 
 // recordUnknown records a send that may have gone and is not made again:
@@ -311,11 +375,15 @@ func recordUnknown(ctx context.Context, db execer, eventID, channel, why string)
 	return finalize(ctx, db, eventID, channel, NotifUnknown, why)
 }
 
-// drop records a logical message the gate did not let through: DROPPED,
-// final. Recording it can fail harmlessly: the gate answers the next
-// asker the same.
+// drop records a logical message the gate did not let through, or its
+// payment does not raise (notRaised): DROPPED, final. Recording it can
+// fail harmlessly: the next asker is answered the same.
 func drop(ctx context.Context, db execer, eventID, channel, verdict string) error {
-	return finalize(ctx, db, eventID, channel, NotifDropped, "dedup: "+verdict)
+	why := "dedup: " + verdict
+	if verdict == notRaised {
+		why = "not raised: the payment's decline is not the card issuer's"
+	}
+	return finalize(ctx, db, eventID, channel, NotifDropped, why)
 }
 
 // finalize ends a PENDING row in a final state with its reason, releasing
@@ -394,7 +462,7 @@ func (w *Worker) deliverExtra(ctx context.Context, e event.Event, ch Channel, re
 		return leave("too little of the invocation left to send", context.DeadlineExceeded)
 	}
 	if ch.Raise != nil {
-		verdict, err := ch.Raise.admit(ctx, w.db, e)
+		verdict, err := ch.Raise.admit(ctx, w.db, e, ch.Message)
 		if err != nil {
 			return leave("the gate could not be asked", err)
 		}
@@ -441,6 +509,7 @@ func (w *Worker) deliverExtra(ctx context.Context, e event.Event, ch Channel, re
 			slog.String("event_id", e.EventID), slog.String("payment_id", e.PaymentID), slog.String("channel", ch.Name))
 	}
 	if err := ch.Sender.Send(ctx, notify.FromEvent(e)); err != nil {
+		ch.Raise.giveBack(ctx, w.db, e, err, w.cfg.Logger)
 		res.extra(ch.Name, w.notSent(ctx, e, ch, err))
 		return nil
 	}
@@ -601,39 +670,47 @@ func hook(ctx context.Context, h func(context.Context, event.Event) error, e eve
 	return nil
 }
 
-// apply runs the inbox transaction and reports whether the inbox row was new.
-func (w *Worker) apply(ctx context.Context, e event.Event) (inserted bool, err error) {
+// applied is what the inbox transaction did with an event.
+type applied int
+
+const (
+	repeat  applied = iota // the inbox row existed: nothing written
+	done                   // the inbox row was new: the event applied
+	refused                // Adopt: the inbox row was new, the event recorded and not applied (see adopt)
+)
+
+// apply runs the inbox transaction and reports what it did.
+func (w *Worker) apply(ctx context.Context, e event.Event) (applied, error) {
 	tx, err := w.db.Begin(ctx)
 	if err != nil {
-		return false, fmt.Errorf("inbox: begin %s: %w", e.EventID, err)
+		return repeat, fmt.Errorf("inbox: begin %s: %w", e.EventID, err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after commit
 	tag, err := tx.Exec(ctx, `INSERT INTO processed (event_id) VALUES ($1) ON CONFLICT (event_id) DO NOTHING`, e.EventID)
 	if err != nil {
-		return false, classify(fmt.Errorf("inbox: inbox row %s: %w", e.EventID, err))
+		return repeat, classify(fmt.Errorf("inbox: inbox row %s: %w", e.EventID, err))
 	}
 	if tag.RowsAffected() == 0 {
-		return false, nil // a repeat: nothing to write, the deferred rollback ends the transaction
+		return repeat, nil // a repeat: nothing to write, the deferred rollback ends the transaction
 	}
-	adopted := false
-	if w.cfg.Adopt && e.State == Succeeded && e.ClientKey != "" && e.Fingerprint != "" && e.PSPCharge != "" {
-		// Two journal rows when the payment row was written, none when
-		// the ledger had it (any unique key: its id or its caller and key).
-		tag, err := tx.Exec(ctx, `
-			WITH adopted AS (
-			  INSERT INTO payments (payment_id, caller_id, client_key, fingerprint, amount, currency, state, psp_charge, merchant_id)
-			  VALUES ($1, $2, $3, $4, $5, $6, 'SUCCEEDED', $7, $8)
-			  ON CONFLICT DO NOTHING
-			  RETURNING payment_id)
-			INSERT INTO journal_entries (payment_id, posting, account, amount, currency)
-			SELECT payment_id, 'charge', 'psp_receivable', $5, $6 FROM adopted
-			UNION ALL
-			SELECT payment_id, 'charge', 'merchant_payable:' || $8, -$5::bigint, $6 FROM adopted`,
-			e.PaymentID, e.CallerID, e.ClientKey, e.Fingerprint, e.Amount, e.Currency, e.PSPCharge, e.MerchantID)
-		if err != nil {
-			return false, classify(fmt.Errorf("inbox: adopt %s: %w", e.PaymentID, err))
+	var home adoption
+	if w.cfg.Adopt && e.State == Succeeded {
+		if home, err = w.adopt(ctx, tx, e); err != nil {
+			return repeat, err
 		}
-		adopted = tag.RowsAffected() > 0
+		if home.refusal != "" {
+			// Recorded, so its redeliveries stop; no credit and no
+			// notification (a "payment confirmed" would replace the
+			// decline the buyer was told of).
+			if err := tx.Commit(ctx); err != nil {
+				return repeat, fmt.Errorf("inbox: commit %s: %w", e.EventID, err)
+			}
+			w.cfg.Metrics.Count("AdoptionRefused", 1)
+			w.cfg.Logger.LogAttrs(ctx, slog.LevelError, "a SUCCEEDED copy the ledger contradicts: not credited; the PSP charge is reconciliation's to find and refund",
+				slog.String("alert", "AdoptionRefused"), slog.String("event_id", e.EventID), slog.String("payment_id", e.PaymentID),
+				slog.String("psp_charge", e.PSPCharge), slog.String("home_state", home.state), slog.String("why", home.refusal))
+			return refused, nil
+		}
 	}
 	b := &pgx.Batch{}
 	balance := func(delta int64) {
@@ -661,15 +738,30 @@ func (w *Worker) apply(ctx context.Context, e event.Event) (inserted bool, err e
 		// The row carries the event, so the sweep can finish it alone.
 		payload, err := e.Marshal()
 		if err != nil {
-			return false, fmt.Errorf("%w: %w", ErrPoison, err)
+			return repeat, fmt.Errorf("%w: %w", ErrPoison, err)
 		}
 		b.Queue(`
 			INSERT INTO notif (event_id, channel, state, replace_id, caller_id, payload) VALUES ($1, $2, 'PENDING', $3, $4, $5)
 			ON CONFLICT (event_id, channel) DO NOTHING`,
 			e.EventID, w.cfg.Channel, notify.FromEvent(e).ReplaceID, e.CallerID, payload)
+		decline, declineRead := "", false
 		for _, ch := range w.cfg.Extra {
 			if ch.Raise != nil && !slices.Contains(ch.Raise.States, e.State) {
 				continue
+			}
+			if ch.Raise != nil {
+				// Only the issuer's decline raises the card reminder, not
+				// oncepay's own refusal (notify.Raises): read in this
+				// transaction, from the row the FAILED settle wrote.
+				if !declineRead {
+					if decline, err = declineCode(ctx, tx, e.PaymentID); err != nil {
+						return repeat, err
+					}
+					declineRead = true
+				}
+				if !notify.Raises(ch.Message, decline) {
+					continue
+				}
 			}
 			b.Queue(`
 				INSERT INTO notif (event_id, channel, state, replace_id, caller_id, payload)
@@ -681,18 +773,14 @@ func (w *Worker) apply(ctx context.Context, e event.Event) (inserted bool, err e
 	}
 	if b.Len() > 0 {
 		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return false, classify(fmt.Errorf("inbox: apply %s: %w", e.EventID, err))
+			return repeat, classify(fmt.Errorf("inbox: apply %s: %w", e.EventID, err))
 		}
 	}
 	if err := tx.Commit(ctx); err != nil {
-		return false, fmt.Errorf("inbox: commit %s: %w", e.EventID, err)
+		return repeat, fmt.Errorf("inbox: commit %s: %w", e.EventID, err)
 	}
-	if adopted {
-		w.cfg.Metrics.Count("PaymentAdopted", 1)
-		w.cfg.Logger.Warn("adopted a payment the ledger had no row of (lost in a failover): written SUCCEEDED from the event",
-			"event_id", e.EventID, "payment_id", e.PaymentID, "psp_charge", e.PSPCharge)
-	}
-	return true, nil
+	home.report(ctx, w.cfg, e)
+	return done, nil
 }
 
 // classify marks the ledger's refusals of the event's values (data
@@ -807,7 +895,7 @@ func (w *Worker) done(ctx context.Context, m events.SQSMessage, e event.Event, r
 	w.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "event processed",
 		slog.String("event_id", e.EventID), slog.String("payment_id", e.PaymentID),
 		slog.String("message_id", m.MessageId), slog.Int("receive_count", receives),
-		slog.Bool("duplicate", res.Duplicate), slog.Bool("pushed", res.Pushed),
+		slog.Bool("duplicate", res.Duplicate), slog.Bool("refused", res.Refused), slog.Bool("pushed", res.Pushed),
 		slog.Bool("push_failed", res.PushFailed), slog.Bool("undeliverable", res.Undeliverable), slog.String("channels", res.Extra))
 }
 

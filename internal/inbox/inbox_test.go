@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -159,6 +160,28 @@ func TestAFailedPaymentIsNotifiedButNotCredited(t *testing.T) {
 	}
 	if s := w.notif(t, e.EventID); s != inbox.NotifSent || w.pusher.count() != 1 || w.pusher.pushes[0].State != inbox.Failed {
 		t.Fatalf("notif %s, pushes %+v", s, w.pusher.pushes)
+	}
+}
+
+// A reconciliation's REVERSED event (a charge the buyer was told did not
+// happen, refunded) moves no merchant money, none having been credited, and
+// tells the buyer once with the payment's replace id.
+func TestAReversedChargeIsNotifiedOnceAndMovesNoMoney(t *testing.T) {
+	w := newWorld(t, nil)
+	e := payment("pay_rev", "m1", event.Reversed, 3000)
+	for range 2 {
+		if _, err := w.w.Process(context.Background(), e); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if b, c, d := w.balance(t, "m1"), w.count(t, `SELECT count(*) FROM credits`), w.count(t, `SELECT count(*) FROM debits`); b != 12000 || c != 0 || d != 0 {
+		t.Fatalf("balance %d, %d credits, %d debits: a reversal moves no merchant money", b, c, d)
+	}
+	if s := w.notif(t, e.EventID); s != inbox.NotifSent || w.pusher.count() != 1 || w.pusher.pushes[0].ReplaceID != "pay_rev" {
+		t.Fatalf("notif %s, pushes %+v, want one push replacing the payment's", s, w.pusher.pushes)
+	}
+	if c := notify.FromEvent(e).Content(); c.Title != "Charge returned" {
+		t.Fatalf("push title %q", c.Title)
 	}
 }
 
@@ -335,20 +358,29 @@ func TestAFailedRegionsCopyOfALostPaymentIsAdopted(t *testing.T) {
 		t.Errorf("PaymentAdopted = %v, want 1", n)
 	}
 
-	// A payment the ledger holds keeps its row; a FAILED event adopts nothing.
-	if _, err := w.pool.Exec(ctx, `INSERT INTO payments (payment_id, caller_id, client_key, fingerprint, amount, currency, state, merchant_id)
-		VALUES ('pay_held', 'u1', 'K-held', 'fp-held', 3000, 'USD', 'UNKNOWN', 'm1')`); err != nil {
+	// A payment the ledger holds SUCCEEDED keeps its row and is credited
+	// once (the home's own event, or this copy: the same id); a FAILED
+	// event adopts nothing. (A held row in another state:
+	// TestALeftoverCopyIsCreditedOnlyWhatTheHomeRowBacks.)
+	if _, err := w.pool.Exec(ctx, `INSERT INTO payments (payment_id, caller_id, client_key, fingerprint, amount, currency, state, psp_charge, merchant_id)
+		VALUES ('pay_held', 'u1', 'K-pay_held', 'fp-pay_held', 3000, 'USD', 'SUCCEEDED', 'pi_pay_held', 'm1')`); err != nil {
 		t.Fatal(err)
 	}
 	failed := lost("pay_declined")
 	failed.State, failed.EventID = inbox.Failed, ids.EventID("pay_declined", inbox.Failed)
-	for _, ev := range []event.Event{lost("pay_held"), failed} {
+	for _, ev := range []event.Event{lost("pay_held"), lost("pay_held"), failed} {
 		if _, err := w.w.Process(ctx, ev); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if n := w.count(t, `SELECT count(*) FROM payments WHERE payment_id = 'pay_held' AND state = 'UNKNOWN'`); n != 1 {
+	if n := w.count(t, `SELECT count(*) FROM payments WHERE payment_id = 'pay_held' AND state = 'SUCCEEDED'`); n != 1 {
 		t.Errorf("the held row changed")
+	}
+	if n := w.count(t, `SELECT count(*) FROM journal_entries WHERE payment_id = 'pay_held'`); n != 0 {
+		t.Errorf("the held row got %d journal entries from the copy", n)
+	}
+	if b := w.balance(t, "m1"); b != 18000 {
+		t.Errorf("m1 = %d, want 18000 (the held payment credited once)", b)
 	}
 	if n := w.count(t, `SELECT count(*) FROM payments WHERE payment_id = 'pay_declined'`); n != 0 {
 		t.Errorf("a FAILED event wrote a row")
@@ -364,5 +396,122 @@ func TestAFailedRegionsCopyOfALostPaymentIsAdopted(t *testing.T) {
 	}
 	if n := one.count(t, `SELECT count(*) FROM payments`); n != 0 {
 		t.Errorf("a worker without Adopt wrote %d rows", n)
+	}
+}
+
+// homeRow writes the home ledger's row of pid in state, as the home Region
+// holds it when R1's leftover SUCCEEDED copy arrives: FAILED with its
+// decline, VOID (voided before any request ran), or still PENDING or
+// UNKNOWN (its resolver has not settled it yet).
+func (w world) homeRow(t testing.TB, pid, state string, amount int64) {
+	t.Helper()
+	var err error
+	if state == "VOID" {
+		_, err = w.pool.Exec(context.Background(), `INSERT INTO payments (payment_id, caller_id, client_key, state) VALUES ($1, 'u1', 'K-' || $1, 'VOID')`, pid)
+	} else {
+		_, err = w.pool.Exec(context.Background(), `
+			INSERT INTO payments (payment_id, caller_id, client_key, fingerprint, amount, currency, state, merchant_id, decline_code)
+			VALUES ($1, 'u1', 'K-' || $1, 'fp-' || $1, $2, 'USD', $3, 'm1', CASE WHEN $3 = 'FAILED' THEN 'generic_decline' END)`, pid, amount, state)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// leftover is R1's SUCCEEDED copy of pid, as its relay sends it once R1 is
+// back: the payment's key, fingerprint and charge with it.
+func leftover(pid string) event.Event {
+	e := payment(pid, "m1", inbox.Succeeded, 3000)
+	e.ClientKey, e.Fingerprint, e.PSPCharge = "K-"+pid, "fp-"+pid, "pi_"+pid
+	return e
+}
+
+// R1's leftover SUCCEEDED copy of a payment the home ledger holds FAILED or
+// VOID (or with other money) is money the PSP took that the ledger says it
+// did not: not credited, not notified (a "payment confirmed" would replace
+// the decline the buyer saw), the row untouched, and counted for the
+// reconciliation to refund. The copy is recorded, so a redelivery is a
+// repeat; each is delivered twice.
+func TestALeftoverCopyIsCreditedOnlyWhatTheHomeRowBacks(t *testing.T) {
+	ctx := context.Background()
+	w := newWorld(t, func(c *inbox.Config) { c.Adopt = true })
+	w.homeRow(t, "pay_f", "FAILED", 3000)
+	w.homeRow(t, "pay_v", "VOID", 0)
+	w.homeRow(t, "pay_m", "UNKNOWN", 5000) // the copy says 3000
+	for _, pid := range []string{"pay_f", "pay_v", "pay_m"} {
+		for range 2 {
+			if _, err := w.w.Process(ctx, leftover(pid)); err != nil {
+				t.Fatalf("%s: %v", pid, err)
+			}
+		}
+		if n := w.count(t, `SELECT count(*) FROM processed WHERE event_id = $1`, ids.EventID(pid, inbox.Succeeded)); n != 1 {
+			t.Errorf("%s: the copy was not recorded (%d inbox rows): its redeliveries would go on", pid, n)
+		}
+	}
+	if b := w.balance(t, "m1"); b != 12000 {
+		t.Errorf("m1 = %d, want 12000: credited a charge the ledger says was not taken", b)
+	}
+	if n := w.count(t, `SELECT count(*) FROM credits`); n != 0 {
+		t.Errorf("%d credits, want none", n)
+	}
+	if n := w.count(t, `SELECT count(*) FROM journal_entries`); n != 0 {
+		t.Errorf("%d journal entries, want none", n)
+	}
+	if n := w.count(t, `SELECT count(*) FROM payments WHERE (payment_id, state) IN (('pay_f', 'FAILED'), ('pay_v', 'VOID'), ('pay_m', 'UNKNOWN'))`); n != 3 {
+		t.Errorf("the home rows changed: %d of 3 as they were", n)
+	}
+	if n := w.count(t, `SELECT count(*) FROM notif`); n != 0 || w.pusher.count() != 0 {
+		t.Errorf("%d notification rows and %d pushes, want none", n, w.pusher.count())
+	}
+	if n := metrics.Sum(w.emf.Bytes(), "AdoptionRefused"); n != 3 {
+		t.Errorf("AdoptionRefused = %v, want 3", n)
+	}
+}
+
+// R1's leftover SUCCEEDED copy of a payment the home ledger holds PENDING
+// or UNKNOWN settles the row from the copy: SUCCEEDED with its charge and
+// the charge's journal, one credit, one notification. The home's own
+// SUCCEEDED event (its resolver would have settled the row to the same
+// charge) has the copy's id: a repeat, nothing twice.
+func TestALeftoverCopyOfAPaymentTheHomeHoldsOpenSettlesIt(t *testing.T) {
+	ctx := context.Background()
+	for _, state := range []string{"UNKNOWN", "PENDING"} {
+		t.Run(state, func(t *testing.T) {
+			w := newWorld(t, func(c *inbox.Config) { c.Adopt = true })
+			pid := "pay_" + strings.ToLower(state)
+			w.homeRow(t, pid, state, 3000)
+			e := leftover(pid)
+			res, err := w.w.Process(ctx, e)
+			if err != nil || !res.Credited || !res.Pushed {
+				t.Fatalf("the copy: %+v %v", res, err)
+			}
+			own := payment(pid, "m1", inbox.Succeeded, 3000) // the home's own event, later
+			own.PSPCharge = e.PSPCharge
+			if res, err := w.w.Process(ctx, own); err != nil || !res.Duplicate {
+				t.Fatalf("the home's own event: %+v %v", res, err)
+			}
+			var rowState, charge string
+			if err := w.pool.QueryRow(ctx, `SELECT state, COALESCE(psp_charge, '') FROM payments WHERE payment_id = $1`, pid).Scan(&rowState, &charge); err != nil {
+				t.Fatal(err)
+			}
+			if rowState != "SUCCEEDED" || charge != e.PSPCharge {
+				t.Errorf("the home row: %s with %q, want SUCCEEDED with %q", rowState, charge, e.PSPCharge)
+			}
+			if n := w.count(t, `SELECT count(*) FROM journal_entries WHERE payment_id = $1 AND posting = 'charge'`, pid); n != 2 {
+				t.Errorf("%d journal entries, want the charge's two", n)
+			}
+			if n := w.count(t, `SELECT COALESCE(sum(amount), 0) FROM journal_entries WHERE payment_id = $1`, pid); n != 0 {
+				t.Errorf("journal sums to %d, want 0", n)
+			}
+			if b := w.balance(t, "m1"); b != 15000 {
+				t.Errorf("m1 = %d, want 15000 (one credit)", b)
+			}
+			if n := w.count(t, `SELECT count(*) FROM notif WHERE event_id = $1`, e.EventID); n != 1 || w.pusher.count() != 1 {
+				t.Errorf("%d notification rows and %d pushes, want one each", n, w.pusher.count())
+			}
+			if n := metrics.Sum(w.emf.Bytes(), "PaymentSettledByCopy"); n != 1 {
+				t.Errorf("PaymentSettledByCopy = %v, want 1", n)
+			}
+		})
 	}
 }

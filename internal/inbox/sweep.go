@@ -245,7 +245,7 @@ func (s *NotifSweeper) finish(ctx context.Context, n dueNotif) (ok bool, err err
 		return false, err
 	}
 	if s.cfg.Raise != nil {
-		verdict, err := s.cfg.Raise.admit(ctx, s.db, e)
+		verdict, err := s.cfg.Raise.admit(ctx, s.db, e, s.cfg.Message)
 		if err != nil {
 			return false, err
 		}
@@ -276,6 +276,7 @@ func (s *NotifSweeper) finish(ctx context.Context, n dueNotif) (ok bool, err err
 		}
 	}
 	sendErr := s.pusher.Send(ctx, p)
+	s.cfg.Raise.giveBack(ctx, s.db, e, sendErr, log)
 	// The send was made or tried: its outcome is recorded even as the
 	// invocation's deadline passes.
 	ctx, cancel := recordCtx(ctx)

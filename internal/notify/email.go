@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/aws/aws-sdk-go-v2/aws"
@@ -40,6 +41,7 @@ const (
 	PaymentFailed  MessageType = "payment-failed"  // FAILED
 	RefundIssued   MessageType = "refund-issued"   // REFUNDED
 	RefundReversed MessageType = "refund-reversed" // REFUND_FAILED: the refund failed later, the payment stands
+	ChargeReturned MessageType = "charge-returned" // REVERSED: a charge made in error is being returned
 	// CardDeclinedReminder asks the buyer to update a card that was
 	// declined; raised by each decline of the same card, sent once per
 	// window (logical duplicates, package dedup).
@@ -60,6 +62,7 @@ var Policies = map[MessageType]Policy{
 	PaymentFailed:  {true, "a buyer not told of a decline thinks the order is placed; a second notice says the same"},
 	RefundIssued:   {true, "the refund is money the buyer watches for; a second notice says the same"},
 	RefundReversed: {true, "the buyer was told of a refund that did not happen: that must be corrected, twice rather than never"},
+	ChargeReturned: {true, "the buyer was charged after being told they were not; being told twice that the money is coming back is better than never"},
 	CardDeclinedReminder: {false, "a nudge, raised again by the next decline: a duplicate nag costs more goodwill than a missed one, " +
 		"so an unknown send is not repeated"},
 }
@@ -68,6 +71,30 @@ var Policies = map[MessageType]Policy{
 // reason a later event may raise again, so sent through a dedup gate
 // (inbox.Raise), never once per event.
 func Logical(typ MessageType) bool { return typ == CardDeclinedReminder }
+
+// IssuerDecline reports whether a FAILED payment's decline code is the
+// card's issuer declining it: not empty (no reason given is no evidence
+// against the card) and none of the codes oncepay writes itself, which all
+// begin "psp_" (psp_invalid_request: the PSP refused our request, a
+// rotated key say; psp_no_charge: nothing carries our reference). Those
+// say nothing about the card: a reminder to update it would go to every
+// buyer of an incident.
+func IssuerDecline(declineCode string) bool {
+	return declineCode != "" && !strings.HasPrefix(declineCode, OwnDeclinePrefix)
+}
+
+// OwnDeclinePrefix begins every decline code oncepay writes itself.
+const OwnDeclinePrefix = "psp_"
+
+// Raises reports whether a FAILED payment with declineCode raises the
+// logical message typ: the card-declined reminder only for an issuer's
+// decline; any other message regardless.
+func Raises(typ MessageType, declineCode string) bool {
+	if typ == CardDeclinedReminder {
+		return IssuerDecline(declineCode)
+	}
+	return true
+}
 
 // TypeOf is the message type an event's email is.
 func TypeOf(state string) (MessageType, bool) {
@@ -80,6 +107,8 @@ func TypeOf(state string) (MessageType, bool) {
 		return RefundIssued, true
 	case event.RefundFailed:
 		return RefundReversed, true
+	case event.Reversed:
+		return ChargeReturned, true
 	}
 	return "", false
 }
@@ -189,6 +218,8 @@ func Compose(typ MessageType, p Push) (subject, body string) {
 		subject = "Your payment to " + p.MerchantID + " was refunded"
 	case RefundReversed:
 		subject = "Your refund from " + p.MerchantID + " did not go through: your payment stands"
+	case ChargeReturned:
+		subject = "A charge from " + p.MerchantID + " was made in error and is being returned"
 	case CardDeclinedReminder:
 		subject = "Your card was declined: please update your payment method"
 	}

@@ -74,3 +74,20 @@ func TestSESAnswersAreClassifiedAndNeverNameTheRecipient(t *testing.T) {
 		})
 	}
 }
+
+// The card-declined reminder is raised by an issuer's decline only: the
+// codes oncepay writes for its own refusals (a rotated PSP key, nothing at
+// the PSP) and a decline without a reason say nothing about the card.
+func TestOnlyAnIssuersDeclineRaisesTheCardReminder(t *testing.T) {
+	for code, want := range map[string]bool{
+		"generic_decline": true, "insufficient_funds": true, "card_declined": true, "expired_card": true,
+		"psp_invalid_request": false, "psp_no_charge": false, "psp_anything_new": false, "": false,
+	} {
+		if got := notify.Raises(notify.CardDeclinedReminder, code); got != want {
+			t.Errorf("decline code %q raises the reminder: %v, want %v", code, got, want)
+		}
+	}
+	if !notify.Raises(notify.MessageType("another-logical-message"), "psp_invalid_request") {
+		t.Error("the decline filter is the reminder's, not every message's")
+	}
+}

@@ -75,7 +75,7 @@ type Push struct {
 	ReplaceID  string // the thing announced: the payment
 	CallerID   string // whose devices; used to find them, never sent
 	MerchantID string
-	State      string // event.Succeeded, event.Failed or event.Refunded
+	State      string // event.Succeeded, Failed, Refunded, RefundFailed or Reversed
 	Amount     int64  // minor units
 	Currency   string
 }
@@ -115,6 +115,11 @@ func (p Push) Content() Data {
 	case event.RefundFailed:
 		// Replaces the "refunded" push: the refund did not go through.
 		title, body = "Refund failed", fmt.Sprintf("%s to %s was not refunded; the payment stands", amount, p.MerchantID)
+	case event.Reversed:
+		// A reconciliation refunded a charge the buyer was told did not
+		// happen, or a second charge: same replace id, it takes the place
+		// of the payment's last push.
+		title, body = "Charge returned", fmt.Sprintf("%s to %s was charged in error and is being returned", amount, p.MerchantID)
 	default:
 		title, body = "Payment failed", fmt.Sprintf("%s to %s was not charged", amount, p.MerchantID)
 	}
