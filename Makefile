@@ -20,7 +20,7 @@ LAMBDAS  := $(notdir $(wildcard lambdas/*))
 GO_SRC   := $(shell find . -name '*.go' -not -path './_tools/*' -not -path './.local/*' -not -path './cdk.out/*')
 CALLER   ?= u1
 
-.PHONY: test-background help setup up up-regions down status inspect totals lambdas synth lint test test-unit test-race fuzz test-cfn test-example demo bench token chaos chaos-regions clean
+.PHONY: test-background help setup up up-regions down status inspect totals reconcile lambdas synth lint test test-unit test-race fuzz test-cfn test-example demo bench token chaos chaos-regions clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -49,6 +49,30 @@ totals: ## a merchant's day total from the stream job's sink: make -s totals MER
 
 inspect: ## one payment as JSON (row, credits, notifications, the phone's pushes): make -s inspect PAYMENT=pay_...
 	@go build -o $(BIN)/inspect ./cmd/inspect && $(BIN)/inspect --payment "$(PAYMENT)"
+
+# The reconciliation on demand, as an operator runs it on AWS (aws lambda
+# invoke): a UTC day, a span, or neither (what the daily schedule runs: the
+# two previous UTC days). The local cloud plays no cron rule, so this is how
+# it runs locally: one synchronous invocation through the running stack's
+# admin API (POST /_local/invoke), whose answer (a report per span) is
+# printed; a failed run prints the problem and fails.
+reconcile: ## reconcile the ledger against the PSP on the running local stack, print the report: make -s reconcile DAY=YYYY-MM-DD (or FROM=... TO=..., RFC 3339)
+	@day=$${DAY:-} from=$${FROM:-} to=$${TO:-}; \
+	if [ -n "$$day" ]; then \
+	  [ -z "$$from$$to" ] || { echo "reconcile: name DAY, or FROM and TO, not both" >&2; exit 2; }; \
+	  [[ "$$day" =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}$$ ]] || { echo "reconcile: DAY=$$day is not YYYY-MM-DD" >&2; exit 2; }; \
+	  payload="{\"day\":\"$$day\"}"; \
+	elif [ -n "$$from$$to" ]; then \
+	  for v in "$$from" "$$to"; do [[ "$$v" =~ ^[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(Z|[+-][0-9]{2}:[0-9]{2})$$ ]] || \
+	    { echo "reconcile: FROM and TO must both be RFC 3339 times in whole seconds (2026-12-06T00:00:00Z), got '$$v'" >&2; exit 2; }; done; \
+	  payload="{\"from\":\"$$from\",\"to\":\"$$to\"}"; \
+	else payload='{}'; fi; \
+	admin=$${ONCEPAY_ADMIN_ADDR:-127.0.0.1:8071}; rc=0; \
+	out=$$(curl -sS --fail-with-body -H 'Content-Type: application/json' \
+	  --data "{\"function\":\"reconcile\",\"payload\":$$payload}" "http://$$admin/_local/invoke") || rc=$$?; \
+	[ -z "$$out" ] || echo "$$out"; \
+	[ $$rc -ne 7 ] || echo "reconcile: no local stack on $$admin: make up" >&2; \
+	exit $$rc
 
 # One bootstrap per lambdas/<fn>: Lambda's provided.al2023 on arm64, static, stripped.
 # Size (issue 9): the DynamoDB client, pgx and stripe-go alone make 10.6 MiB, so

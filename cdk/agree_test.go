@@ -20,6 +20,7 @@ import (
 
 	"github.com/oncepay/oncepay/cdk/oncepay"
 	"github.com/oncepay/oncepay/internal/outbox"
+	"github.com/oncepay/oncepay/internal/reconcile"
 	"github.com/oncepay/oncepay/internal/recount"
 	"github.com/oncepay/oncepay/internal/totals"
 )
@@ -145,6 +146,62 @@ func TestTheRecountQueuesOutwaitADay(t *testing.T) {
 func TestTheAlarmsWatchWhatTheHandlersEmit(t *testing.T) {
 	if oncepay.MetricOutboxRedriven != outbox.MetricRedriven {
 		t.Errorf("the alarm watches %q, the sweep emits %q", oncepay.MetricOutboxRedriven, outbox.MetricRedriven)
+	}
+}
+
+// TestTheReconcileAlarmsWatchWhatItEmits: each reconciliation metric the
+// stack names (alarms, dashboard) is the one the handler emits for its
+// outcome.
+func TestTheReconcileAlarmsWatchWhatItEmits(t *testing.T) {
+	for stack, o := range map[string]reconcile.Outcome{
+		oncepay.MetricReconcileNeedsHuman:    reconcile.NeedsHuman,
+		oncepay.MetricReconcileAdopted:       reconcile.Adopted,
+		oncepay.MetricReconcileReversed:      reconcile.Reversed,
+		oncepay.MetricReconcileReversalOpen:  reconcile.ReversalOpen,
+		oncepay.MetricReconcileSettled:       reconcile.Settled,
+		oncepay.MetricReconcileRefundSettled: reconcile.RefundSettled,
+		oncepay.MetricReconcileRefundFailed:  reconcile.RefundReopen,
+		oncepay.MetricReconcileOpen:          reconcile.Open,
+		oncepay.MetricReconcileForeign:       reconcile.Foreign,
+	} {
+		if h := reconcile.MetricOf(o); h != stack {
+			t.Errorf("the stack watches %q, the handler emits %q for %s", stack, h, o)
+		}
+	}
+}
+
+// TestTheReconcileScheduleReconcilesTheTwoPreviousDays: the rule sends
+// EventBridge's own scheduled event (no Input), which names no span, so the
+// handler takes the two previous UTC days; a run at 00:30 UTC covers the
+// day just over.
+func TestTheReconcileScheduleReconcilesTheTwoPreviousDays(t *testing.T) {
+	s, js := synthSandbox(t)
+	id := *s.Stack.GetLogicalId(s.Reconciliation.Schedule.Node().DefaultChild().(awscdk.CfnElement))
+	targets := resourceProps(t, js, id)["Targets"].([]any)
+	if len(targets) != 1 {
+		t.Fatalf("targets %v", targets)
+	}
+	for _, k := range []string{"Input", "InputPath", "InputTransformer"} {
+		if v, ok := targets[0].(map[string]any)[k]; ok {
+			t.Errorf("the target sets %s (%v): the handler reads a span from it", k, v)
+		}
+	}
+	event := `{"version":"0","id":"1","detail-type":"Scheduled Event","source":"aws.events","account":"111111111111",` +
+		`"time":"2026-12-08T00:30:00Z","region":"eu-west-1","resources":["arn:aws:events:eu-west-1:111111111111:rule/r"],"detail":{}}`
+	var q reconcile.Request
+	if err := json.Unmarshal([]byte(event), &q); err != nil {
+		t.Fatal(err)
+	}
+	spans, err := q.Spans(time.Date(2026, 12, 8, 0, 30, 0, 0, time.UTC))
+	if err != nil {
+		t.Fatal(err)
+	}
+	day := func(d int) time.Time { return time.Date(2026, 12, d, 0, 0, 0, 0, time.UTC) }
+	if want := [][2]time.Time{{day(7), day(8)}, {day(6), day(7)}}; !jsonEq(spans, want) {
+		t.Errorf("a scheduled run reconciles %v, want %v", spans, want)
+	}
+	if oncepay.ReconcileSchedule != "cron(30 0 * * ? *)" {
+		t.Errorf("schedule %s: the test above assumes 00:30 UTC", oncepay.ReconcileSchedule)
 	}
 }
 

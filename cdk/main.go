@@ -3,7 +3,7 @@
 // Context (cdk synth|deploy -c key=value) selects the deployment:
 //
 //	oncepay:profile                  sandbox (default) or prod
-//	oncepay:pspKeySecretArn          complete ARN of an existing secret {"api_key": …}, read by the api and the resolver (default: a placeholder is created)
+//	oncepay:pspKeySecretArn          complete ARN of an existing secret {"api_key": …}, read by the api, the resolver and the reconciliation (default: a placeholder is created)
 //	oncepay:pspKeySecretKmsKey       with it, required: the customer-managed KMS key it is encrypted with (its readers get kms:Decrypt), or aws-managed
 //	oncepay:webhookSecretArn         complete ARN of an existing secret {"webhook_secret": …}, read by the webhook (default: a placeholder is created)
 //	oncepay:webhookSecretKmsKey      with it, required: its KMS key's ARN, or aws-managed

@@ -1,6 +1,8 @@
 package oncepay
 
 import (
+	"time"
+
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatch"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awscloudwatchactions"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awssns"
@@ -83,11 +85,16 @@ func queueDepth(q awssqs.IQueue) awscloudwatch.IMetric {
 // handlerMetric is a metric a handler emits (EMF, dimension Function = the
 // lambdas/<fn> name: two deployments in one account and Region share it).
 func handlerMetric(name, function, stat string) awscloudwatch.IMetric {
+	return handlerMetricOver(name, function, stat, AlarmPeriod)
+}
+
+// handlerMetricOver is handlerMetric over another period (a daily job's).
+func handlerMetricOver(name, function, stat string, period time.Duration) awscloudwatch.IMetric {
 	return awscloudwatch.NewMetric(&awscloudwatch.MetricProps{
 		Namespace:     jsii.String(stackenv.MetricsNamespace),
 		MetricName:    jsii.String(name),
 		DimensionsMap: &map[string]*string{"Function": jsii.String(function)},
 		Statistic:     jsii.String(stat),
-		Period:        seconds(AlarmPeriod),
+		Period:        seconds(period),
 	})
 }

@@ -14,11 +14,16 @@ import (
 )
 
 // aloneConstructs builds each construct users copy in an empty stack, with
-// nothing but its defaults.
+// nothing but its defaults (and what it has none for).
 var aloneConstructs = map[string]func(awscdk.Stack){
 	"IdempotentApi": func(s awscdk.Stack) { oncepay.NewIdempotentApi(s, "Api", apiProps(s)) },
 	"OutboxRelay":   func(s awscdk.Stack) { oncepay.NewOutboxRelay(s, "Relay", relayProps(s)) },
 	"InboxWorker":   func(s awscdk.Stack) { oncepay.NewInboxWorker(s, "Worker", workerProps(s)) },
+	// The reconciliation has no defaults for what it reads: the ledger and
+	// the PSP's secrets come with it here.
+	"Reconciliation": func(s awscdk.Stack) {
+		oncepay.NewReconciliation(s, "Reconcile", newReconcileParts(s).props(s))
+	},
 }
 
 // The props of each construct with nothing but its required Code (the

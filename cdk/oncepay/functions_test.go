@@ -30,6 +30,10 @@ func TestSizings(t *testing.T) {
 	if z.Resolver.Timeout >= oncepay.ResolverRate {
 		t.Errorf("resolver timeout %s does not end before the next tick (%s)", z.Resolver.Timeout, oncepay.ResolverRate)
 	}
+	// A day's run gets all Lambda allows, and no more (Lambda refuses it).
+	if z.Reconcile.Timeout != 15*time.Minute {
+		t.Errorf("reconcile timeout %s, want Lambda's maximum, 15m", z.Reconcile.Timeout)
+	}
 	w := eventsource.Default().Worker
 	if z.Worker.Timeout != oncepay.WorkerTimeout || w.VisibilityTimeout != oncepay.EventsVisibilityTimeout ||
 		oncepay.EventsVisibilityTimeout < 6*z.Worker.Timeout {
@@ -69,6 +73,9 @@ func TestFunctions(t *testing.T) {
 		{st.Totals.Function, z.Totals, false, nil},
 		{st.Totals.RecountFunction, z.Recount, true, nil},
 		{st.Devices.Function, z.Devices, true, nil},
+		// No reserved concurrency: two runs of a span at once are harmless,
+		// and a reservation breaks accounts whose quota is 10.
+		{st.Reconciliation.Function, z.Reconcile, true, nil},
 	}
 	if got := len(s.resourcesOfType("AWS::Lambda::Function")); got != len(cases) {
 		t.Errorf("%d functions, want %d", got, len(cases))
@@ -176,6 +183,9 @@ func TestFunctionEnvironment(t *testing.T) {
 			stackenv.TotalsVersion:         "2"})},
 		"webhook": {st.Webhook, join(ledger, map[string]string{
 			stackenv.OutboxTable: outbox, oncepay.EnvWebhookSecretArn: webhookSecret, oncepay.EnvSecretsManagerEndpoint: sm})},
+		// No claim table, no timing: it reads the ledger and the PSP and
+		// puts events.
+		"reconcile": {st.Reconciliation.Function, join(ledger, apiKey, map[string]string{stackenv.OutboxTable: outbox})},
 	}
 	for name, c := range cases {
 		t.Run(name, func(t *testing.T) {
@@ -389,6 +399,60 @@ func TestResolverSchedule(t *testing.T) {
 	})
 }
 
+// TestReconcileSchedule: EventBridge runs the reconciliation daily at
+// 00:30 UTC with no input (the handler then takes the two previous UTC
+// days), with the resolver's DLQ and retries, and may invoke nothing else;
+// a failed run lands in the same DLQ after Lambda's retries.
+func TestReconcileSchedule(t *testing.T) {
+	s := synth(t, oncepay.ProfileSandbox)
+	st := s.stack
+	rule := s.logicalID(t, st.Reconciliation.Schedule)
+	fn := s.logicalID(t, st.Reconciliation.Function.Function)
+	dlq := s.logicalID(t, st.AsyncFailures)
+	p := s.resource(t, rule)["Properties"].(map[string]any)
+	want := map[string]any{
+		"ScheduleExpression": "cron(30 0 * * ? *)", "State": "ENABLED",
+		"Targets": []any{map[string]any{
+			"Arn":              getAtt(fn, "Arn"),
+			"DeadLetterConfig": map[string]any{"Arn": getAtt(dlq, "Arn")},
+			"RetryPolicy":      map[string]any{"MaximumEventAgeInSeconds": 86400, "MaximumRetryAttempts": 2},
+		}},
+	}
+	for k, v := range want {
+		got := p[k]
+		if k == "Targets" {
+			// The target's Id is CDK's; everything else is pinned.
+			ts, _ := got.([]any)
+			for _, tg := range ts {
+				delete(tg.(map[string]any), "Id")
+			}
+		}
+		if !jsonEqual(got, v) {
+			t.Errorf("rule %s = %s, want %s", k, show(got), show(v))
+		}
+	}
+	check(t, "permission", func() {
+		s.tmpl.HasResourceProperties(jsii.String("AWS::Lambda::Permission"), obj(map[string]any{
+			"Action": "lambda:InvokeFunction", "FunctionName": getAtt(fn, "Arn"),
+			"Principal": "events.amazonaws.com", "SourceArn": getAtt(rule, "Arn"),
+		}))
+	})
+	// Only its own rule may invoke it.
+	for id, perm := range s.resourcesOfType("AWS::Lambda::Permission") {
+		pp := perm["Properties"].(map[string]any)
+		if jsonEqual(pp["FunctionName"], getAtt(fn, "Arn")) && !jsonEqual(pp["SourceArn"], getAtt(rule, "Arn")) {
+			t.Errorf("permission %s lets %s invoke the reconciliation", id, show(pp["SourceArn"]))
+		}
+	}
+	fp := s.resource(t, fn)["Properties"].(map[string]any)
+	if !jsonEqual(fp["DeadLetterConfig"], map[string]any{"TargetArn": getAtt(dlq, "Arn")}) {
+		t.Errorf("async DLQ %s, want the stack's AsyncFailures", show(fp["DeadLetterConfig"]))
+	}
+	if fp["ReservedConcurrentExecutions"] != nil {
+		t.Errorf("reserved concurrency %v: a new account's quota of 10 cannot take it", fp["ReservedConcurrentExecutions"])
+	}
+}
+
 // TestAlarms: the alarms the design asks for, on the right metrics, each
 // notifying the alarm topic.
 func TestAlarms(t *testing.T) {
@@ -447,7 +511,19 @@ func TestAlarms(t *testing.T) {
 		oncepay.AlarmTotalsStaleState: {stackenv.MetricsNamespace, "TotalsStaleStates", "Sum", map[string]any{"Function": oncepay.FnTotals}, 1},
 		oncepay.AlarmTotalsUnreadable: {stackenv.MetricsNamespace, "TotalsUnreadable", "Sum", map[string]any{"Function": oncepay.FnTotals}, 1},
 		oncepay.AlarmTotalsStateSize:  {stackenv.MetricsNamespace, "TotalsStateBytes", "Maximum", map[string]any{"Function": oncepay.FnTotals}, 786432},
+
+		// The reconciliation: what a human must decide, and money the last
+		// word moved, at once; a reversal still open over a day; a run that
+		// failed and whose retry failed too (2 errors in its day).
+		oncepay.AlarmReconcileNeedsHuman:   {stackenv.MetricsNamespace, "ReconcileNeedsHuman", "Sum", map[string]any{"Function": oncepay.FnReconcile}, 1},
+		oncepay.AlarmReconcileReversed:     {stackenv.MetricsNamespace, "ReconcileReversed", "Sum", map[string]any{"Function": oncepay.FnReconcile}, 1},
+		oncepay.AlarmReconcileAdopted:      {stackenv.MetricsNamespace, "ReconcileAdopted", "Sum", map[string]any{"Function": oncepay.FnReconcile}, 1},
+		oncepay.AlarmReconcileReversalOpen: {stackenv.MetricsNamespace, "ReconcileReversalOpen", "Sum", map[string]any{"Function": oncepay.FnReconcile}, 1},
+		oncepay.AlarmReconcileErrors:       {"AWS/Lambda", "Errors", "Sum", map[string]any{"FunctionName": fnName(st.Reconciliation.Function)}, 2},
 	}
+	// Every alarm looks at one 5-minute period but these two, which look
+	// at a day: the reconciliation runs daily.
+	periods := map[string]time.Duration{oncepay.AlarmReconcileReversalOpen: 24 * time.Hour, oncepay.AlarmReconcileErrors: 24 * time.Hour}
 	if stackenv.MetricsNamespace != "oncepay" {
 		t.Errorf("EMF namespace %q", stackenv.MetricsNamespace)
 	}
@@ -471,10 +547,14 @@ func TestAlarms(t *testing.T) {
 				"EvaluationPeriods": p["EvaluationPeriods"], "Period": p["Period"], "TreatMissingData": p["TreatMissingData"],
 				"AlarmActions": p["AlarmActions"], "OKActions": p["OKActions"],
 			}
+			period := oncepay.AlarmPeriod
+			if p, ok := periods[name]; ok {
+				period = p
+			}
 			exp := map[string]any{
 				"Namespace": w.namespace, "MetricName": w.metric, "Statistic": w.stat,
 				"Dimensions": dims, "Threshold": w.threshold, "ComparisonOperator": "GreaterThanOrEqualToThreshold",
-				"EvaluationPeriods": 1, "Period": oncepay.AlarmPeriod.Seconds(), "TreatMissingData": "notBreaching",
+				"EvaluationPeriods": 1, "Period": period.Seconds(), "TreatMissingData": "notBreaching",
 				"AlarmActions": []any{topic}, "OKActions": []any{topic},
 			}
 			if !jsonEqual(got, exp) {
@@ -541,7 +621,7 @@ func TestLedgerAccess(t *testing.T) {
 		st := s.stack
 		got := ingress(s, s.logicalID(t, st.Data.Ledger.SecurityGroup))
 		want := map[string]bool{}
-		for _, fn := range []*oncepay.GoFunction{st.Api.Function, st.Worker.Function, st.Resolver, st.Webhook, st.Migration.Function, st.Totals.RecountFunction, st.Devices.Function} {
+		for _, fn := range []*oncepay.GoFunction{st.Api.Function, st.Worker.Function, st.Resolver, st.Webhook, st.Migration.Function, st.Totals.RecountFunction, st.Devices.Function, st.Reconciliation.Function} {
 			want[sgOf(s, fn)] = true
 		}
 		if !jsonEqual(got, want) {
@@ -569,7 +649,7 @@ func TestLedgerAccess(t *testing.T) {
 		})
 		got := ingress(s, s.logicalID(t, l.ProxySecurityGroup))
 		want := map[string]bool{}
-		for _, fn := range []*oncepay.GoFunction{st.Api.Function, st.Worker.Function, st.Resolver, st.Webhook, st.Totals.RecountFunction, st.Devices.Function} {
+		for _, fn := range []*oncepay.GoFunction{st.Api.Function, st.Worker.Function, st.Resolver, st.Webhook, st.Totals.RecountFunction, st.Devices.Function, st.Reconciliation.Function} {
 			want[sgOf(s, fn)] = true
 		}
 		if !jsonEqual(got, want) {

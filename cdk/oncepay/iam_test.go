@@ -238,6 +238,14 @@ func TestGrants(t *testing.T) {
 			"dynamodb:PutItem": {outbox},
 			"rds-db:connect":   {dbuser},
 		}))},
+		// The reconciliation: the ledger login, the PSP key (lists,
+		// refunds), outbox puts and its DLQ; nothing of the claim table,
+		// no outbox update, no webhook secret.
+		{"reconcile", st.Reconciliation.Function, base(st.Reconciliation.Function, true, merge(keyWrite, readKey, map[string][]string{
+			"dynamodb:PutItem": {outbox},
+			"rds-db:connect":   {dbuser},
+			"sqs:SendMessage":  {asyncDlq},
+		}))},
 		{"migrate", st.Migration.Function, base(st.Migration.Function, true, map[string][]string{
 			"secretsmanager:GetSecretValue": {ledgerSecret},
 			"kms:Decrypt":                   {key},

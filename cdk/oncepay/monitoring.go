@@ -185,10 +185,13 @@ func newMonitoring(s *Stack) *Monitoring {
 	}
 	atLeastOne(AlarmEventsDlq, "Events parked in the events DLQ after 5 deliveries: a consumer-side failure (ledger, push) needs a look and a redrive.", depth(s.Data.Events.Dlq))
 	atLeastOne(AlarmRelayFailures, "The relay mapping gave up on a stream batch. Its events are not lost: their intents stay unpublished in the ledger until the worker's inbox holds them, and the resolver's sweep re-drives each one (a new stream record with the same event id; after 30 s, then 5 min, doubling, at most hourly; see OutboxRedriven). The cause needs a look.", depth(s.Relay.FailureQueue))
-	atLeastOne(AlarmAsyncFailures, "A scheduled resolver run or a migration run failed after its retries.", depth(s.AsyncFailures))
+	atLeastOne(AlarmAsyncFailures, "A scheduled resolver run, a reconciliation run or a migration run failed after its retries (a reconciliation run stays open in the ledger and the next invocation resumes it).", depth(s.AsyncFailures))
 	atLeastOne(AlarmRelayErrors, "The relay function failed invocations (partial batch failures retry; errors mean whole batches).", errs(s.Relay.Function))
 	atLeastOne(AlarmWorkerErrors, "The worker function failed invocations.", errs(s.Worker.Function))
 	atLeastOne(AlarmResolverErrors, "The resolver's sweep failed.", errs(s.Resolver))
+	for _, a := range reconcileAlarms(s.Reconciliation.Function) {
+		c.alarm("Reconcile"+a.id, a.desc, a.metric, a.threshold)
+	}
 	atLeastOne(AlarmUnknownOverHorizon, "UNKNOWN payments older than the resolver's horizon: money in doubt that replays have not settled.", custom(MetricUnknownOverHorizon, FnResolver, "Maximum"))
 	atLeastOne(AlarmNotifStuck, "Notifications still not sent after the sweep's give-up horizon, kept as STUCK: the push path (SNS, a platform certificate, the topic's key) needs a look; then re-arm them (inbox.NotifSweeper.Rearm, README).",
 		custom(MetricNotifStuck, FnWorker, "Maximum"))
@@ -261,7 +264,7 @@ func newMonitoring(s *Stack) *Monitoring {
 	if s.Totals.RecountFunction != nil {
 		fns = append(fns, s.Totals.RecountFunction)
 	}
-	fns = append(fns, s.Devices.Function)
+	fns = append(fns, s.Devices.Function, s.Reconciliation.Function)
 	var invocations, errors, durations []awscloudwatch.IMetric
 	for _, fn := range fns {
 		invocations = append(invocations, fn.Function.MetricInvocations(&awscloudwatch.MetricOptions{Period: period}))
@@ -286,6 +289,14 @@ func newMonitoring(s *Stack) *Monitoring {
 		graph("Relay iterator age (ms)",
 			s.Relay.Function.Function.Metric(jsii.String("IteratorAge"), periodOpts("Maximum"))),
 	)
+	var reconciled []awscloudwatch.IMetric
+	for _, m := range []string{MetricReconcileNeedsHuman, MetricReconcileAdopted, MetricReconcileReversed, MetricReconcileReversalOpen,
+		MetricReconcileSettled, MetricReconcileRefundSettled, MetricReconcileRefundFailed} {
+		reconciled = append(reconciled, custom(m, FnReconcile, "Sum"))
+	}
+	c.Dashboard.AddWidgets(awscloudwatch.NewGraphWidget(&awscloudwatch.GraphWidgetProps{
+		Title: jsii.String("Reconciliation: what the last word moved or left to a human"), Left: &reconciled, Width: jsii.Number(24),
+	}))
 	var names []string
 	for n := range c.Alarms {
 		names = append(names, n)

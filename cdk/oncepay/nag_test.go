@@ -116,7 +116,7 @@ func TestNagSuppressions(t *testing.T) {
 				want = append(want, id(fn.Function)+" Serverless-LambdaDLQ")
 			}
 			// The resource-less actions (X-Ray, VPC ENIs, ListStreams).
-			for _, fn := range []*oncepay.GoFunction{st.Api.Function, st.Relay.Function, st.Worker.Function, st.Resolver, st.Webhook, st.Migration.Function, st.Totals.Function, st.Totals.RecountFunction, st.Devices.Function} {
+			for _, fn := range []*oncepay.GoFunction{st.Api.Function, st.Relay.Function, st.Worker.Function, st.Resolver, st.Webhook, st.Migration.Function, st.Totals.Function, st.Totals.RecountFunction, st.Devices.Function, st.Reconciliation.Function} {
 				want = append(want, policy(fn)+" AwsSolutions-IAM5")
 			}
 			if !st.Profile.IsProd() {

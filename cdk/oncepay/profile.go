@@ -157,7 +157,8 @@ func (p Profile) UserPoolFeaturePlan() awscognito.FeaturePlan {
 const (
 	ContextPSPURL = "oncepay:pspUrl"
 	// ContextPSPKeySecretArn imports the secret of the Stripe API key
-	// ({"api_key": …}, read by the api and the resolver), and
+	// ({"api_key": …}, read by the api, the resolver and the
+	// reconciliation), and
 	// ContextWebhookSecretArn the secret of the webhook signing secret
 	// ({"webhook_secret": …}, read by the webhook): two secrets, so each
 	// function reads only its own. Each needs its KMS key's context: the

@@ -41,8 +41,8 @@ type ImportedSecret struct {
 // PspProps configures how the functions reach the PSP.
 type PspProps struct {
 	Protection
-	// KeySecret holds {"api_key": Stripe secret key}: the api and the
-	// resolver read it.
+	// KeySecret holds {"api_key": Stripe secret key}: the api, the
+	// resolver and the reconciliation read it.
 	KeySecret ImportedSecret
 	// WebhookSecret holds {"webhook_secret": Stripe endpoint signing
 	// secret}: the webhook reads it.
@@ -53,8 +53,9 @@ type PspProps struct {
 }
 
 // Psp is the PSP's credentials and address: two secrets, so that each
-// function can read only its own. The api and the resolver (which also
-// runs the refund follower) read the API key, which charges and refunds;
+// function can read only its own. The api, the resolver (which also runs
+// the refund follower) and the reconciliation (the PSP's lists, its
+// reversals' refunds) read the API key, which charges and refunds;
 // the internet-facing webhook reads only the signing secret. One secret
 // with both fields let the webhook read the key and the key's readers
 // forge webhooks. A function given a secret holds its ARN, never a value,
@@ -102,7 +103,7 @@ func NewPsp(scope constructs.Construct, id string, props *PspProps) *Psp {
 		return key
 	}
 	c.KeySecret, c.KeySecretKey = c.secret("KeySecret", props, keyOf, props.KeySecret, PSPSecretAPIKey,
-		"oncepay PSP API key, read by the api and the resolver: {\"api_key\": Stripe secret key}")
+		"oncepay PSP API key, read by the api, the resolver and the reconciliation: {\"api_key\": Stripe secret key}")
 	c.WebhookSecret, c.WebhookSecretKey = c.secret("WebhookSecret", props, keyOf, props.WebhookSecret, PSPSecretWebhookSecret,
 		"oncepay PSP webhook signing secret, read by the webhook function: {\"webhook_secret\": Stripe endpoint signing secret}")
 	return c
@@ -154,7 +155,7 @@ func (im ImportedSecret) validate(what, keyWhat string) error {
 	return nil
 }
 
-// GrantKeyRead lets fn (the api, the resolver) read the PSP API key at run
+// GrantKeyRead lets fn (the api, the resolver, the reconciliation) read the PSP API key at run
 // time: the key secret's ARN in its environment, GetSecretValue on that
 // secret alone, kms:Decrypt on its key. The PSP's URL comes with it.
 func (c *Psp) GrantKeyRead(fn *GoFunction) {

@@ -89,10 +89,11 @@ func TestNoFunctionEnvironmentHoldsASecret(t *testing.T) {
 				}
 			}
 		}
-		// The api and the resolver read the PSP key's secret, the webhook
-		// the signing secret's, the migration the ledger's.
-		if readers != 4 {
-			t.Errorf("%s: %d functions are given a secret's ARN, want 4", name, readers)
+		// The api, the resolver and the reconciliation read the PSP key's
+		// secret, the webhook the signing secret's, the migration the
+		// ledger's.
+		if readers != 5 {
+			t.Errorf("%s: %d functions are given a secret's ARN, want 5", name, readers)
 		}
 	}
 }
@@ -134,6 +135,7 @@ func (s *synthesized) functions() map[string]*oncepay.GoFunction {
 	return map[string]*oncepay.GoFunction{
 		"api": st.Api.Function, "relay": st.Relay.Function, "worker": st.Worker.Function,
 		"resolver": st.Resolver, "webhook": st.Webhook, "migrate": st.Migration.Function,
+		"reconcile": st.Reconciliation.Function,
 	}
 }
 
@@ -141,8 +143,9 @@ func (s *synthesized) functions() map[string]*oncepay.GoFunction {
 // internet-facing webhook could read the Stripe key that charges and
 // refunds, and the api and the resolver the signing secret (a forged
 // webhook). Each secret is now read by its own functions alone: the key by
-// the api and the resolver, the signing secret by the webhook, in every
-// variant, created or imported.
+// the api, the resolver and the reconciliation (the PSP's lists, its
+// reversals' refunds), the signing secret by the webhook, in every variant,
+// created or imported.
 func TestEachPSPSecretIsReadOnlyByItsOwnFunctions(t *testing.T) {
 	for name, s := range map[string]*synthesized{
 		"sandbox": synth(t, oncepay.ProfileSandbox), "prod": synth(t, oncepay.ProfileProd),
@@ -159,7 +162,7 @@ func TestEachPSPSecretIsReadOnlyByItsOwnFunctions(t *testing.T) {
 			arn  string
 			want []string
 		}{
-			"the API key's":        {arn(st.Psp.KeySecret, importedKeySecret), []string{"api", "resolver"}},
+			"the API key's":        {arn(st.Psp.KeySecret, importedKeySecret), []string{"api", "reconcile", "resolver"}},
 			"the signing secret's": {arn(st.Psp.WebhookSecret, importedWebhookSecret), []string{"webhook"}},
 		} {
 			got := secretReaders(t, s, c.arn)
@@ -207,7 +210,7 @@ func TestAnImportedSecretsKeyIsGrantedToItsReaders(t *testing.T) {
 	s := synthImported(t)
 	for name, fn := range s.functions() {
 		got := grantsOf(s.json, s.logicalID(t, fn.Role))["kms:Decrypt"]
-		for key, readers := range map[string][]string{importedKeyKms: {"api", "resolver"}, importedWebhookKms: {"webhook"}} {
+		for key, readers := range map[string][]string{importedKeyKms: {"api", "reconcile", "resolver"}, importedWebhookKms: {"webhook"}} {
 			if has, want := slices.Contains(got, key), slices.Contains(readers, name); has != want {
 				t.Errorf("%s: kms:Decrypt on %s = %v, want %v (%v)", name, key, has, want, got)
 			}

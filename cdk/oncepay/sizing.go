@@ -20,10 +20,12 @@ const (
 	FnTotals   = "totals"
 	FnRecount  = "recount"
 	FnDevices  = "devices"
+	// FnReconcile is the reconciliation against the PSP's records.
+	FnReconcile = "reconcile"
 )
 
 // Functions lists every function the stack deploys, by name.
-var Functions = []string{FnAPI, FnRelay, FnWorker, FnResolver, FnWebhook, FnMigrate, FnTotals, FnRecount, FnDevices}
+var Functions = []string{FnAPI, FnRelay, FnWorker, FnResolver, FnWebhook, FnMigrate, FnTotals, FnRecount, FnDevices, FnReconcile}
 
 // Sizing is one function's timeout and memory.
 type Sizing struct {
@@ -37,7 +39,7 @@ type Sizing struct {
 // clock margin, 6 s with the defaults), so a function can never outlive the
 // deadline by more than the margin (docs/mechanism.md#design-3).
 type Sizings struct {
-	API, Webhook, Relay, Worker, Resolver, Migrate, Totals, Recount, Devices Sizing
+	API, Webhook, Relay, Worker, Resolver, Migrate, Totals, Recount, Devices, Reconcile Sizing
 }
 
 // ResolverRate is how often EventBridge runs the resolver's sweep.
@@ -73,6 +75,13 @@ func SizingsFor(t config.Timing) Sizings {
 		Recount: Sizing{Timeout: time.Minute, MemoryMB: 256},
 		// A registration is two SNS calls and one ledger transaction.
 		Devices: Sizing{Timeout: 10 * time.Second, MemoryMB: 256},
+		// A run reads two days of the PSP's lists page by page and may
+		// send refunds, each call up to 10 s: Lambda's maximum, 15 min. A
+		// run cut off there is not lost: it checkpoints as it goes and the
+		// next invocation (Lambda's async retry, tomorrow's run, an
+		// operator's) resumes it. 512 MB: the span's lists are held in
+		// memory for the join.
+		Reconcile: Sizing{Timeout: 15 * time.Minute, MemoryMB: 512},
 	}
 }
 

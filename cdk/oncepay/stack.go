@@ -66,6 +66,9 @@ type Stack struct {
 	Resolver  *GoFunction
 	Webhook   *GoFunction
 	Migration *LedgerMigration
+	// Reconciliation is the daily reconciliation against the PSP's records
+	// (its schedule only in the primary Region across Regions).
+	Reconciliation *Reconciliation
 	// Totals is the stream job (docs/stream-job.md).
 	Totals *StreamTotals
 	// Devices is the devices function (PUT/DELETE /devices/{device_id}).
@@ -75,9 +78,9 @@ type Stack struct {
 	Cache *DedupCache
 	// ResolverSchedule runs the resolver every ResolverRate.
 	ResolverSchedule awsevents.Rule
-	// AsyncFailures receives failed asynchronous invocations of the resolver
-	// and the migration function, and schedule events EventBridge could not
-	// deliver.
+	// AsyncFailures receives failed asynchronous invocations of the
+	// resolver, the reconciliation and the migration function, and their
+	// schedule events EventBridge could not deliver.
 	AsyncFailures awssqs.Queue
 	// Alb is nil unless StackProps.Alb has a certificate.
 	Alb        *AlbFrontDoor
@@ -167,8 +170,8 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) *Stack {
 	return s
 }
 
-// addFunctions wires the five functions (and the migration) to the data
-// plane, each with only what it touches.
+// addFunctions wires the functions (and the migration) to the data plane,
+// each with only what it touches.
 func (s *Stack) addFunctions(props *StackProps) {
 	d := s.Data
 	protection := ProtectionFor(s.Profile, d.Key)
@@ -261,7 +264,7 @@ func (s *Stack) addFunctions(props *StackProps) {
 
 	s.AsyncFailures = newFailureQueue(s.Stack, "AsyncFailures", protection, nil)
 	suppress(cfn(s.AsyncFailures), "Serverless-SQSRedrivePolicy",
-		"This is the dead-letter queue of the resolver's and the migration's asynchronous invocations and of the resolver's schedule target; an alarm fires on its depth.")
+		"This is the dead-letter queue of the resolver's, the reconciliation's and the migration's asynchronous invocations and of the resolver's and the reconciliation's schedule targets; an alarm fires on its depth.")
 
 	// The resolver: a sweep a minute, one at a time.
 	reserved := ResolverReservedConcurrency
@@ -318,6 +321,22 @@ func (s *Stack) addFunctions(props *StackProps) {
 		})},
 	})
 
+	// The reconciliation: daily, the last word on money. Across Regions a
+	// standby's ledger is read-only, so only the primary's runs on its own;
+	// a standby's function is there for an operator after a promotion.
+	s.Reconciliation = NewReconciliation(s.Stack, "Reconcile", &ReconciliationProps{
+		Code:            CodeFromBuild(s.Stack, FnReconcile),
+		Alarms:          own,
+		Protection:      protection,
+		Ledger:          d.Ledger,
+		Psp:             s.Psp,
+		Outbox:          d.Outbox,
+		NoSchedule:      props.Regions != nil && !props.Regions.IsPrimary(),
+		DeadLetterQueue: s.AsyncFailures,
+		Sizing:          &sizes.Reconcile,
+		LogRetention:    retention,
+	})
+
 	// The webhook: the PSP's signed events, no JWT.
 	s.Webhook = NewGoFunction(s.Stack, "Webhook", &GoFunctionProps{
 		Name:          FnWebhook,
@@ -370,11 +389,7 @@ func (s *Stack) addFunctions(props *StackProps) {
 
 // grantOutboxPut lets fn put outbox items (the event id is derived, so a
 // re-put is the same item).
-func (s *Stack) grantOutboxPut(fn *GoFunction) {
-	fn.Grant([]string{"dynamodb:PutItem"}, s.Data.Outbox.Table.TableArn())
-	fn.grantKey(s.Data.Outbox.Key, kmsWrite)
-	fn.SetEnv(map[string]*string{EnvOutboxTable: s.Data.Outbox.Table.TableName()})
-}
+func (s *Stack) grantOutboxPut(fn *GoFunction) { s.Data.Outbox.grantPut(fn) }
 
 // addOutputs: each value is a plain Ref or Fn::GetAtt so the local
 // provisioner can resolve it.
@@ -404,7 +419,7 @@ func (s *Stack) addOutputs() {
 		out(OutputUserPoolID, "Cognito user pool of the API's callers", s.Api.UserPool.UserPoolId())
 		out(OutputUserPoolClientID, "Cognito app client (the JWT audience)", s.Api.UserPoolClient.UserPoolClientId())
 	}
-	out(OutputPSPKeySecretArn, "PSP API key secret, read by the api and the resolver: put {\"api_key\": the Stripe key} here", s.Psp.KeySecret.SecretArn())
+	out(OutputPSPKeySecretArn, "PSP API key secret, read by the api, the resolver and the reconciliation: put {\"api_key\": the Stripe key} here", s.Psp.KeySecret.SecretArn())
 	out(OutputWebhookSecretArn, "PSP webhook signing secret, read by the webhook: put {\"webhook_secret\": the endpoint's whsec_...} here", s.Psp.WebhookSecret.SecretArn())
 	out(OutputAlarmTopicArn, "alarm notifications topic (subscribe to it)", s.Monitoring.Topic.TopicArn())
 	out(OutputDashboardName, "CloudWatch dashboard", s.Monitoring.Dashboard.DashboardName())

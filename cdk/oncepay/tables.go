@@ -137,6 +137,14 @@ func (c *OutboxTable) resolveStream(what string) {
 	}
 }
 
+// grantPut lets fn put outbox items, and names the table to it (the event
+// id is derived, so a re-put is the same item).
+func (c *OutboxTable) grantPut(fn *GoFunction) {
+	fn.Grant([]string{"dynamodb:PutItem"}, c.Table.TableArn())
+	fn.grantKey(c.Key, kmsWrite)
+	fn.SetEnv(map[string]*string{EnvOutboxTable: c.Table.TableName()})
+}
+
 // NewOutboxTable creates the outbox table with its stream.
 func NewOutboxTable(scope constructs.Construct, id string, props *OutboxTableProps) *OutboxTable {
 	if props == nil {

@@ -52,7 +52,7 @@ func TestFromTemplateMapsEveryFunctionToItsPackageAndConcurrency(t *testing.T) {
 	}
 	want := map[string]string{"Api": "lambdas/api", "Relay": "lambdas/relay", "Worker": "lambdas/worker",
 		"Resolver": "lambdas/resolver", "Webhook": "lambdas/webhook", "Migration": "lambdas/migrate", "TotalsFunction": "lambdas/totals",
-		"TotalsRecountFunction": "lambdas/recount", "DevicesFunction": "lambdas/devices"}
+		"TotalsRecountFunction": "lambdas/recount", "DevicesFunction": "lambdas/devices", "ReconcileFunction": "lambdas/reconcile"}
 	if len(fns) != len(want) {
 		t.Errorf("%d functions, want %d", len(fns), len(want))
 	}

@@ -106,8 +106,8 @@ func TestEveryFunctionOfTheRealTemplateResolvesLocally(t *testing.T) {
 			}
 		}
 	}
-	if n := psp[stackenv.PSPKeySecretArn].readers; n != 2 {
-		t.Errorf("%d functions are given the PSP key's secret, want the api and the resolver", n)
+	if n := psp[stackenv.PSPKeySecretArn].readers; n != 3 {
+		t.Errorf("%d functions are given the PSP key's secret, want the api, the resolver and the reconciliation", n)
 	}
 	if n := psp[stackenv.WebhookSecretArn].readers; n != 1 {
 		t.Errorf("%d functions are given the signing secret, want the webhook", n)

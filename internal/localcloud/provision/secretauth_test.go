@@ -57,9 +57,9 @@ type provisionCaller struct {
 }
 
 // On the real template only the migration function's role reads the
-// ledger secret (and decrypts its key), only the api's and the resolver's
-// read the PSP API key's secret, and only the webhook's the signing
-// secret: the gate serves each function what its role grants on AWS, and
+// ledger secret (and decrypts its key), only the api's, the resolver's
+// and the reconciliation's read the PSP API key's secret, and only the
+// webhook's the signing secret: the gate serves each function what its role grants on AWS, and
 // nothing else. So the internet-facing webhook is refused the key that
 // charges and refunds, and the api and the resolver the secret that would
 // let them forge a webhook.
@@ -78,7 +78,7 @@ func TestEachFunctionMayReadOnlyTheSecretsItsRoleGrants(t *testing.T) {
 	}
 	for secret, want := range map[string][]string{
 		"ledger":  {"MigrationFunction"},
-		"key":     {"ApiFunction", "ResolverFunction"},
+		"key":     {"ApiFunction", "ReconcileFunction", "ResolverFunction"},
 		"webhook": {"WebhookFunction"},
 	} {
 		got := readers[secret]

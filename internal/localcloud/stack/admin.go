@@ -73,12 +73,16 @@ const (
 //	GET  /_local/status  Status as JSON
 //	POST /_local/kill    {"function":"relay","n":1} -> KillResponse
 //	POST /_local/kill    {"function":"relay","in_flight":true,"within_ms":5000} -> KillResponse
+//	POST /_local/invoke  {"function":"reconcile","payload":{...}} -> the function's answer
 //
 // Bad input gets an RFC 9457 problem+json answer and changes nothing.
 type Admin struct {
 	// Functions are the template's function logical ids.
 	Functions []string
 	Runner    invoke.Admin
+	// Invoker runs POST /_local/invoke's invocations (the stack's runner);
+	// nil refuses them.
+	Invoker   invoke.Invoker
 	Mappings  []*trigger.Mapping
 	Schedules []*trigger.Schedule
 
@@ -97,6 +101,7 @@ func (a *Admin) stopping() context.Context {
 func (a *Admin) Register(mux *http.ServeMux) {
 	mux.HandleFunc("/_local/status", localOnly(a.status))
 	mux.HandleFunc("/_local/kill", localOnly(a.kill))
+	mux.HandleFunc("/_local/invoke", localOnly(a.invoke))
 }
 
 // localOnly refuses what a web page in the user's browser could send to a
@@ -251,6 +256,93 @@ func (a *Admin) kill(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, KillResponse{Function: id, Killed: killed, Busy: busy})
+}
+
+// InvokeRequest is the body of POST /_local/invoke: one synchronous
+// invocation (Lambda's RequestResponse) of a function of the running
+// stack, for what an operator runs on demand (make reconcile).
+type InvokeRequest struct {
+	// Function is a logical id or a short name, as for a kill.
+	Function string `json:"function"`
+	// Payload is the event, any JSON value; absent is {}.
+	Payload json.RawMessage `json:"payload"`
+}
+
+// invoke answers the function's own answer, 200 application/json; a
+// function error is 502 with Lambda's errorType and message in the
+// problem's detail; a throttle 429, an oversized payload 413.
+func (a *Admin) invoke(w http.ResponseWriter, r *http.Request) {
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", "POST")
+		writeProblem(w, problem.MethodNotAllowed())
+		return
+	}
+	var req InvokeRequest
+	// Room for Lambda's largest request and the envelope around it; a
+	// payload over Lambda's limit is the runner's to refuse (413), as
+	// Lambda refuses it.
+	dec := json.NewDecoder(io.LimitReader(r.Body, invoke.MaxRequestPayload+1<<16))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeProblem(w, problem.BadRequest("body", "The body must be a JSON object {\"function\": \"<logical id or short name>\", \"payload\": <the event>}."))
+		return
+	}
+	if dec.More() {
+		writeProblem(w, problem.BadRequest("body", "The body must hold one JSON object."))
+		return
+	}
+	if strings.TrimSpace(req.Function) == "" {
+		writeProblem(w, problem.BadRequest("function", "function must name a function of the template (its logical id or short name)."))
+		return
+	}
+	id, err := a.resolve(req.Function)
+	if err != nil {
+		p := problem.NotFound()
+		if errors.Is(err, errAmbiguous) {
+			p = problem.BadRequest("function", err.Error())
+		} else {
+			p.Detail = err.Error()
+		}
+		writeProblem(w, p)
+		return
+	}
+	if a.Invoker == nil {
+		writeProblem(w, problem.Problem{Type: problem.TypeBase + "local-invoke-refused", Title: "Invoke refused", Status: http.StatusConflict,
+			Detail: fmt.Sprintf("no function runner: %s cannot be invoked", id)})
+		return
+	}
+	payload := []byte(req.Payload)
+	if len(payload) == 0 || string(payload) == "null" {
+		payload = []byte("{}")
+	}
+	// The request's context: a caller that stops waiting leaves the
+	// invocation running in its environment, as on Lambda.
+	out, err := a.Invoker.Invoke(r.Context(), id, payload)
+	var fe *invoke.FunctionError
+	switch {
+	case errors.As(err, &fe):
+		writeProblem(w, problem.Problem{Type: problem.TypeBase + "local-function-error", Title: "Function error", Status: http.StatusBadGateway,
+			Detail: fmt.Sprintf("%s failed: %s: %s", id, fe.Type, fe.Message)})
+		return
+	case errors.Is(err, invoke.ErrThrottled):
+		writeProblem(w, problem.Problem{Type: problem.TypeBase + "local-throttled", Title: "Too Many Requests", Status: http.StatusTooManyRequests, Detail: err.Error()})
+		return
+	case errors.Is(err, invoke.ErrPayloadTooLarge):
+		writeProblem(w, problem.Problem{Type: problem.TypeBase + "local-payload-too-large", Title: "Payload Too Large", Status: http.StatusRequestEntityTooLarge, Detail: err.Error()})
+		return
+	case errors.Is(err, invoke.ErrUnknownFunction):
+		p := problem.NotFound()
+		p.Detail = err.Error()
+		writeProblem(w, p)
+		return
+	case err != nil:
+		writeProblem(w, problem.Problem{Type: problem.TypeBase + "local-invoke-failed", Title: "Invoke failed", Status: http.StatusBadGateway,
+			Detail: fmt.Sprintf("%s was not invoked: %v", id, err)})
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(out)
 }
 
 var errAmbiguous = errors.New("ambiguous function name")

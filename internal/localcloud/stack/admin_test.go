@@ -238,3 +238,126 @@ func TestShortNamesDropTheCDKsTail(t *testing.T) {
 		}
 	}
 }
+
+// invokerFunc is an invoke.Invoker from a function.
+type invokerFunc func(ctx context.Context, function string, payload []byte) ([]byte, error)
+
+func (f invokerFunc) Invoke(ctx context.Context, function string, payload []byte) ([]byte, error) {
+	return f(ctx, function, payload)
+}
+
+// invokeServer is the admin API over inv, with a reconcile function in
+// the template.
+func invokeServer(t *testing.T, inv invoke.Invoker) *httptest.Server {
+	mux := http.NewServeMux()
+	fns := append(append([]string{}, functions...), "ReconcileFunction0F1E2D3C")
+	(&stack.Admin{Functions: fns, Runner: &fakeAdmin{}, Invoker: inv}).Register(mux)
+	srv := httptest.NewServer(mux)
+	t.Cleanup(srv.Close)
+	return srv
+}
+
+func postInvoke(t *testing.T, srv *httptest.Server, body string) (int, string, []byte) {
+	t.Helper()
+	resp, err := http.Post(srv.URL+"/_local/invoke", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, resp.Header.Get("Content-Type"), b
+}
+
+// An operator's on-demand run (make reconcile): the function named by its
+// short name gets the payload as sent ({} when absent) and the caller its
+// answer as the function gave it.
+func TestAdminInvokeRunsTheFunctionAndAnswersItsAnswer(t *testing.T) {
+	var mu sync.Mutex
+	var got []string
+	srv := invokeServer(t, invoke.Func{"ReconcileFunction0F1E2D3C": func(_ context.Context, p []byte) ([]byte, error) {
+		mu.Lock()
+		got = append(got, string(p))
+		mu.Unlock()
+		return []byte(`{"reports":[{"run_id":7,"counts":{"agree":3}}]}`), nil
+	}})
+	code, ct, b := postInvoke(t, srv, `{"function":"reconcile","payload":{"day":"2026-12-06"}}`)
+	if code != 200 || ct != "application/json" || string(b) != `{"reports":[{"run_id":7,"counts":{"agree":3}}]}` {
+		t.Fatalf("%d %s %s", code, ct, b)
+	}
+	if code, _, _ := postInvoke(t, srv, `{"function":"ReconcileFunction0F1E2D3C"}`); code != 200 {
+		t.Fatalf("by logical id, no payload: %d", code)
+	}
+	if strings.Join(got, ";") != `{"day":"2026-12-06"};{}` {
+		t.Fatalf("payloads %v", got)
+	}
+}
+
+// What went wrong is told apart: the function's own error (502, with its
+// errorType and message), a throttle (429), a payload Lambda refuses
+// (413), bad input (400, nothing invoked), a name the template lacks
+// (404), no runner (409).
+func TestAdminInvokeFailuresAreProblems(t *testing.T) {
+	calls := 0
+	// As the runner answers (invoke.Func would wrap every error as the
+	// function's own).
+	srv := invokeServer(t, invokerFunc(func(_ context.Context, fn string, _ []byte) ([]byte, error) {
+		switch fn {
+		case "ReconcileFunction0F1E2D3C":
+			calls++
+			return nil, &invoke.FunctionError{Function: fn, Type: "errorString", Message: "reconcile: list the PSP's payment intents: 500"}
+		case "ApiFunction52E267E3":
+			return nil, invoke.ErrThrottled
+		case "RelayFunction3833AFCF":
+			return nil, invoke.ErrPayloadTooLarge
+		}
+		return nil, fmt.Errorf("%w: %s", invoke.ErrUnknownFunction, fn)
+	}))
+	code, ct, b := postInvoke(t, srv, `{"function":"reconcile","payload":{}}`)
+	if code != 502 || ct != problem.ContentType || !strings.Contains(string(b), "errorString: reconcile: list the PSP") {
+		t.Errorf("function error: %d %s %s", code, ct, b)
+	}
+	for body, want := range map[string]int{
+		`{"function":"api"}`:                     429,
+		`{"function":"relay"}`:                   413,
+		`{"function":"worker"}`:                  404, // in the template, unknown to the runner
+		`{"function":"nosuch"}`:                  404,
+		`{"function":""}`:                        400,
+		`not json`:                               400,
+		`{"function":"reconcile","payload":{}`:   400,
+		`{"function":"reconcile","extra":1}`:     400,
+		`{"function":"reconcile"} {"another":1}`: 400,
+	} {
+		if code, ct, b := postInvoke(t, srv, body); code != want || ct != problem.ContentType {
+			t.Errorf("%s: %d %s %s, want %d problem+json", body, code, ct, b, want)
+		}
+	}
+	if calls != 1 {
+		t.Errorf("the function ran %d times, want once (bad input invokes nothing)", calls)
+	}
+	mux := http.NewServeMux()
+	(&stack.Admin{Functions: functions, Runner: &fakeAdmin{}}).Register(mux)
+	none := httptest.NewServer(mux)
+	defer none.Close()
+	if code, _, _ := postInvoke(t, none, `{"function":"relay"}`); code != 409 {
+		t.Errorf("no invoker: %d, want 409", code)
+	}
+	resp, err := http.Get(srv.URL + "/_local/invoke")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 405 || resp.Header.Get("Allow") != "POST" {
+		t.Errorf("GET invoke: %s", resp.Status)
+	}
+	// A page in the user's browser cannot run a function either.
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/_local/invoke", strings.NewReader(`{"function":"reconcile"}`))
+	req.Header.Set("Content-Type", "text/plain")
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != 415 {
+		t.Errorf("text/plain: %v %v", resp, err)
+	} else {
+		resp.Body.Close()
+	}
+	if calls != 1 {
+		t.Errorf("the function ran %d times, want once", calls)
+	}
+}

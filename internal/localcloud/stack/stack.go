@@ -2,9 +2,9 @@
 // template running as a stack. It composes the function runner (behind
 // invoke.Invoker and invoke.Admin), the template's event-source mappings and
 // schedules (package trigger), the admin API (GET /_local/status, POST
-// /_local/kill) and a hook where the front door's routes and the phone are
-// mounted, and runs them until its context ends (SIGTERM in `localcloud
-// serve`), then stops each cleanly.
+// /_local/kill, POST /_local/invoke) and a hook where the front door's
+// routes and the phone are mounted, and runs them until its context ends
+// (SIGTERM in `localcloud serve`), then stops each cleanly.
 //
 // The live pollers read only the stack's own resources (the outbox table's
 // stream and the events queue the provisioner recorded): the test worlds
@@ -140,7 +140,7 @@ func New(ctx context.Context, cfg Config) (*Service, error) {
 	}
 	stopping, stopAims := context.WithCancel(context.Background())
 	s.stopAims = stopAims
-	s.admin = &Admin{Functions: cfg.Template.OfType("AWS::Lambda::Function"), Runner: runner, Mappings: s.mappings, Schedules: s.schedules, Stopping: stopping}
+	s.admin = &Admin{Functions: cfg.Template.OfType("AWS::Lambda::Function"), Runner: runner, Invoker: runner, Mappings: s.mappings, Schedules: s.schedules, Stopping: stopping}
 	mux := http.NewServeMux()
 	s.admin.Register(mux)
 	if cfg.Mount != nil {
@@ -325,7 +325,8 @@ func loopbackOnly(addr string) error {
 // drainTimeout bounds a stop's wait for invocations in flight: past every
 // function's timeout in the template (the api's 6 s, the relay's and the
 // worker's 30 s, the resolver's 50 s) but the migration's, which runs only
-// while the stack starts.
+// while the stack starts, and the reconciliation's 15 min, which runs only
+// when asked (make reconcile) and resumes a run a stop cut off.
 const drainTimeout = 55 * time.Second
 
 // drain waits until no environment is busy or ctx ends, and returns how
