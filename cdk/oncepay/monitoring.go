@@ -30,6 +30,10 @@ const (
 	// MetricResolveLostRow: a resolve found the PSP holding a payment the
 	// ledger does not know: lost with a failed Region's last writes.
 	MetricResolveLostRow = "ResolveLostRow"
+	// MetricAdoptionRefused: the home inbox refused a failed Region's
+	// leftover SUCCEEDED copy (the home row FAILED, VOID or other money):
+	// a charge the ledger does not back, for the reconciliation to refund.
+	MetricAdoptionRefused = "AdoptionRefused"
 	// MetricHomeLedgerReadOnly: the resolver found its ledger read-only in
 	// the Region that homes the callers (across Regions).
 	MetricHomeLedgerReadOnly = "HomeLedgerReadOnly"
@@ -82,6 +86,7 @@ const (
 	AlarmClaimsSweepFailed   = "ClaimsSweepFailed"
 	AlarmChargedButClosed    = "ChargedButClosed"
 	AlarmChargedButUnknown   = "ChargedButUnknown"
+	AlarmAdoptionRefused     = "AdoptionRefused"
 	AlarmNotifStuck          = "NotifStuck"
 	AlarmOutboxRedriven      = "OutboxRedriven"
 	RelayIteratorAgeMaxMilli = 60_000 // a minute behind the outbox is an outage of the event path
@@ -200,6 +205,8 @@ func newMonitoring(s *Stack) *Monitoring {
 	if s.Regions != nil {
 		atLeastOne(AlarmHomeUnavailable, "The api refused requests (503 home-unavailable): it could not read the caller's home record, or the record names a Region it has no URL for (docs/regions.md). Check the home table's replica in this Region and ONCEPAY_REGION_URLS.",
 			custom(MetricHomeUnavailable, FnAPI, "Sum"))
+		atLeastOne(AlarmAdoptionRefused, "The home inbox refused a failed Region's leftover SUCCEEDED copy: the home ledger holds the payment FAILED, VOID or with other money, so nothing was credited or told. The PSP holds a charge the ledger does not back: the daily reconciliation refunds it (a reversal, ReconcileReversed); the worker's log names the payment and the charge.",
+			custom(MetricAdoptionRefused, FnWorker, "Sum"))
 		atLeastOne(AlarmResolveLostRow, "A resolve found a payment the PSP knows (charged, declined or still open) that this Region's ledger does not: written in a failed Region's last replication lag and lost in the failover. The key is held open; reconcile the payment against the PSP (docs/regions.md, what an unplanned failover loses).",
 			custom(MetricResolveLostRow, FnAPI, "Sum"))
 		atLeastOne(AlarmHomeLedgerReadOnly, "The resolver found its ledger read-only in the Region that homes the callers (the default home record): nothing settles their open payments. Either the cluster lost its writer, or the callers were moved here before this Region's ledger was promoted (the runbook promotes first; docs/regions.md). A standby's read-only ledger before a failover does not count. Expected once in the old primary during a planned switchover (its ledger turns read-only at the promotion, seconds before the move of the default record reaches its replica), and in a recovered Region until its replica of the home table has caught up.",
@@ -220,8 +227,8 @@ func newMonitoring(s *Stack) *Monitoring {
 	}
 	atLeastOne(AlarmApiPSPKeyUnreadable, keyUnreadable("api"), custom(MetricPSPKeyUnreadable, FnAPI, "Sum"))
 	atLeastOne(AlarmResolverPSPKeyUnreadable, keyUnreadable("resolver"), custom(MetricPSPKeyUnreadable, FnResolver, "Sum"))
-	atLeastOne(AlarmChargedButUnknown, "The PSP reported a charge (payment_intent.succeeded) carrying a payment id of ours that the ledger has no row of: across Regions, a payment written in a failed Region's last replication lag and lost in the failover (docs/regions.md, what an unplanned failover loses). The webhook function's log names the payment and the charge; reconcile it against the PSP.", custom(MetricWebhookSucceededUnknown, FnWebhook, "Sum"))
-	atLeastOne(AlarmChargedButClosed, "The PSP reported a charge (payment_intent.succeeded) for a payment the ledger holds as FAILED or VOID: money taken with no payment behind it; refund or settle it by hand.", custom(MetricWebhookSucceededOnFailed, FnWebhook, "Sum"))
+	atLeastOne(AlarmChargedButUnknown, "The PSP reported a charge (payment_intent.succeeded) carrying a payment id of ours that the ledger has no row of: across Regions, a payment written in a failed Region's last replication lag and lost in the failover (docs/regions.md, what an unplanned failover loses). The webhook function's log names the payment and the charge; the daily reconciliation adopts it (ReconcileAdopted), or run it for the span at once.", custom(MetricWebhookSucceededUnknown, FnWebhook, "Sum"))
+	atLeastOne(AlarmChargedButClosed, "The PSP reported a charge (payment_intent.succeeded) for a payment the ledger holds as FAILED or VOID: money taken with no payment behind it; the daily reconciliation refunds it (ReconcileReversed), or run it for the span at once.", custom(MetricWebhookSucceededOnFailed, FnWebhook, "Sum"))
 	c.alarm(AlarmRelayIteratorAge, "The relay is more than a minute behind the outbox stream.",
 		s.Relay.Function.Function.Metric(jsii.String("IteratorAge"), periodOpts("Maximum")),
 		RelayIteratorAgeMaxMilli)

@@ -694,7 +694,8 @@ func TestTheStrongClaimTableIsSwept(t *testing.T) {
 
 // TestTheRegionAlarms: across Regions every Region's stack alarms on the
 // api's refusals for want of a home (HomeUnavailable), on a payment lost
-// in a failover that a resolve found (ResolveLostRow) and on a read-only
+// in a failover that a resolve found (ResolveLostRow), on a leftover copy
+// the home inbox refused to credit (AdoptionRefused) and on a read-only
 // ledger in the Region that homes the callers (HomeLedgerReadOnly); with
 // the strong claims also on a failed sweep of the claim table
 // (ClaimsSweepFailed), which the eventual claims' TTL makes needless. One
@@ -705,6 +706,7 @@ func TestTheRegionAlarms(t *testing.T) {
 		oncepay.AlarmHomeUnavailable:    {oncepay.MetricHomeUnavailable, oncepay.FnAPI},
 		oncepay.AlarmResolveLostRow:     {oncepay.MetricResolveLostRow, oncepay.FnAPI},
 		oncepay.AlarmHomeLedgerReadOnly: {oncepay.MetricHomeLedgerReadOnly, oncepay.FnResolver},
+		oncepay.AlarmAdoptionRefused:    {oncepay.MetricAdoptionRefused, oncepay.FnWorker},
 	}
 	strongAlarms := map[string][2]string{oncepay.AlarmClaimsSweepFailed: {oncepay.MetricClaimsSweepFailed, oncepay.FnResolver}}
 	check := func(s *synthesized, want map[string][2]string, present bool) {
