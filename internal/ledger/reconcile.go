@@ -86,13 +86,21 @@ func (s *Store) Adopt(ctx context.Context, p Payment, now time.Time) (row Paymen
 		return Payment{}, nil, false, unavailable("begin adopt", err)
 	}
 	defer tx.Rollback(ctx) //nolint:errcheck // a no-op after commit
+	// Stamped with the charge's time (p.CreatedAt, the PSP's clock), not
+	// now: the row belongs to the day its charge does, so the run over
+	// that day finds its charge beside it, and the next day's run does
+	// not judge it without its charge.
+	created := p.CreatedAt
+	if created.IsZero() {
+		created = now
+	}
 	row, err = scan(tx.QueryRow(ctx, `
 		INSERT INTO payments (payment_id, caller_id, client_key, fingerprint, amount, currency, merchant_id,
-		                      payment_method, state, psp_charge, deadline_at)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, NULLIF($8, ''), 'SUCCEEDED', $9, $10)
+		                      payment_method, state, psp_charge, deadline_at, created_at)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, NULLIF($8, ''), 'SUCCEEDED', $9, $10, $10)
 		ON CONFLICT DO NOTHING
 		RETURNING `+columns,
-		p.ID, p.CallerID, p.ClientKey, p.Fingerprint, p.Amount, p.Currency, p.MerchantID, p.PaymentMethod, p.PSPCharge, now))
+		p.ID, p.CallerID, p.ClientKey, p.Fingerprint, p.Amount, p.Currency, p.MerchantID, p.PaymentMethod, p.PSPCharge, created))
 	if errors.Is(err, pgx.ErrNoRows) {
 		_ = tx.Rollback(ctx)
 		row, err = s.Get(ctx, p.ID)
@@ -171,15 +179,25 @@ func scanReversal(row pgx.Row) (Reversal, error) {
 	return r, err
 }
 
+// ErrPaymentsOwnCharge refuses a reversal of the charge a SUCCEEDED row
+// holds as its payment's: the row moved since the run read it (the
+// resolver, the webhook or a takeover settled it with that charge).
+var ErrPaymentsOwnCharge = errors.New("ledger: the charge is the payment's own")
+
 // InsertReversal records the intent to reverse a charge, PENDING, before
 // any PSP call. If the charge already has one, nothing is written and that
-// row is returned with inserted == false. The key is derived here.
+// row is returned with inserted == false. A charge the payment's row holds
+// SUCCEEDED is refused (ErrPaymentsOwnCharge), checked in the same
+// statement, so a run that read the row before another settler moved it
+// never refunds the payment's own charge. The key is derived here.
 func (s *Store) InsertReversal(ctx context.Context, r Reversal) (row Reversal, inserted bool, err error) {
 	r.Key = ids.ReversalKey(r.PaymentID, r.PSPPaymentIntent)
 	row, err = scanReversal(s.pool.QueryRow(ctx, `
 		INSERT INTO reversals (refund_key, payment_id, psp_payment_intent, psp_charge, amount, currency,
 		                       merchant_id, caller_id, reason, state)
-		VALUES ($1, $2, $3, NULLIF($4, ''), $5, $6, $7, $8, $9, 'PENDING')
+		SELECT $1, $2, $3, NULLIF($4, ''), $5, $6, $7, $8, $9, 'PENDING'
+		WHERE NOT EXISTS (SELECT 1 FROM payments WHERE payment_id = $2 AND state = 'SUCCEEDED'
+		                  AND psp_charge IN ($3, NULLIF($4, '')))
 		ON CONFLICT DO NOTHING
 		RETURNING `+reversalColumns,
 		r.Key, r.PaymentID, r.PSPPaymentIntent, r.PSPCharge, r.Amount, r.Currency, r.MerchantID, r.CallerID, string(r.Reason)))
@@ -191,6 +209,9 @@ func (s *Store) InsertReversal(ctx context.Context, r Reversal) (row Reversal, i
 	}
 	row, err = scanReversal(s.pool.QueryRow(ctx, `SELECT `+reversalColumns+` FROM reversals WHERE psp_payment_intent = $1`,
 		r.PSPPaymentIntent))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Reversal{}, false, fmt.Errorf("reverse %s of %s: %w", r.PSPPaymentIntent, r.PaymentID, ErrPaymentsOwnCharge)
+	}
 	if err != nil {
 		return Reversal{}, false, unavailable("read reversal", err)
 	}

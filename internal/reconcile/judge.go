@@ -35,6 +35,7 @@ const (
 	FindReversalRefused     = "reversal_refused"      // the PSP refused a reversal's refund
 	FindRefundUnknown       = "refund_unknown"        // a succeeded refund of ours the ledger holds no refund of
 	FindRefundMismatch      = "refund_mismatch"       // the PSP's refund and the ledger's disagree in a way no move allows
+	FindPendingCharge       = "pending_charge"        // a charge still pending at the PSP that the ledger does not hold as its payment's
 )
 
 // facts is everything a run knows of one payment.
@@ -117,7 +118,7 @@ func judge(f facts) plan {
 		row := ledger.Payment{
 			ID: f.id, CallerID: m[psp.MetaCallerID], ClientKey: m[psp.MetaClientKey], Fingerprint: m[psp.MetaFingerprint],
 			MerchantID: m[psp.MetaMerchantID], Amount: l.Amount, Currency: strings.ToUpper(l.Currency),
-			PaymentMethod: l.PaymentMethod, PSPCharge: chargeOf(l), State: ledger.Succeeded,
+			PaymentMethod: l.PaymentMethod, PSPCharge: chargeOf(l), State: ledger.Succeeded, CreatedAt: l.Created,
 		}
 		if row.CallerID == "" || row.ClientKey == "" || row.Fingerprint == "" || row.MerchantID == "" {
 			p.human(FindUnadoptable, "charge %s (%s) of %d %s has no ledger row and its metadata lacks the caller, key, fingerprint or merchant",
@@ -127,10 +128,11 @@ func judge(f facts) plan {
 		p.adopt = &row
 		reverseAll(succeeded[1:], ledger.ReversalExtraCharge)
 	case f.row == nil:
-		// Declined or pending attempts only, and no row: nothing was taken.
-		if len(pending) > 0 {
-			p.outcome = Open
-		}
+		// Declined or pending attempts only, and no row (the api writes
+		// its row before any call, so this is a lost row): nothing is
+		// taken yet, but a pending charge may still be; the daily runs
+		// reach back two days only, so a human watches it.
+		pendingCharges(&p, pending, "no ledger row")
 	case f.row.State == ledger.Pending || f.row.State == ledger.Unknown:
 		switch {
 		case len(succeeded) > 0:
@@ -170,6 +172,7 @@ func judge(f facts) plan {
 			why = ledger.ReversalLedgerVoid
 		}
 		reverseAll(succeeded, why)
+		pendingCharges(&p, pending, "the row is "+string(f.row.State))
 	}
 
 	judgeRefund(f, &p)
@@ -191,6 +194,16 @@ func judge(f facts) plan {
 		p.outcome = Agree
 	}
 	return p
+}
+
+// pendingCharges records a finding for charges still pending at the PSP
+// that the ledger does not hold as its payment's: money that may yet be
+// taken (a bank debit settles days later), which no later daily run
+// would see again.
+func pendingCharges(p *plan, pending []psp.Listed, why string) {
+	for _, l := range pending {
+		p.human(FindPendingCharge, "PaymentIntent %s of %d %s is still pending at the PSP; %s", l.PaymentIntentID, l.Amount, l.Currency, why)
+	}
 }
 
 // judgeRefund joins the PSP's refunds of the payment to the ledger's refund

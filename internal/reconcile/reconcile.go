@@ -48,6 +48,7 @@ type PSP interface {
 	ListRefunds(ctx context.Context, from, to time.Time, each func(psp.ListedRefund) error) error
 	Refund(ctx context.Context, req psp.RefundRequest) (psp.Result, error)
 	FindRefund(ctx context.Context, paymentIntentID, chargeID, paymentID string) (psp.Result, error)
+	Lookup(ctx context.Context, paymentID string) (psp.Result, error)
 }
 
 // Ledger is what a run reads and writes of the ledger (ledger.Store).
@@ -157,6 +158,8 @@ type Report struct {
 	Resumed  bool           `json:"resumed"` // a run cut off earlier was resumed
 	Counts   map[string]int `json:"counts"`
 	Findings int            `json:"findings"` // this invocation's findings
+
+	driven map[string]bool // reversals this invocation drove already
 }
 
 // Run reconciles [from, to): whole seconds, UTC. It returns an error, and
@@ -172,7 +175,8 @@ func (r *Reconciler) Run(ctx context.Context, from, to time.Time) (Report, error
 	if err != nil {
 		return Report{}, fmt.Errorf("reconcile: %w", err)
 	}
-	rep := Report{RunID: run.ID, From: from, To: to, Resumed: run.Checkpoint != "" || len(run.Counts) > 0, Counts: run.Counts}
+	rep := Report{RunID: run.ID, From: from, To: to, Resumed: run.Checkpoint != "" || len(run.Counts) > 0, Counts: run.Counts,
+		driven: map[string]bool{}}
 	log = log.With("run_id", run.ID)
 
 	all, inSpan, err := r.read(ctx, from, to)
@@ -199,7 +203,7 @@ func (r *Reconciler) Run(ctx context.Context, from, to time.Time) (Report, error
 	}
 	// Reversals left open by earlier runs, of any span, are driven too: a
 	// refund whose outcome is open is never left to nobody.
-	if err := r.driveOpenReversals(ctx, &rep, log); err != nil {
+	if err := r.driveOpenReversals(ctx, run.ID, &rep, log); err != nil {
 		return rep, err
 	}
 	if err := r.d.Ledger.CheckpointReconcileRun(ctx, run.ID, run.Checkpoint, rep.Counts, true); err != nil {
@@ -314,12 +318,15 @@ func (r *Reconciler) judgeBatch(ctx context.Context, runID int64, ids []string, 
 			}
 		}
 		p := judge(f)
+		if r.confirmed(ctx, f, p) {
+			p = plan{outcome: Agree}
+		}
 		plog := log.With("payment_id", id, "outcome", string(p.outcome))
-		outcome, err := r.carry(ctx, f, p, plog)
+		outcome, more, err := r.carry(ctx, f, p, rep.driven, plog)
 		if err != nil {
 			return err
 		}
-		for _, fd := range p.findings {
+		for _, fd := range append(p.findings, more...) {
 			if err := r.d.Ledger.RecordFinding(ctx, ledger.Finding{RunID: runID, PaymentID: id, Kind: fd.kind, Detail: fd.detail}); err != nil {
 				return fmt.Errorf("reconcile: %w", err)
 			}
@@ -333,6 +340,22 @@ func (r *Reconciler) judgeBatch(ctx context.Context, runID int64, ids []string, 
 		}
 	}
 	return nil
+}
+
+// confirmed reports whether the PSP holds, after all, the charge of a
+// SUCCEEDED row that the lists did not show: a row judged only for its
+// refund (its charge older than the read span), or a charge the widened
+// span still missed. The look-up is search, whose lag only matters for a
+// charge made in the last minutes, which the lists would have shown.
+func (r *Reconciler) confirmed(ctx context.Context, f facts, p plan) bool {
+	if f.row == nil || f.row.State != ledger.Succeeded || len(p.findings) != 1 || p.findings[0].kind != FindLedgerWithoutCharge {
+		return false
+	}
+	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
+	defer cancel()
+	res, err := r.d.PSP.Lookup(cctx, f.id)
+	return err == nil && res.Outcome == psp.Succeeded && f.row.PSPCharge != "" &&
+		(res.ChargeID == f.row.PSPCharge || res.PaymentIntentID == f.row.PSPCharge)
 }
 
 func (r *Reconciler) count(o Outcome) {
@@ -356,43 +379,52 @@ func MetricOf(o Outcome) string {
 }
 
 // carry makes the plan's moves, in order, and returns the outcome they
-// reached (a reversal whose refund is still open reports ReversalOpen).
-func (r *Reconciler) carry(ctx context.Context, f facts, p plan, log *slog.Logger) (Outcome, error) {
+// reached (a reversal whose refund is still open reports ReversalOpen) and
+// the findings the moves themselves made. A move another settler made
+// first (the row or the refund moved since the read) ends the payment's
+// turn as Open: the next run judges it afresh, and nothing planned on the
+// stale read (a reversal of the charge the other settler kept) is sent.
+func (r *Reconciler) carry(ctx context.Context, f facts, p plan, driven map[string]bool, log *slog.Logger) (Outcome, []finding, error) {
 	now := r.cfg.Now()
 	outcome := p.outcome
 	if p.adopt != nil {
 		_, ev, adopted, err := r.d.Ledger.Adopt(ctx, *p.adopt, now)
 		if err != nil {
-			return "", fmt.Errorf("reconcile: %w", err)
+			return "", nil, fmt.Errorf("reconcile: %w", err)
 		}
 		if !adopted {
 			// A row appeared since the read (the buyer's retry, a late
 			// replication): the next run judges it.
 			log.Warn("a row appeared before the adoption; left to the next run")
-			return Open, nil
+			return Open, nil, nil
 		}
 		r.publish(ctx, ev, log)
 	}
 	if p.settle != nil {
 		_, ev, moved, err := r.d.Ledger.Settle(ctx, f.id, *p.settle, now)
 		if err != nil {
-			return "", fmt.Errorf("reconcile: %w", err)
+			return "", nil, fmt.Errorf("reconcile: %w", err)
 		}
-		if moved {
-			r.publish(ctx, ev, log)
+		if !moved {
+			log.Warn("the row was settled by another since the read; left to the next run")
+			return Open, nil, nil
 		}
+		r.publish(ctx, ev, log)
 	}
 	if p.refund != nil {
 		rf, moved, err := r.d.Ledger.SettleRefund(ctx, f.id, *p.refund)
 		if err != nil {
-			return "", fmt.Errorf("reconcile: %w", err)
+			return "", nil, fmt.Errorf("reconcile: %w", err)
 		}
-		if moved {
-			if e, ok := ledger.SettledRefundEvent(rf, f.refund != nil && f.refund.State == ledger.RefundSucceeded); ok {
-				r.publish(ctx, &e, log)
-			}
+		if !moved {
+			log.Warn("the refund was settled by another since the read; left to the next run")
+			return Open, nil, nil
+		}
+		if e, ok := ledger.SettledRefundEvent(rf, f.refund != nil && f.refund.State == ledger.RefundSucceeded); ok {
+			r.publish(ctx, &e, log)
 		}
 	}
+	var found []finding
 	for _, v := range p.reverse {
 		row := ledger.Reversal{
 			PaymentID: f.id, PSPPaymentIntent: v.intent.PaymentIntentID, PSPCharge: v.intent.ChargeID,
@@ -406,37 +438,61 @@ func (r *Reconciler) carry(ctx context.Context, f facts, p plan, log *slog.Logge
 			}
 		}
 		rv, _, err := r.d.Ledger.InsertReversal(ctx, row)
-		if err != nil {
-			return "", fmt.Errorf("reconcile: %w", err)
+		if errors.Is(err, ledger.ErrPaymentsOwnCharge) {
+			log.Warn("the charge became the payment's own since the read; not reversed", "payment_intent", v.intent.PaymentIntentID)
+			return Open, found, nil
 		}
-		done, err := r.drive(ctx, rv, log)
 		if err != nil {
-			return "", err
+			return "", nil, fmt.Errorf("reconcile: %w", err)
 		}
-		if !done && outcome != NeedsHuman {
+		driven[rv.Key] = true
+		done, fd, err := r.drive(ctx, rv, log)
+		if err != nil {
+			return "", nil, err
+		}
+		switch {
+		case fd != nil:
+			found = append(found, *fd)
+			outcome = NeedsHuman
+		case !done && outcome != NeedsHuman:
 			outcome = ReversalOpen
 		}
 	}
-	return outcome, nil
+	return outcome, found, nil
 }
 
 // driveOpenReversals drives every reversal still open that no payment of
-// this run drove.
-func (r *Reconciler) driveOpenReversals(ctx context.Context, rep *Report, log *slog.Logger) error {
+// this invocation drove (one attempt per reversal and invocation).
+// Each run counts every reversal it leaves open (ReconcileReversalOpen),
+// so the alarm stays on, day after day, while one is.
+func (r *Reconciler) driveOpenReversals(ctx context.Context, runID int64, rep *Report, log *slog.Logger) error {
 	open, err := r.d.Ledger.Reversals(ctx, nil)
 	if err != nil {
 		return fmt.Errorf("reconcile: %w", err)
 	}
 	for _, v := range open {
-		if v.State.Final() {
+		if v.State.Final() || rep.driven[v.Key] {
 			continue
 		}
-		done, err := r.drive(ctx, v, log.With("payment_id", v.PaymentID))
+		vlog := log.With("payment_id", v.PaymentID)
+		done, fd, err := r.drive(ctx, v, vlog)
 		if err != nil {
 			return err
 		}
-		if done {
+		if fd != nil {
+			if err := r.d.Ledger.RecordFinding(ctx, ledger.Finding{RunID: runID, PaymentID: v.PaymentID, Kind: fd.kind, Detail: fd.detail}); err != nil {
+				return fmt.Errorf("reconcile: %w", err)
+			}
+			rep.Findings++
+			r.count(NeedsHuman)
+			vlog.Error("reconciliation finding: a human must decide", "kind", fd.kind, "detail", fd.detail)
+		}
+		switch {
+		case done:
 			rep.Counts["reversal_settled"]++
+		default:
+			rep.Counts[string(ReversalOpen)]++
+			r.count(ReversalOpen)
 		}
 	}
 	return nil
@@ -447,9 +503,14 @@ func (r *Reconciler) driveOpenReversals(ctx context.Context, rep *Report, log *s
 // attempt made whose answer was lost is found, never sent twice), and only
 // when the PSP holds none sends it under the reversal's derived key. done
 // reports a final row.
-func (r *Reconciler) drive(ctx context.Context, v ledger.Reversal, log *slog.Logger) (done bool, err error) {
+//
+// A refund the PSP refuses stays open (a rotated or restricted key, a 4xx
+// of ours: the next run tries again) with a finding, except when the
+// charge was refunded already (by hand, with none of our metadata): then
+// the buyer has the money, the reversal ends FAILED, and a human is told.
+func (r *Reconciler) drive(ctx context.Context, v ledger.Reversal, log *slog.Logger) (done bool, fd *finding, err error) {
 	if v.State.Final() {
-		return true, nil
+		return true, nil, nil
 	}
 	log = log.With("refund_key", v.Key, "payment_intent", v.PSPPaymentIntent, "reason", string(v.Reason))
 	cctx, cancel := context.WithTimeout(ctx, r.cfg.CallTimeout)
@@ -463,16 +524,18 @@ func (r *Reconciler) drive(ctx context.Context, v ledger.Reversal, log *slog.Log
 		})
 		cancel()
 		sent = !errors.Is(err, psp.ErrNotSent)
+		var apiErr *psp.APIError
 		if err != nil && errors.Is(err, psp.ErrInvalidRequest) && !errors.Is(err, psp.ErrKeyReuse) {
-			// Refused as sent: no refund under this key. A human decides
-			// (the charge may have been disputed or refunded by hand).
-			_, _, _, serr := r.d.Ledger.SettleReversal(ctx, v.Key, ledger.RefundOutcome{State: ledger.RefundFailed, FailureReason: "psp_refused"})
-			if serr != nil {
-				return false, fmt.Errorf("reconcile: %w", serr)
+			sent = false // refused before it ran: nothing under the key
+			if errors.As(err, &apiErr) && apiErr.Code == "charge_already_refunded" {
+				if _, _, _, serr := r.d.Ledger.SettleReversal(ctx, v.Key, ledger.RefundOutcome{State: ledger.RefundFailed, FailureReason: "already_refunded"}); serr != nil {
+					return false, nil, fmt.Errorf("reconcile: %w", serr)
+				}
+				return true, &finding{FindReversalRefused, fmt.Sprintf("PaymentIntent %s was refunded already, not by a reversal (by hand?): check the buyer has the %d %s back",
+					v.PSPPaymentIntent, v.Amount, v.Currency)}, nil
 			}
-			log.Error("the PSP refused a reversal's refund: a human must decide", "err", err)
-			r.count(NeedsHuman)
-			return true, nil
+			fd = &finding{FindReversalRefused, fmt.Sprintf("the PSP refused the refund of PaymentIntent %s (%d %s): %v; it stays open and every run tries again",
+				v.PSPPaymentIntent, v.Amount, v.Currency, err)}
 		}
 	} else if ferr != nil {
 		err = ferr
@@ -481,26 +544,25 @@ func (r *Reconciler) drive(ctx context.Context, v ledger.Reversal, log *slog.Log
 	case err == nil && res.Outcome == psp.Succeeded:
 		_, ev, _, serr := r.d.Ledger.SettleReversal(ctx, v.Key, ledger.RefundOutcome{State: ledger.RefundSucceeded, PSPRefund: res.RefundID})
 		if serr != nil {
-			return false, fmt.Errorf("reconcile: %w", serr)
+			return false, nil, fmt.Errorf("reconcile: %w", serr)
 		}
 		log.Warn("reversed a charge the ledger does not hold as its payment's", "refund", res.RefundID, "amount", v.Amount)
 		r.publish(ctx, ev, log)
-		return true, nil
+		return true, nil, nil
 	case err == nil && res.Outcome == psp.Declined:
 		_, _, _, serr := r.d.Ledger.SettleReversal(ctx, v.Key, ledger.RefundOutcome{State: ledger.RefundFailed, PSPRefund: res.RefundID, FailureReason: "psp_failed"})
 		if serr != nil {
-			return false, fmt.Errorf("reconcile: %w", serr)
+			return false, nil, fmt.Errorf("reconcile: %w", serr)
 		}
-		log.Error("the PSP failed a reversal's refund: a human must decide", "refund", res.RefundID)
-		r.count(NeedsHuman)
-		return true, nil
+		return true, &finding{FindReversalRefused, fmt.Sprintf("the PSP failed refund %s of PaymentIntent %s (%d %s): the buyer does not have the money back",
+			res.RefundID, v.PSPPaymentIntent, v.Amount, v.Currency)}, nil
 	}
-	// Unknown or pending: recorded; the next run looks it up first.
+	// Unknown, pending or refused: recorded; the next run looks it up first.
 	if _, rerr := r.d.Ledger.RecordReversalAttempt(ctx, v.Key, sent, res.RefundID); rerr != nil {
-		return false, fmt.Errorf("reconcile: %w", rerr)
+		return false, nil, fmt.Errorf("reconcile: %w", rerr)
 	}
 	log.Warn("a reversal's refund is still open; the next run drives it", "outcome", res.Outcome.String(), "err", err)
-	return false, nil
+	return false, fd, nil
 }
 
 func (r *Reconciler) publish(ctx context.Context, ev *event.Event, log *slog.Logger) {

@@ -24,13 +24,18 @@ var ctx = context.Background()
 // wall clock (the simulator stamps its objects with it).
 func rec(t *testing.T, w *worldtest.World, l reconcile.Ledger, p reconcile.PSP) *reconcile.Reconciler {
 	t.Helper()
+	return recWith(t, w, l, p, reconcile.Config{CheckpointEvery: 2})
+}
+
+func recWith(t *testing.T, w *worldtest.World, l reconcile.Ledger, p reconcile.PSP, cfg reconcile.Config) *reconcile.Reconciler {
+	t.Helper()
 	if l == nil {
 		l = w.Ledger
 	}
 	if p == nil {
 		p = w.PSP
 	}
-	r, err := reconcile.New(reconcile.Config{CheckpointEvery: 2}, reconcile.Deps{
+	r, err := reconcile.New(cfg, reconcile.Deps{
 		Ledger: l, PSP: p, Publisher: w.Outbox, Metrics: metrics.New(w.Logs, "reconcile"), Log: w.Log,
 	})
 	if err != nil {
@@ -408,5 +413,123 @@ func TestRefundsTheLedgerHasWrongAreSettledOnce(t *testing.T) {
 	}
 	if after := snapshot(t, w); after != before {
 		t.Errorf("the second run changed something:\n%s\n%s", before, after)
+	}
+}
+
+// racingLedger settles the row with another charge just before the run's
+// own settle: the resolver or the webhook got there first.
+type racingLedger struct {
+	*ledger.Store
+	charge string
+}
+
+func (r *racingLedger) Settle(ctx context.Context, id string, o ledger.Outcome, now time.Time, h ...ledger.Hook) (ledger.Payment, *event.Event, bool, error) {
+	if _, _, _, err := r.Store.Settle(ctx, id, ledger.Outcome{State: ledger.Succeeded, PSPCharge: r.charge}, now); err != nil {
+		return ledger.Payment{}, nil, false, err
+	}
+	return r.Store.Settle(ctx, id, o, now, h...)
+}
+
+// An open row with two charges at the PSP: the run plans to settle it with
+// the older and reverse the other, but the resolver settles it with the
+// other first. The run must not refund the charge the row now holds; the
+// next run reverses the one it does not.
+func TestARowSettledByAnotherSinceTheReadKeepsItsCharge(t *testing.T) {
+	w := worldtest.New(t, worldtest.Options{})
+	chargeAside(t, w, pid("C1")+":attempt-0", pid("C1")) // the older, stray charge
+	if err := w.Sim.AddFault(pspsim.Fault{Match: pspsim.Match{IdempotencyKey: ids.ChargeKey(pid("C1"))}, Kind: pspsim.FaultLoseReply, DelayMS: 3000}); err != nil {
+		t.Fatal(err)
+	}
+	if r := w.Pay("u1", "C1", body("pm_card_visa")); r.Status != http.StatusAccepted {
+		t.Fatalf("C1 = %d %s", r.Status, r.Body)
+	}
+	var own, stray pspsim.Charge
+	for _, c := range w.Sim.Charges() {
+		switch c.IdempotencyKey {
+		case ids.ChargeKey(pid("C1")):
+			own = c
+		case pid("C1") + ":attempt-0":
+			stray = c
+		}
+	}
+	from, to := span(w)
+	rep, err := rec(t, w, &racingLedger{Store: w.Ledger, charge: own.ID}, nil).Run(ctx, from, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Counts["open"] != 1 || len(w.Sim.Refunds()) != 0 {
+		t.Fatalf("counts %v, %d refunds: the run refunded on a stale read", rep.Counts, len(w.Sim.Refunds()))
+	}
+	if _, err := rec(t, w, nil, nil).Run(ctx, from, to); err != nil {
+		t.Fatal(err)
+	}
+	rf := w.Sim.Refunds()
+	if len(rf) != 1 || rf[0].PaymentIntent != stray.PaymentIntent {
+		t.Fatalf("refunds %+v, want one, of the stray charge %s (the row holds %s)", rf, stray.PaymentIntent, own.ID)
+	}
+	if p := w.Row("u1", "C1"); p.State != ledger.Succeeded || p.PSPCharge != own.ID {
+		t.Fatalf("C1 = %s %s, want SUCCEEDED with %s", p.State, p.PSPCharge, own.ID)
+	}
+}
+
+// A reversal the PSP refuses (here a 401: a key rotated under the run)
+// stays open with a finding, and the next run sends it: the buyer is
+// repaid once.
+func TestARefusedReversalStaysOpenWithAFindingAndIsSentLater(t *testing.T) {
+	w := worldtest.New(t, worldtest.Options{})
+	if r := w.Resolve("u1", "V1"); r.Status != http.StatusOK {
+		t.Fatalf("resolve = %d %s", r.Status, r.Body)
+	}
+	chargeAside(t, w, ids.ChargeKey(pid("V1")), pid("V1"))
+	pi := w.Sim.Charges()[0].PaymentIntent
+	if err := w.Sim.AddFault(pspsim.Fault{Match: pspsim.Match{IdempotencyKey: ids.ReversalKey(pid("V1"), pi)}, Kind: pspsim.FaultUnauthorized}); err != nil {
+		t.Fatal(err)
+	}
+	from, to := span(w)
+	rep, err := rec(t, w, nil, nil).Run(ctx, from, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	fs, err := w.Ledger.Findings(ctx, rep.RunID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Counts["needs_human"] != 1 || len(fs) != 1 || fs[0].Kind != reconcile.FindReversalRefused || len(w.Sim.Refunds()) != 0 {
+		t.Fatalf("counts %v, findings %+v, %d refunds: want the refusal found and nothing refunded", rep.Counts, fs, len(w.Sim.Refunds()))
+	}
+	if n := w.Count(`SELECT count(*) FROM reversals WHERE state IN ('PENDING', 'UNKNOWN')`); n != 1 {
+		t.Fatalf("%d open reversals, want the refused one open", n)
+	}
+	again, err := rec(t, w, nil, nil).Run(ctx, from, to)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rf := w.Sim.Refunds(); len(rf) != 1 || rf[0].IdempotencyKey != ids.ReversalKey(pid("V1"), pi) {
+		t.Fatalf("refunds after the second run %+v, want one under the reversal's key (counts %v)", rf, again.Counts)
+	}
+	if n := w.Count(`SELECT count(*) FROM outbox_intents WHERE event_id = $1`, ids.EventID(pid("V1"), event.Reversed)); n != 1 {
+		t.Fatalf("REVERSED intents = %d", n)
+	}
+}
+
+// A payment judged on a later day for its refund alone (its charge older
+// than the span's widened read) is not reported as a SUCCEEDED row with no
+// charge: the run looks the charge up before it calls a human.
+func TestARefundOnALaterDayFindsNoMissingCharge(t *testing.T) {
+	w := worldtest.New(t, worldtest.Options{})
+	if r := w.Pay("u1", "L1", body("pm_card_visa")); r.Status != http.StatusCreated {
+		t.Fatalf("L1 = %d", r.Status)
+	}
+	w.Sim.Advance(3 * time.Hour)
+	if r := w.Refund("u1", "L1", "RL1"); r.Status != http.StatusCreated {
+		t.Fatalf("refund = %d %s", r.Status, r.Body)
+	}
+	now := w.Sim.Now().UTC().Truncate(time.Second)
+	rep, err := recWith(t, w, nil, nil, reconcile.Config{Now: w.Sim.Now}).Run(ctx, now.Add(-time.Minute), now.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Findings != 0 || rep.Counts["agree"] != 1 {
+		t.Fatalf("report %+v, want the refunded payment to agree with no finding", rep)
 	}
 }
