@@ -509,6 +509,7 @@ func TestAlarms(t *testing.T) {
 		oncepay.AlarmRecountErrors:    {"AWS/Lambda", "Errors", "Sum", map[string]any{"FunctionName": fnName(st.Totals.RecountFunction)}, 1},
 		oncepay.AlarmTotalsLateCopies: {stackenv.MetricsNamespace, "TotalsLateCopies", "Sum", map[string]any{"Function": oncepay.FnTotals}, 1},
 		oncepay.AlarmTotalsStaleState: {stackenv.MetricsNamespace, "TotalsStaleStates", "Sum", map[string]any{"Function": oncepay.FnTotals}, 1},
+		oncepay.AlarmTotalsLostState:  {stackenv.MetricsNamespace, "TotalsLostStates", "Sum", map[string]any{"Function": oncepay.FnTotals}, 1},
 		oncepay.AlarmTotalsUnreadable: {stackenv.MetricsNamespace, "TotalsUnreadable", "Sum", map[string]any{"Function": oncepay.FnTotals}, 1},
 		oncepay.AlarmTotalsStateSize:  {stackenv.MetricsNamespace, "TotalsStateBytes", "Maximum", map[string]any{"Function": oncepay.FnTotals}, 786432},
 

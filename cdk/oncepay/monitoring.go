@@ -57,6 +57,7 @@ const (
 	// unreadable records skipped.
 	MetricTotalsLateCopies  = "TotalsLateCopies"
 	MetricTotalsStaleStates = "TotalsStaleStates"
+	MetricTotalsLostStates  = "TotalsLostStates"
 	MetricTotalsUnreadable  = "TotalsUnreadable"
 	MetricTotalsStateBytes  = "TotalsStateBytes"
 	MetricDedupFailOpen     = "DedupFailOpen"
@@ -98,6 +99,7 @@ const (
 	AlarmCacheFailOpen      = "DedupFailOpen"
 	AlarmTotalsLateCopies   = "TotalsLateCopies"
 	AlarmTotalsStaleState   = "TotalsStaleState"
+	AlarmTotalsLostState    = "TotalsLostState"
 	AlarmTotalsUnreadable   = "TotalsUnreadable"
 	AlarmTotalsFailures     = "TotalsFailuresNotEmpty"
 	AlarmRecountStuck       = "RecountStuck"
@@ -238,6 +240,7 @@ func newMonitoring(s *Stack) *Monitoring {
 	atLeastOne(AlarmTotalsFailures, "The totals mapping gave up on a stream batch after its retries (the cause needs a look: the function's log says it). Its totals are not lost: the recount function recounts every day the batch may have touched from the ledger once the day is over (docs/stream-job.md#recount).",
 		t.FailureQueue.MetricNumberOfMessagesSent(periodOpts("Sum")))
 	atLeastOne(AlarmTotalsStaleState, "The stream job was handed a state older than what committed runs wrote (a reset mapping, a lost window state) and stopped its shard rather than erase totals: recount the shard's days, then delete its ~meta item (docs/stream-job.md#stale-state).", custom(MetricTotalsStaleStates, FnTotals, "Sum"))
+	atLeastOne(AlarmTotalsLostState, "The stream job found that Lambda dropped a window's state (a final invoke discarded after its retries): it kept the lost runs' totals from the sink and sent their merchants and days to the recount queue, which recounts them from the ledger once each day is over (docs/stream-job.md). Find why the batch kept failing in the totals function's log.", custom(MetricTotalsLostStates, FnTotals, "Sum"))
 	atLeastOne(AlarmTotalsLateCopies, "The stream job rejected copies that came later than its two-hour horizon; each is in the recount queue.", custom(MetricTotalsLateCopies, FnTotals, "Sum"))
 	c.alarm(AlarmTotalsStateSize, "A shard's stream-job state passed 768 KB of Lambda's 1 MB: past 1 MB every window ends early and a state that cannot shrink is not verified against Lambda; the merchants' open days or the ids seen within the two-hour horizon have outgrown one shard (docs/stream-job.md, limits).",
 		custom(MetricTotalsStateBytes, FnTotals, "Maximum"), TotalsStateMaxBytes)

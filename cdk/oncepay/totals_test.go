@@ -33,8 +33,8 @@ func TestStreamTotals(t *testing.T) {
 		"StartingPosition":           "TRIM_HORIZON",
 		"BatchSize":                  100,
 		"BisectBatchOnFunctionError": false,
-		"MaximumRetryAttempts":       10,
-		"MaximumRecordAgeInSeconds":  -1,
+		"MaximumRetryAttempts":       -1,    // a window's final invoke is retried (docs/stream-job.md#lost-state)
+		"MaximumRecordAgeInSeconds":  82800, // an hour short of the stream's retention
 		"ParallelizationFactor":      1,
 		"TumblingWindowInSeconds":    60,
 		"DestinationConfig": map[string]any{"OnFailure": map[string]any{

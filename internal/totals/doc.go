@@ -10,7 +10,7 @@
 //
 //   - every write is absolute (SET total), tagged with the checkpoint the
 //     writing run was handed, and a sparse index lists the keys by tag;
-//   - a run that finds the sink marked at or after its own checkpoint knows
+//   - a run that finds the sink marked at its own checkpoint knows
 //     an earlier run from the same state wrote and was lost, and runs the
 //     full flush before its batch: every key of its state rewritten with its
 //     tag, every key tagged at or after it that the state does not hold
@@ -21,5 +21,8 @@
 //
 // Lambda drops the state when a window closes (or is terminated early at its
 // 1 MB); the final invoke saves it to the sink as the shard's carry and the
-// next window's first invoke, handed a fresh state, loads it.
+// next window's first invoke, handed a fresh state, loads it. A final invoke
+// Lambda discards drops the state without a carry: a fresh state that finds
+// the sink marked past its carry, or at it from another window, rebuilds the
+// lost state from the sink's totals and sends their keys to the recount.
 package totals

@@ -29,9 +29,13 @@ const (
 // horizon is at or before the watermark is late (the story's 7,200 s).
 const DefaultHorizon = 2 * time.Hour
 
-// Late is a copy rejected as too late to count: the recount queue's message
-// (package recount recounts its Key from the ledger once its day is over).
+// Late is a copy rejected as too late to count, or a key a lost window
+// state had counted: the recount queue's message (package recount recounts
+// its Key from the ledger once its day is over).
 type Late struct {
+	// EventID is the late copy's; for a lost state's key it is
+	// "lost-state:<shard>:<first>-<last>", the checkpoints whose runs
+	// wrote what the lost state counted.
 	EventID    string    `json:"event_id"`
 	PaymentID  string    `json:"payment_id"`
 	MerchantID string    `json:"merchant_id"`
@@ -75,8 +79,8 @@ type Config struct {
 	AfterFlush func(ctx context.Context, shard string)
 }
 
-// ErrStaleState is a state older than what the sink holds from committed
-// runs: see Handle.
+// ErrStaleState is a state Lambda handed that is older than what the sink
+// holds from committed runs: see Handle.
 var ErrStaleState = errors.New("totals: stale state")
 
 // Job is the merchants' daily totals job: a handler for Lambda's tumbling
@@ -141,27 +145,38 @@ func (j *Job) Handle(ctx context.Context, ev events.DynamoDBTimeWindowEvent) (ev
 	}
 	st := handed.clone()
 
-	newest, written, err := j.cfg.Sink.Newest(ctx, shard)
+	mark, written, err := j.cfg.Sink.Newest(ctx, shard)
 	if err != nil {
 		return events.DynamoDBTimeWindowEventResponse{}, err
 	}
-	// A lost run marks the checkpoint it was handed, and only a run marks:
-	// a mark past the handed checkpoint means this state is older than
-	// answers Lambda has already committed (a reset mapping, a state lost
-	// without its window's carry). Their records will not come again, so
-	// flushing to this state would erase them; the shard stops here, loudly
-	// (docs/stream-job.md#stale-state).
-	if written && newest > st.Checkpoint {
+	window := ev.Window.Start.Time
+	switch {
+	case !written || mark.Tag < st.Checkpoint:
+		// Nothing written from this state or after it.
+	case !ok && (mark.Tag > st.Checkpoint || mark.elsewhere(window)):
+		// A fresh state, and the sink holds writes its carry never saw
+		// that no lost try of this batch left (that one was handed this
+		// carry and marked in this window): the window state that counted
+		// them was dropped, its final invoke discarded. Lambda will not
+		// hand those records again (docs/stream-job.md#lost-state).
+		if st, err = j.recoverLost(ctx, shard, st, mark, log); err != nil {
+			return events.DynamoDBTimeWindowEventResponse{}, err
+		}
+	case mark.Tag > st.Checkpoint:
+		// A lost run marks the checkpoint it was handed, and only a run
+		// marks: a mark past the state Lambda handed means answers Lambda
+		// already committed were made from a newer one. Their records will
+		// not come again, so flushing to this state would erase them; the
+		// shard stops here, loudly (docs/stream-job.md#stale-state).
 		j.cfg.Metrics.Count("TotalsStaleStates", 1)
-		log.Error("stale state", "checkpoint", st.Checkpoint, "newest_tag", newest)
+		log.Error("stale state", "checkpoint", st.Checkpoint, "newest_tag", mark.Tag)
 		return events.DynamoDBTimeWindowEventResponse{}, fmt.Errorf("%w: %s was handed checkpoint %d, the sink holds writes of checkpoint %d",
-			ErrStaleState, shard, st.Checkpoint, newest)
-	}
-	// A restore: a run handed this same checkpoint already wrote to the
-	// sink, and its answer was lost with the state it built.
-	if written && newest == st.Checkpoint {
+			ErrStaleState, shard, st.Checkpoint, mark.Tag)
+	default:
+		// A restore: a run handed this same checkpoint already wrote to
+		// the sink, and its answer was lost with the state it built.
 		j.cfg.Metrics.Count("TotalsRestores", 1)
-		log.Warn("restore", "checkpoint", st.Checkpoint, "newest_tag", newest, "flush", !j.cfg.NoFlush)
+		log.Warn("restore", "checkpoint", st.Checkpoint, "newest_tag", mark.Tag, "flush", !j.cfg.NoFlush)
 		if !j.cfg.NoFlush {
 			if err := j.flush(ctx, shard, st); err != nil {
 				return events.DynamoDBTimeWindowEventResponse{}, err
@@ -179,6 +194,10 @@ func (j *Job) Handle(ctx context.Context, ev events.DynamoDBTimeWindowEvent) (ev
 	touched := map[Key]bool{}
 	var counted, dups, late int
 	for _, rec := range ev.Records {
+		if seq := rec.Change.SequenceNumber; st.Through != "" && sequenceNumber(seq) && !sequenceAfter(seq, st.Through) {
+			dups++ // counted by the lost state this one was rebuilt from
+			continue
+		}
 		e, ok, err := eventOf(rec)
 		if err != nil {
 			// Poison: failing would stall the shard behind it until the
@@ -235,7 +254,7 @@ func (j *Job) Handle(ctx context.Context, ev events.DynamoDBTimeWindowEvent) (ev
 		// The mark goes first: a run that dies between the two leaves a
 		// mark with nothing behind it, and a flush that finds nothing to
 		// delete is harmless; the other order would hide a write.
-		if err := j.cfg.Sink.MarkNewest(ctx, shard, st.Checkpoint); err != nil {
+		if err := j.cfg.Sink.MarkNewest(ctx, shard, Mark{Tag: st.Checkpoint, Window: window, Through: lastSequence(ev.Records)}); err != nil {
 			return events.DynamoDBTimeWindowEventResponse{}, err
 		}
 		out := make(map[Key]int64, len(touched))
@@ -264,6 +283,67 @@ func (j *Job) Handle(ctx context.Context, ev events.DynamoDBTimeWindowEvent) (ev
 		"checkpoint", st.Checkpoint, "keys_written", len(touched), "final", ev.IsFinalInvokeForWindow,
 		"terminated_early", ev.IsWindowTerminatedEarly, "state_bytes", next.Size())
 	return events.DynamoDBTimeWindowEventResponse{TimeWindowEventResponseProperties: events.TimeWindowEventResponseProperties{State: next.Encode()}}, nil
+}
+
+// elsewhere reports whether m was made in another window than w; a mark or
+// an event that does not say is taken as the same window (a restore).
+func (m Mark) elsewhere(w time.Time) bool {
+	return !m.Window.IsZero() && !w.IsZero() && !m.Window.Equal(w.UTC().Truncate(time.Millisecond))
+}
+
+// recoverLost rebuilds, from the sink, a window state Lambda dropped after
+// its runs committed: st is the carry the fresh state loaded (checkpoint 0
+// and empty without one), mark the sink's newest. Every key tagged at or
+// after st's checkpoint was written by a run of the lost chain: the state
+// takes its total as the sink holds it (what the last committed run
+// counted), and the key goes to the recount queue, which recounts its day
+// from the ledger once it is over (the sink may also hold a discarded
+// batch's writes, which no run of the chain committed). The rebuilt state
+// goes on past every tag written and is saved as the carry before the
+// batch is processed, so a retry of this run restores from it instead of
+// adopting this run's own writes.
+func (j *Job) recoverLost(ctx context.Context, shard string, st State, mark Mark, log *slog.Logger) (State, error) {
+	keys, err := j.cfg.Sink.TaggedSince(ctx, shard, st.Checkpoint)
+	if err != nil {
+		return State{}, err
+	}
+	held, err := j.cfg.Sink.Read(ctx, shard, keys)
+	if err != nil {
+		return State{}, err
+	}
+	id := fmt.Sprintf("lost-state:%s:%d-%d", shard, st.Checkpoint, mark.Tag)
+	for _, k := range keys {
+		if err := j.cfg.Recount(ctx, Late{EventID: id, MerchantID: k.Merchant, Day: k.Day, Currency: k.Currency,
+			Watermark: st.Floor, Shard: shard}); err != nil {
+			return State{}, fmt.Errorf("totals: recount %s of %s: %w", k, id, err)
+		}
+	}
+	for k, n := range held {
+		st.Totals[k] = n
+	}
+	if sequenceNumber(mark.Through) && (st.Through == "" || sequenceAfter(mark.Through, st.Through)) {
+		st.Through = mark.Through
+	}
+	from := st.Checkpoint
+	st.Checkpoint = mark.Tag + 1
+	if err := j.cfg.Sink.SaveCarry(ctx, shard, st); err != nil {
+		return State{}, err
+	}
+	j.cfg.Metrics.Count("TotalsLostStates", 1)
+	log.Error("lost window state: its runs' totals kept, their keys sent to the recount", "carry_checkpoint", from,
+		"newest_tag", mark.Tag, "newest_window", mark.Window, "keys", len(keys), "checkpoint", st.Checkpoint)
+	return st, nil
+}
+
+// lastSequence is the highest sequence number of a batch ("" if none).
+func lastSequence(recs []events.DynamoDBEventRecord) string {
+	var last string
+	for _, r := range recs {
+		if seq := r.Change.SequenceNumber; sequenceNumber(seq) && (last == "" || sequenceAfter(seq, last)) {
+			last = seq
+		}
+	}
+	return last
 }
 
 // flush is the full flush after a restore to checkpoint st: every key of

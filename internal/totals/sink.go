@@ -20,13 +20,16 @@ import (
 // so writing a total twice is harmless; each carries the tag of the
 // checkpoint the writing run was handed.
 type Sink interface {
-	// Newest is the newest tag MarkNewest recorded for the shard (read
+	// Newest is the newest mark MarkNewest recorded for the shard (read
 	// strongly consistent); written is false if there is none.
-	Newest(ctx context.Context, shard string) (tag int64, written bool, err error)
-	// MarkNewest records that a run handed checkpoint tag is about to write.
-	MarkNewest(ctx context.Context, shard string, tag int64) error
+	Newest(ctx context.Context, shard string) (m Mark, written bool, err error)
+	// MarkNewest records that a run is about to write.
+	MarkNewest(ctx context.Context, shard string, m Mark) error
 	// Put sets each key's total, tagged.
 	Put(ctx context.Context, shard string, tag int64, totals map[Key]int64) error
+	// Read returns the shard's totals of keys (read strongly consistent);
+	// a key with no total is left out.
+	Read(ctx context.Context, shard string, keys []Key) (map[Key]int64, error)
 	// TaggedSince lists the shard's keys whose tag is tag or later (the
 	// sparse index, read strongly consistent).
 	TaggedSince(ctx context.Context, shard string, tag int64) ([]Key, error)
@@ -35,6 +38,18 @@ type Sink interface {
 	// LoadCarry and SaveCarry hand the state from one window to the next.
 	LoadCarry(ctx context.Context, shard string) (State, bool, error)
 	SaveCarry(ctx context.Context, shard string, st State) error
+}
+
+// Mark is what a run records before it writes: the checkpoint it was
+// handed (the tag of its writes) and the start of the window its batch
+// belongs to. A retry is always in its lost run's window, so a mark of
+// another window was not left by a lost run of this batch.
+type Mark struct {
+	Tag    int64
+	Window time.Time // zero: not known (a mark written before windows were)
+	// Through is the last stream sequence number of the marking run's
+	// batch: a state rebuilt from the sink has counted what came up to it.
+	Through string
 }
 
 // TableAPI is the DynamoDB calls a Table makes.
@@ -57,6 +72,8 @@ const (
 	AttrTotal    = totalstable.AttrTotal   //
 	AttrTag      = totalstable.AttrTag     // the ByTag index's sort key: only on total rows (sparse)
 	AttrNewest   = "newest_tag"            // on the shard's meta item
+	AttrWindow   = "newest_window"         // on the shard's meta item: the marking run's window start, Unix ms
+	AttrThrough  = "newest_through"        // on the shard's meta item: the marking run's last sequence number
 	AttrData     = "data"                  // a carry chunk
 	AttrCarry    = "carry_checkpoint"
 	AttrChunks   = "chunks"
@@ -127,28 +144,44 @@ func readNum(av types.AttributeValue) (int64, error) {
 }
 
 // Newest implements Sink.
-func (t *Table) Newest(ctx context.Context, shard string) (int64, bool, error) {
+func (t *Table) Newest(ctx context.Context, shard string) (Mark, bool, error) {
 	out, err := t.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: &t.name, Key: t.item(shard, skMeta), ConsistentRead: aws.Bool(true)})
 	if err != nil {
-		return 0, false, fmt.Errorf("totals: read %s's newest tag: %w", shard, err)
+		return Mark{}, false, fmt.Errorf("totals: read %s's newest tag: %w", shard, err)
 	}
 	av, ok := out.Item[AttrNewest]
 	if !ok {
-		return 0, false, nil
+		return Mark{}, false, nil
 	}
-	n, err := readNum(av)
-	if err != nil {
-		return 0, false, fmt.Errorf("totals: %s's newest tag: %w", shard, err)
+	var m Mark
+	if m.Tag, err = readNum(av); err != nil {
+		return Mark{}, false, fmt.Errorf("totals: %s's newest tag: %w", shard, err)
 	}
-	return n, true, nil
+	if av, ok := out.Item[AttrWindow]; ok {
+		ms, err := readNum(av)
+		if err != nil {
+			return Mark{}, false, fmt.Errorf("totals: %s's newest window: %w", shard, err)
+		}
+		m.Window = time.UnixMilli(ms).UTC()
+	}
+	if av, ok := out.Item[AttrThrough].(*types.AttributeValueMemberS); ok {
+		m.Through = av.Value
+	}
+	return m, true, nil
 }
 
 // MarkNewest implements Sink.
-func (t *Table) MarkNewest(ctx context.Context, shard string, tag int64) error {
+func (t *Table) MarkNewest(ctx context.Context, shard string, m Mark) error {
 	it := t.item(shard, skMeta)
-	it[AttrNewest] = num(tag)
+	it[AttrNewest] = num(m.Tag)
+	if !m.Window.IsZero() {
+		it[AttrWindow] = num(m.Window.UnixMilli())
+	}
+	if m.Through != "" {
+		it[AttrThrough] = &types.AttributeValueMemberS{Value: m.Through}
+	}
 	if _, err := t.api.PutItem(ctx, &dynamodb.PutItemInput{TableName: &t.name, Item: it}); err != nil {
-		return fmt.Errorf("totals: mark %s's newest tag %d: %w", shard, tag, err)
+		return fmt.Errorf("totals: mark %s's newest tag %d: %w", shard, m.Tag, err)
 	}
 	return nil
 }
@@ -167,6 +200,28 @@ func (t *Table) Put(ctx context.Context, shard string, tag int64, totals map[Key
 		reqs = append(reqs, types.WriteRequest{PutRequest: &types.PutRequest{Item: it}})
 	}
 	return t.batch(ctx, reqs)
+}
+
+// Read implements Sink: one consistent GetItem a key (the keys of one
+// lost window, and GetItem is what the job's role already holds).
+func (t *Table) Read(ctx context.Context, shard string, keys []Key) (map[Key]int64, error) {
+	out := make(map[Key]int64, len(keys))
+	for _, k := range keys {
+		got, err := t.api.GetItem(ctx, &dynamodb.GetItemInput{TableName: &t.name, Key: t.item(shard, k.String()), ConsistentRead: aws.Bool(true)})
+		if err != nil {
+			return nil, fmt.Errorf("totals: read %s's total of %s: %w", shard, k, err)
+		}
+		av, ok := got.Item[AttrTotal]
+		if !ok {
+			continue
+		}
+		n, err := readNum(av)
+		if err != nil {
+			return nil, fmt.Errorf("totals: %s's total of %s: %w", shard, k, err)
+		}
+		out[k] = n
+	}
+	return out, nil
 }
 
 // Delete implements Sink.

@@ -72,22 +72,32 @@ type State struct {
 	// Seen holds the ids of the events counted (or skipped) with their
 	// event time, until the watermark passes event time + horizon.
 	Seen map[string]time.Time
+	// Through is set on a state rebuilt from the sink after Lambda lost
+	// one (docs/stream-job.md#lost-state): the last stream sequence number
+	// the lost state's runs had read. A record up to it is a replay of
+	// what the rebuilt totals hold (a mapping re-created at TRIM_HORIZON),
+	// and is skipped, its seen id being lost with the state.
+	Through string
 }
 
 // Prefixes of the state's entries: Lambda's state is a map of strings.
 const (
 	entryCheckpoint = "checkpoint"
 	entryFloor      = "floor"
+	entryThrough    = "through"
 	prefixTotal     = "t:"
 	prefixSeen      = "s:"
 )
 
 // Encode renders s as Lambda's state map.
 func (s State) Encode() map[string]string {
-	m := make(map[string]string, 2+len(s.Totals)+len(s.Seen))
+	m := make(map[string]string, 3+len(s.Totals)+len(s.Seen))
 	m[entryCheckpoint] = strconv.FormatInt(s.Checkpoint, 10)
 	if !s.Floor.IsZero() {
 		m[entryFloor] = strconv.FormatInt(s.Floor.UnixMilli(), 10)
+	}
+	if s.Through != "" {
+		m[entryThrough] = s.Through
 	}
 	for k, v := range s.Totals {
 		m[prefixTotal+k.String()] = strconv.FormatInt(v, 10)
@@ -122,6 +132,11 @@ func Decode(m map[string]string) (s State, ok bool, err error) {
 				return State{}, false, fmt.Errorf("totals: state's %s %q: %w", entryFloor, v, err)
 			}
 			s.Floor = time.UnixMilli(ms).UTC()
+		case k == entryThrough:
+			if !sequenceNumber(v) {
+				return State{}, false, fmt.Errorf("totals: state's %s %q is not a sequence number", entryThrough, v)
+			}
+			s.Through = v
 		case strings.HasPrefix(k, prefixTotal):
 			key, err := ParseKey(k[len(prefixTotal):])
 			if err != nil {
@@ -168,4 +183,28 @@ func (s State) Size() int {
 		return 0
 	}
 	return len(b)
+}
+
+// sequenceNumber reports whether s is a stream sequence number: decimal
+// digits (DynamoDB Streams: 21 to 40 of them).
+func sequenceNumber(s string) bool {
+	if s == "" || len(s) > 40 {
+		return false
+	}
+	for i := range len(s) {
+		if s[i] < '0' || s[i] > '9' {
+			return false
+		}
+	}
+	return true
+}
+
+// sequenceAfter reports whether sequence number a comes after b in their
+// shard: they are numbers, compared as such whatever their widths.
+func sequenceAfter(a, b string) bool {
+	a, b = strings.TrimLeft(a, "0"), strings.TrimLeft(b, "0")
+	if len(a) != len(b) {
+		return len(a) > len(b)
+	}
+	return a > b
 }

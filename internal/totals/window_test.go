@@ -157,7 +157,7 @@ func TestOnTheHarnessWindowAFailedRunIsRestoredAndFlushed(t *testing.T) {
 // wrote (m2 = 500, m1 = 15,000) is taken back, and the sink holds exactly
 // what the state counted. The batch is not gone: the on-failure record
 // names its shard and sequence range for the recount, and the ledger still
-// holds the payments (docs/stream-job.md#give-up).
+// holds the payments (docs/stream-job.md#recount).
 func TestOnTheHarnessWindowADiscardedBatchIsTakenBackAndNamedForTheRecount(t *testing.T) {
 	w := newWorld(t)
 	evA, evD, ev7, at := recent(t, w)

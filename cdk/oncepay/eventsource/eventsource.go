@@ -1,7 +1,8 @@
-// Package eventsource holds the settings of the two Lambda event-source
-// mappings on the payment's path: the outbox stream -> relay, and the events
-// queue -> worker. One struct carries them, so the CDK constructs that create
-// the mappings and the local harness that plays them read the same numbers.
+// Package eventsource holds the settings of the Lambda event-source
+// mappings: on the payment's path the outbox stream -> relay and the events
+// queue -> worker, and beside it the outbox stream -> the totals job. One
+// struct carries them, so the CDK constructs that create the mappings and
+// the local harness that plays them read the same numbers.
 //
 // Each field is named after the Lambda (or SQS) parameter it sets. Stream and
 // Queue start from Lambda's documented defaults (DefaultStream, DefaultQueue);
@@ -22,6 +23,9 @@ const (
 // Forever is the value of MaxRetryAttempts and MaxRecordAge that means "no
 // limit": failed records are retried until they leave the stream (24 h).
 const Forever = -1
+
+// StreamRetention is how long a DynamoDB stream keeps a record.
+const StreamRetention = 24 * time.Hour
 
 // Stream is a DynamoDB Streams event-source mapping.
 type Stream struct {
@@ -132,11 +136,15 @@ func Default() Settings {
 	// Totals: a one-minute tumbling window (each window's close saves the
 	// job's carry, so shorter means more carry writes and longer means a
 	// bigger state); no partial failures and no bisect (the state answers
-	// for the whole batch); 10 retries and then the on-failure destination,
-	// whose alarm says which shard range to recount (the records would
-	// otherwise stall the shard and age out of the stream silently).
+	// for the whole batch). Retries without a count: a discarded final
+	// invoke drops the window's state, which the job then rebuilds from
+	// its sink and sends to the recount (docs/stream-job.md#lost-state);
+	// retrying keeps that the last resort. Records older than the stream's
+	// retention less an hour are discarded to the on-failure destination,
+	// which the recount reads, rather than leave the stream unrecorded; the
+	// iterator-age alarm fires hours before.
 	totals := DefaultStream()
-	totals.MaxRetryAttempts = 10
+	totals.MaxRecordAgeSeconds = int((StreamRetention - time.Hour).Seconds())
 	totals.TumblingWindow = time.Minute
 	return Settings{Relay: relay, Worker: worker, Totals: totals}
 }
@@ -179,10 +187,13 @@ func (q Queue) Validate() error {
 	return nil
 }
 
-// Validate checks both mappings.
+// Validate checks the mappings.
 func (s Settings) Validate() error {
 	if err := s.Relay.Validate(); err != nil {
 		return err
+	}
+	if err := s.Totals.Validate(); err != nil {
+		return fmt.Errorf("totals: %w", err)
 	}
 	return s.Worker.Validate()
 }

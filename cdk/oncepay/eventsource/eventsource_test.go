@@ -30,6 +30,17 @@ func TestOncepaysSettingsAreValidAndSayWhatTheDocSays(t *testing.T) {
 	if d.Worker.MaxReceiveCount != 5 || d.Worker.VisibilityTimeout != 6*eventsource.WorkerTimeout || !d.Worker.ReportBatchItemFailures {
 		t.Errorf("worker = %+v", d.Worker)
 	}
+	// The totals job's final invoke must not be discarded short of the
+	// stream's retention (docs/stream-job.md#lost-state): retried without
+	// a count, discarded an hour before the records leave the stream.
+	tot := d.Totals
+	if tot.MaxRetryAttempts != eventsource.Forever || tot.MaxRecordAgeSeconds != 23*3600 || tot.BisectOnError ||
+		tot.ReportBatchItemFailures || tot.ParallelizationFactor != 1 || tot.TumblingWindow != time.Minute {
+		t.Errorf("totals = %+v", tot)
+	}
+	if time.Duration(tot.MaxRecordAgeSeconds)*time.Second >= eventsource.StreamRetention {
+		t.Errorf("totals discard records at %ds, not before the stream's %s retention", tot.MaxRecordAgeSeconds, eventsource.StreamRetention)
+	}
 }
 
 func TestValidateRefusesWhatLambdaRefuses(t *testing.T) {
@@ -40,6 +51,7 @@ func TestValidateRefusesWhatLambdaRefuses(t *testing.T) {
 		"retries -2":               func(s *eventsource.Settings) { s.Relay.MaxRetryAttempts = -2 },
 		"record age 30 s":          func(s *eventsource.Settings) { s.Relay.MaxRecordAgeSeconds = 30 },
 		"parallelization 11":       func(s *eventsource.Settings) { s.Relay.ParallelizationFactor = 11 },
+		"totals window 16 min":     func(s *eventsource.Settings) { s.Totals.TumblingWindow = 16 * time.Minute },
 		"FIFO batch 11":            func(s *eventsource.Settings) { s.Worker.BatchSize = 11 },
 		"FIFO batching window":     func(s *eventsource.Settings) { s.Worker.MaxBatchingWindow = time.Second },
 		"max concurrency 1":        func(s *eventsource.Settings) { s.Worker.MaxConcurrency = 1 },
