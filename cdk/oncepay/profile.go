@@ -111,8 +111,9 @@ func (p Profile) LogRetention() awslogs.RetentionDays {
 // PushTopicFallback: a sandbox sends the push of a caller with no enabled
 // device to the push topic, so a deploy with no mobile platform application
 // still shows every push to a subscriber; prod never does (every subscriber
-// would see every device-less caller's payments) and records such a push
-// UNDELIVERABLE instead.
+// would see every device-less caller's payments): such a push waits for
+// the app's registration instead (UNDELIVERABLE after the sweep's device
+// horizon).
 func (p Profile) PushTopicFallback() bool { return !p.IsProd() }
 
 // ProfileContextKey selects the profile: cdk synth -c oncepay:profile=prod.

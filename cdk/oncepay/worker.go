@@ -26,7 +26,8 @@ import (
 // worker with its own events queue (and DLQ) and push topic; it needs a
 // ledger (Ledger, or ONCEPAY_LEDGER_DSN in Environment) to run, and a push
 // target (PlatformApplicationArns, or the sandbox's TopicFallback): without
-// either every notification is recorded UNDELIVERABLE.
+// either every push waits for a device and, after the sweep's device
+// horizon, is recorded UNDELIVERABLE.
 //
 // A prop and the one it excludes (Events and EventsProps, Push and
 // PushProps, Ledger and Vpc) panic when both are set, as does a setting the
@@ -57,8 +58,9 @@ type InboxWorkerProps struct {
 	// Push topic, where every subscriber sees it: a sandbox's way to watch
 	// pushes without a mobile platform application, a cross-caller leak in
 	// production. nil is false; the stack sets Profile.PushTopicFallback().
-	// Off, such a push is recorded UNDELIVERABLE and the function gets no
-	// publish right on the topic.
+	// Off, such a push waits for a device (the sweep's device horizon,
+	// then UNDELIVERABLE) and the function gets no publish right on the
+	// topic.
 	TopicFallback *bool
 	// EmailFrom, when set, adds the email channel: the payments' emails
 	// (receipts, declines, refunds) to each payment's receipt address, from

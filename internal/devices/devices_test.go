@@ -520,3 +520,55 @@ func TestALostCommitReplyIs503AndTheResendSeesItApplied(t *testing.T) {
 		t.Fatalf("the resend: %d %+v, want 200 with the row's own 5, applied earlier", st, a)
 	}
 }
+
+// A registration that applies makes its caller's pushes waiting for a
+// device due at once (the worker's next sweep sends them to it), in its own
+// transaction. Another caller's waiting pushes, and the caller's pushes
+// backing off after an SNS failure, keep their times; a registration that
+// does not apply (a resent, older counter) wakes nothing.
+func TestARegistrationMakesOnlyItsCallersWaitingPushesDue(t *testing.T) {
+	w := newWorld(t)
+	ctx := context.Background()
+	if _, err := w.pool.Exec(ctx, `
+		INSERT INTO notif (event_id, channel, state, replace_id, caller_id, next_attempt_at, awaiting_device_since) VALUES
+		  ('pay_1:SUCCEEDED', 'push', 'PENDING', 'pay_1', 'u1', now() + interval '1 hour', now()),
+		  ('pay_2:SUCCEEDED', 'push', 'PENDING', 'pay_2', 'u2', now() + interval '1 hour', now()),
+		  ('pay_3:SUCCEEDED', 'push', 'PENDING', 'pay_3', 'u1', now() + interval '1 hour', NULL)`); err != nil {
+		t.Fatal(err)
+	}
+	due := func() map[string]bool {
+		t.Helper()
+		rows, err := w.pool.Query(ctx, `SELECT event_id, next_attempt_at IS NULL FROM notif`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]bool{}
+		for rows.Next() {
+			var id string
+			var d bool
+			if err := rows.Scan(&id, &d); err != nil {
+				t.Fatal(err)
+			}
+			out[id] = d
+		}
+		if err := rows.Err(); err != nil {
+			t.Fatal(err)
+		}
+		return out
+	}
+	if st, a, _ := w.do("u1", http.MethodPut, "D1", 5, register("tok-W")); st != http.StatusCreated || !a.Applied {
+		t.Fatalf("register: %d %+v", st, a)
+	}
+	if got := due(); !got["pay_1:SUCCEEDED"] || got["pay_2:SUCCEEDED"] || got["pay_3:SUCCEEDED"] {
+		t.Fatalf("due after u1's registration: %v; want only u1's waiting push", got)
+	}
+	if _, err := w.pool.Exec(ctx, `UPDATE notif SET next_attempt_at = now() + interval '1 hour'`); err != nil {
+		t.Fatal(err)
+	}
+	if st, a, _ := w.do("u1", http.MethodPut, "D1", 4, register("tok-W")); st != http.StatusOK || a.Applied {
+		t.Fatalf("the resent older registration: %d %+v", st, a)
+	}
+	if got := due(); got["pay_1:SUCCEEDED"] {
+		t.Fatalf("due after a registration that did not apply: %v", got)
+	}
+}

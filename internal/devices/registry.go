@@ -134,6 +134,12 @@ func (r *Registry) Get(ctx context.Context, caller, deviceID string) (rec Record
 // it is signed in as. The endpoint is made before the transaction and made
 // sure of inside it, under a lock on its ARN that release takes too: a
 // removal cannot delete an endpoint a registration is about to name.
+//
+// A registration that applies makes the caller's pushes waiting for a
+// device due at once, in the same transaction (notify.WakeWaiting): the
+// worker's next sweep sends them to this device, instead of at the end of
+// their back-off. The app's first registration often commits seconds after
+// the first payment's push found no device.
 func (r *Registry) Put(ctx context.Context, caller string, reg Registration) (Outcome, error) {
 	if cur, found, err := r.Get(ctx, caller, reg.DeviceID); err != nil || (found && cur.Counter >= reg.Counter) {
 		return Outcome{Record: cur}, err
@@ -146,6 +152,7 @@ func (r *Registry) Put(ctx context.Context, caller string, reg Registration) (Ou
 	if err != nil {
 		return Outcome{}, err
 	}
+	var woken int64
 	out, old, err := r.move(ctx, caller, reg.DeviceID, reg.Counter, func(tx pgx.Tx, insert bool) (pgx.Row, error) {
 		var err error
 		if arn, err = r.hold(ctx, tx, app, reg.Token, arn); err != nil {
@@ -153,6 +160,10 @@ func (r *Registry) Put(ctx context.Context, caller string, reg Registration) (Ou
 		}
 		if _, err := tx.Exec(ctx, `UPDATE devices SET platform = NULL, endpoint_arn = NULL, removed_at = now(), updated_at = now()
 			WHERE endpoint_arn = $3 AND NOT (caller_id = $1 AND device_id = $2)`, caller, reg.DeviceID, arn); err != nil {
+			return nil, err
+		}
+		// Before the row's write: its QueryRow holds the connection until scanned.
+		if woken, err = notify.WakeWaiting(ctx, tx, caller); err != nil {
 			return nil, err
 		}
 		if insert {
@@ -167,6 +178,10 @@ func (r *Registry) Put(ctx context.Context, caller string, reg Registration) (Ou
 	}
 	if !out.Applied {
 		old = arn // lost to a newer request: the endpoint made here may be no one's
+	}
+	if out.Applied && woken > 0 {
+		r.log.LogAttrs(ctx, slog.LevelInfo, "pushes waiting for a device made due", slog.String("scope", "devices"),
+			slog.String("caller_id", caller), slog.String("device_id", reg.DeviceID), slog.Int64("pushes", woken))
 	}
 	r.release(ctx, old, out.Record.endpoint)
 	return out, nil

@@ -34,8 +34,14 @@
 // its own durable trigger: NotifSweeper (run on the worker function's own
 // schedule, every minute: Function) sends it again with the same replace id
 // and backoff, and flags it STUCK, kept and alarmed,
-// after a give-up horizon. A push no channel can take (notify.ErrNoTarget) is
-// recorded UNDELIVERABLE: final, since no retry changes it.
+// after a give-up horizon. A push whose caller has no device to go to yet
+// (notify.ErrNoDevice: the first payment came before the app's first
+// registration committed, or the token just rotated) stays PENDING, marked
+// waiting for a device (awaitDevice): the caller's registration makes it
+// due at once, the sweep retries it meanwhile, and one still without a
+// device past SweepConfig.DeviceHorizon is recorded UNDELIVERABLE, final. A
+// message no channel can ever take (notify.ErrNoTarget: an email with no
+// address) is UNDELIVERABLE at once.
 //
 // Batches follow FIFO semantics: messages of one message group (one
 // merchant) are handled in order, and once one fails, the later messages of
@@ -76,9 +82,9 @@ const (
 
 // Notification states of a notif row (migration 00005).
 const (
-	NotifPending       = "PENDING"       // owed: the worker or the sweep sends it
+	NotifPending       = "PENDING"       // owed: the worker or the sweep sends it (a push may be waiting for a device)
 	NotifSent          = "SENT"          // handed to SNS
-	NotifUndeliverable = "UNDELIVERABLE" // no channel can take it (notify.ErrNoTarget): final
+	NotifUndeliverable = "UNDELIVERABLE" // no channel can take it (notify.ErrNoTarget), or no device came within the horizon: final
 	NotifStuck         = "STUCK"         // still failing after the give-up horizon: kept, alarmed, re-armable
 	// NotifUnknown: the provider never said whether it sent, and the
 	// message type chose a rare loss over a duplicate (notify.Policies):
@@ -170,8 +176,8 @@ type Config struct {
 	// Logger receives a line per event (default slog.Default()).
 	Logger *slog.Logger
 	// Metrics receives EventsCredited, EventsDuplicate, PushesSent,
-	// PushFailed, PushUndeliverable, EventsFailed and EventsDeadLettered
-	// counts.
+	// PushFailed, PushAwaitingDevice, PushUndeliverable, EventsFailed and
+	// EventsDeadLettered counts.
 	Metrics *metrics.Emitter
 	// RetryAfter is when the sweep may first retry a push the worker could
 	// not send (default 30 s; the sweep's backoff takes it from there).
@@ -246,7 +252,10 @@ type Result struct {
 	Duplicate     bool // the inbox row existed: nothing was applied again
 	Pushed        bool // this delivery sent the push
 	PushFailed    bool // the push failed: the row stays PENDING for the sweep
-	Undeliverable bool // no channel can take the push: the row is UNDELIVERABLE
+	Undeliverable bool // no channel can ever take the push: the row is UNDELIVERABLE
+	// AwaitingDevice: the caller has no device to push to yet; the row
+	// stays PENDING, waiting for one (see the package comment).
+	AwaitingDevice bool
 	// Refused (Config.Adopt): the inbox row was new, and the event, a copy
 	// the ledger contradicts, was recorded and not applied: no credit, no
 	// notification (AdoptionRefused).
@@ -561,7 +570,7 @@ func (w *Worker) markSent(ctx context.Context, e event.Event, channel string) {
 	ctx, cancel := recordCtx(ctx)
 	defer cancel()
 	if _, err := w.db.Exec(ctx, `
-		UPDATE notif SET state = 'SENT', sent_at = now(), last_error = NULL, sending_at = NULL, lease_until = NULL
+		UPDATE notif SET state = 'SENT', sent_at = now(), last_error = NULL, sending_at = NULL, lease_until = NULL, awaiting_device_since = NULL
 		WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, e.EventID, channel); err != nil {
 		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "notification sent but not marked SENT; the sweep will send it again",
 			slog.String("event_id", e.EventID), slog.String("payment_id", e.PaymentID), slog.String("channel", channel), slog.String("error", err.Error()))
@@ -630,26 +639,34 @@ func (w *Worker) notSent(ctx context.Context, e event.Event, ch Channel, sendErr
 	return outcome
 }
 
-// pushNotSent records a push that did not go out: UNDELIVERABLE when no
-// channel can take it, otherwise the attempt and when the sweep may retry.
-// A failure to record it is only logged: the row is PENDING either way, and
-// the sweep picks it up after its grace.
+// pushNotSent records a push that did not go out: waiting for a device
+// when the caller has none yet, UNDELIVERABLE when no channel can ever take
+// it, otherwise the attempt and when the sweep may retry. A failure to
+// record it is only logged: the row is PENDING either way, and the sweep
+// picks it up after its grace.
 func (w *Worker) pushNotSent(ctx context.Context, e event.Event, pushErr error, res *Result) {
 	attrs := []slog.Attr{slog.String("event_id", e.EventID), slog.String("payment_id", e.PaymentID), slog.String("error", pushErr.Error())}
 	var err error
-	if errors.Is(pushErr, notify.ErrNoTarget) {
+	switch {
+	case errors.Is(pushErr, notify.ErrNoDevice):
+		res.AwaitingDevice = true
+		w.cfg.Metrics.Count("PushAwaitingDevice", 1)
+		w.cfg.Logger.LogAttrs(ctx, slog.LevelInfo, "the caller has no device to push to yet; the push waits for one", attrs...)
+		err = awaitDevice(ctx, w.db, e.EventID, w.cfg.Channel, pushErr.Error(), w.cfg.RetryAfter, 1)
+	case errors.Is(pushErr, notify.ErrNoTarget):
 		res.Undeliverable = true
 		w.cfg.Metrics.Count("PushUndeliverable", 1)
 		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "no channel can take the push; recorded UNDELIVERABLE", attrs...)
 		_, err = w.db.Exec(ctx, `
 			UPDATE notif SET state = 'UNDELIVERABLE', attempts = attempts + 1, last_error = $3
 			WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, e.EventID, w.cfg.Channel, pushErr.Error())
-	} else {
+	default:
 		res.PushFailed = true
 		w.cfg.Metrics.Count("PushFailed", 1)
 		w.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "push failed; the event is done and the sweep retries the push", attrs...)
+		// A device was found (or none was looked for): no longer waiting.
 		_, err = w.db.Exec(ctx, `
-			UPDATE notif SET attempts = attempts + 1, last_error = $3,
+			UPDATE notif SET attempts = attempts + 1, last_error = $3, awaiting_device_since = NULL,
 			                 next_attempt_at = now() + make_interval(secs => $4)
 			WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`,
 			e.EventID, w.cfg.Channel, pushErr.Error(), w.cfg.RetryAfter.Seconds())
@@ -896,7 +913,8 @@ func (w *Worker) done(ctx context.Context, m events.SQSMessage, e event.Event, r
 		slog.String("event_id", e.EventID), slog.String("payment_id", e.PaymentID),
 		slog.String("message_id", m.MessageId), slog.Int("receive_count", receives),
 		slog.Bool("duplicate", res.Duplicate), slog.Bool("refused", res.Refused), slog.Bool("pushed", res.Pushed),
-		slog.Bool("push_failed", res.PushFailed), slog.Bool("undeliverable", res.Undeliverable), slog.String("channels", res.Extra))
+		slog.Bool("push_failed", res.PushFailed), slog.Bool("awaiting_device", res.AwaitingDevice), slog.Bool("undeliverable", res.Undeliverable),
+		slog.String("channels", res.Extra))
 }
 
 // heldBack logs the messages reported failed only because an earlier message

@@ -209,9 +209,10 @@ func TestAPushFailingPastTheHorizonIsFlaggedStuckAndCanBeRearmed(t *testing.T) {
 }
 
 // With the topic fallback off (production) a caller with no enabled device
-// cannot be pushed to: the event is credited and done, and the notification
-// recorded UNDELIVERABLE, not retried.
-func TestAPushNoChannelCanTakeIsUndeliverableAndTheEventDone(t *testing.T) {
+// cannot be pushed to yet: the event is credited and done, and the
+// notification waits for a device, PENDING, not given up: the app may
+// register any moment.
+func TestAPushWithNoDeviceIsCreditedAndWaitsForOne(t *testing.T) {
 	pool, _ := testenv.Ledger(t)
 	ctx := context.Background()
 	n, err := notify.New(testenv.SNS(t), notify.NewDeviceStore(pool), notify.Config{Logger: quiet})
@@ -224,24 +225,35 @@ func TestAPushNoChannelCanTakeIsUndeliverableAndTheEventDone(t *testing.T) {
 		t.Fatal(err)
 	}
 	e := payment("pay_u", "m1", inbox.Succeeded, 700)
-	resp, err := w.Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{message(t, e, 1)}})
+	if res, err := w.Process(ctx, e); err != nil || res != (inbox.Result{Credited: true, AwaitingDevice: true}) {
+		t.Fatalf("Process = %+v, %v; want credited and the push waiting for a device", res, err)
+	}
+	// A redelivery is a duplicate: no second credit, and the push still waits.
+	resp, err := w.Handle(ctx, events.SQSEvent{Records: []events.SQSMessage{message(t, e, 2)}})
 	if err != nil || len(resp.BatchItemFailures) != 0 {
 		t.Fatalf("Handle = %+v, %v", resp, err)
 	}
 	wd := world{pool: pool}
-	if s := wd.notif(t, e.EventID); s != inbox.NotifUndeliverable || wd.balance(t, "m1") != 700 {
-		t.Fatalf("notif %s, balance %d; want UNDELIVERABLE and the credit", s, wd.balance(t, "m1"))
+	if s := wd.notif(t, e.EventID); s != inbox.NotifPending || wd.balance(t, "m1") != 700 {
+		t.Fatalf("notif %s, balance %d; want PENDING and the credit once", s, wd.balance(t, "m1"))
 	}
-	if got := metrics.Sum(emf.Bytes(), "PushUndeliverable"); got != 1 {
-		t.Fatalf("PushUndeliverable = %v", got)
+	if n := wd.count(t, `SELECT count(*) FROM notif WHERE event_id = $1 AND awaiting_device_since IS NOT NULL AND attempts = 2`, e.EventID); n != 1 {
+		t.Fatalf("%d rows marked waiting for a device with both attempts, want 1", n)
+	}
+	if got := metrics.Sum(emf.Bytes(), "PushUndeliverable"); got != 0 {
+		t.Fatalf("PushUndeliverable = %v, want 0", got)
+	}
+	if got := metrics.Sum(emf.Bytes(), "PushAwaitingDevice"); got != 2 {
+		t.Fatalf("PushAwaitingDevice = %v, want 2", got)
 	}
 }
 
-// The sweep finds a PENDING push that no channel can take any more (the
-// push failed while the topic was down; by the sweep the deployment pushes
-// to devices only and the caller has none): it records it UNDELIVERABLE,
-// counted, final, and a later sweep leaves it.
-func TestTheSweepRecordsAPushNoChannelCanTakeUndeliverable(t *testing.T) {
+// The sweep finds a PENDING push with no device to go to (the push failed
+// while the topic was down; by the sweep the deployment pushes to devices
+// only and the caller has none): it keeps it waiting for one, however often
+// it runs, until its device horizon (configurable) has passed; then it
+// records it UNDELIVERABLE, counted, final, and a later sweep leaves it.
+func TestTheSweepKeepsAPushWithNoDeviceWaitingUntilItsHorizon(t *testing.T) {
 	p := newPushWorld(t)
 	ctx := context.Background()
 	p.breakSNS(t)
@@ -257,18 +269,35 @@ func TestTheSweepRecordsAPushNoChannelCanTakeUndeliverable(t *testing.T) {
 		t.Fatal(err)
 	}
 	emf := &bytes.Buffer{}
-	sw, err := inbox.NewNotifSweeper(p.pool, devicesOnly, inbox.SweepConfig{Logger: quiet, Metrics: metrics.New(emf, "worker"), Grace: time.Millisecond, Base: time.Millisecond})
+	sw, err := inbox.NewNotifSweeper(p.pool, devicesOnly, inbox.SweepConfig{Logger: quiet, Metrics: metrics.New(emf, "worker"),
+		Grace: time.Millisecond, Base: time.Millisecond, DeviceHorizon: time.Hour})
 	if err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(5 * time.Millisecond) // past the grace
+	for range 2 {
+		if n, err := sw.FinishPending(ctx, 10); err != nil || n != 0 {
+			t.Fatalf("FinishPending with no device = %d, %v; want 0", n, err)
+		}
+		time.Sleep(5 * time.Millisecond) // past the back-off
+	}
+	if s := p.notif(t, e.EventID); s != inbox.NotifPending {
+		t.Fatalf("notif %s within the horizon, want PENDING", s)
+	}
+	if got := metrics.Sum(emf.Bytes(), "PushAwaitingDevice"); got != 2 {
+		t.Fatalf("PushAwaitingDevice = %v, want 2", got)
+	}
+	// An hour and a minute after the row was written.
+	if _, err := p.pool.Exec(ctx, `UPDATE notif SET created_at = now() - interval '61 minutes', next_attempt_at = NULL WHERE event_id = $1`, e.EventID); err != nil {
+		t.Fatal(err)
+	}
 	for range 2 {
 		if _, err := sw.FinishPending(ctx, 10); err != nil {
 			t.Fatal(err)
 		}
 	}
 	if s := p.notif(t, e.EventID); s != inbox.NotifUndeliverable {
-		t.Fatalf("notif %s, want UNDELIVERABLE", s)
+		t.Fatalf("notif %s past the horizon, want UNDELIVERABLE", s)
 	}
 	if got := metrics.Sum(emf.Bytes(), "PushUndeliverable"); got != 1 {
 		t.Fatalf("PushUndeliverable = %v, want 1", got)

@@ -53,15 +53,26 @@ type SweepConfig struct {
 	// or re-armed by an operator), before it is flagged STUCK (default 24 h:
 	// a payment's push a day late is noise, and a human should look).
 	Horizon time.Duration
+	// DeviceHorizon is how long a push whose caller has no device waits for
+	// one, from its row's creation, before it is recorded UNDELIVERABLE
+	// (default 24 h). Most devices come within seconds (a first
+	// registration committing after the first payment, a rotated token); a
+	// buyer who installs the app a day later finds the payment in it, and
+	// an alert about day-old news reads as a new charge. It counts from the
+	// creation, not from a re-arm, because what ages is the news; and it
+	// bounds how long rows wait, and the sweep's work on callers who never
+	// install the app. Such a row never goes STUCK: no human can give the
+	// buyer a device.
+	DeviceHorizon time.Duration
 	// Lease is how long a run holds the rows it took (default 1 min), so two
 	// runs at once rarely send the same row (and the replace id makes it
 	// harmless when they do).
 	Lease time.Duration
 	// Logger receives a line per row that did not go out (default slog.Default()).
 	Logger *slog.Logger
-	// Metrics receives NotifSwept, NotifSweepFailed, PushUndeliverable,
-	// NotifStuckFlagged and, on every run, the NotifStuck gauge (rows STUCK
-	// now) that the NotifStuck alarm watches.
+	// Metrics receives NotifSwept, NotifSweepFailed, PushAwaitingDevice,
+	// PushUndeliverable, NotifStuckFlagged and, on every run, the
+	// NotifStuck gauge (rows STUCK now) that the NotifStuck alarm watches.
 	Metrics *metrics.Emitter
 	// CheckStandby makes FinishPending first ask whether the ledger is
 	// read-only (a standby Region before its promotion: the rows it shows
@@ -82,10 +93,11 @@ func (c *SweepConfig) setDefaults() error {
 	def(&c.Base, 30*time.Second)
 	def(&c.Max, time.Hour)
 	def(&c.Horizon, 24*time.Hour)
+	def(&c.DeviceHorizon, 24*time.Hour)
 	def(&c.Lease, time.Minute)
-	if c.Grace < 0 || c.Base < 0 || c.Max < c.Base || c.Horizon < 0 || c.Lease <= 0 {
-		return fmt.Errorf("inbox: sweep grace %s, base %s, max %s, horizon %s, lease %s: want non-negative, max >= base, a lease",
-			c.Grace, c.Base, c.Max, c.Horizon, c.Lease)
+	if c.Grace < 0 || c.Base < 0 || c.Max < c.Base || c.Horizon < 0 || c.DeviceHorizon < 0 || c.Lease <= 0 {
+		return fmt.Errorf("inbox: sweep grace %s, base %s, max %s, horizon %s, device horizon %s, lease %s: want non-negative, max >= base, a lease",
+			c.Grace, c.Base, c.Max, c.Horizon, c.DeviceHorizon, c.Lease)
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
@@ -134,6 +146,8 @@ type dueNotif struct {
 	payload                      []byte
 	attempts                     int
 	overHorizon                  bool
+	// pastDeviceHorizon: created longer ago than SweepConfig.DeviceHorizon.
+	pastDeviceHorizon bool
 	// resend: an earlier attempt died with its send under way; resends:
 	// how many such repeats were made.
 	resend  bool
@@ -141,12 +155,15 @@ type dueNotif struct {
 }
 
 // FinishPending takes up to limit PENDING rows that are older than the
-// grace and due (their backoff has passed, no other run holds them), sends
-// each with its replace id, and records the outcome: SENT; UNDELIVERABLE
-// when no channel can take it; otherwise the attempt and the next one's
-// time, or STUCK once the row has been failing past the give-up horizon
-// (kept, counted, alarmed; Rearm puts it back). It returns how many rows
-// left PENDING for SENT or UNDELIVERABLE. It blocks for one claim, one send
+// grace (or waiting for a device: their worker is done with them) and due
+// (their backoff has passed or a registration woke them, no other run
+// holds them), sends each with its replace id, and records the outcome:
+// SENT; still waiting when the caller has no device yet, UNDELIVERABLE
+// once that is past the device horizon, or at once when no channel can
+// ever take it; otherwise the attempt and the next one's time, or STUCK
+// once the row has been failing past the give-up horizon (kept, counted,
+// alarmed; Rearm puts it back). It returns how many rows left PENDING
+// (SENT, UNDELIVERABLE, SUPERSEDED, ...). It blocks for one claim, one send
 // and one update per row, and one count; the error joins what failed.
 func (s *NotifSweeper) FinishPending(ctx context.Context, limit int) (int, error) {
 	var errs []error
@@ -183,30 +200,35 @@ func (s *NotifSweeper) FinishPending(ctx context.Context, limit int) (int, error
 	return finished, errors.Join(errs...)
 }
 
+// claim leases up to limit due rows. A row waiting for a device and due
+// only by its back-off (not woken by a registration) comes after the
+// others: the callers who never install the app must not crowd a run's
+// rows out.
 func (s *NotifSweeper) claim(ctx context.Context, limit int) ([]dueNotif, error) {
 	rows, err := s.db.Query(ctx, `
 		UPDATE notif n SET lease_until = now() + make_interval(secs => $3), attempts = n.attempts + 1
 		FROM (
 		  SELECT event_id, channel FROM notif
 		  WHERE state = 'PENDING' AND channel = $1
-		    AND created_at < now() - make_interval(secs => $2)
+		    AND (created_at < now() - make_interval(secs => $2) OR awaiting_device_since IS NOT NULL)
 		    AND (next_attempt_at IS NULL OR next_attempt_at <= now())
 		    AND (lease_until IS NULL OR lease_until < now())
-		  ORDER BY created_at
+		  ORDER BY (awaiting_device_since IS NOT NULL AND next_attempt_at IS NOT NULL), created_at
 		  LIMIT $4
 		  FOR UPDATE SKIP LOCKED
 		) pick
 		WHERE n.event_id = pick.event_id AND n.channel = pick.channel
 		RETURNING n.event_id, n.replace_id, n.caller_id, COALESCE(n.payload::text, ''), n.attempts,
-		          n.armed_at < now() - make_interval(secs => $5), n.sending_at IS NOT NULL, n.resends`,
-		s.cfg.Channel, s.cfg.Grace.Seconds(), s.cfg.Lease.Seconds(), limit, s.cfg.Horizon.Seconds())
+		          n.armed_at < now() - make_interval(secs => $5), n.sending_at IS NOT NULL, n.resends,
+		          n.created_at < now() - make_interval(secs => $6)`,
+		s.cfg.Channel, s.cfg.Grace.Seconds(), s.cfg.Lease.Seconds(), limit, s.cfg.Horizon.Seconds(), s.cfg.DeviceHorizon.Seconds())
 	if err != nil {
 		return nil, fmt.Errorf("inbox: take pending notifications: %w", err)
 	}
 	due, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (dueNotif, error) {
 		var n dueNotif
 		var payload string
-		err := r.Scan(&n.eventID, &n.replaceID, &n.callerID, &payload, &n.attempts, &n.overHorizon, &n.resend, &n.resends)
+		err := r.Scan(&n.eventID, &n.replaceID, &n.callerID, &payload, &n.attempts, &n.overHorizon, &n.resend, &n.resends, &n.pastDeviceHorizon)
 		n.payload = []byte(payload)
 		return n, err
 	})
@@ -284,7 +306,7 @@ func (s *NotifSweeper) finish(ctx context.Context, n dueNotif) (ok bool, err err
 	switch {
 	case sendErr == nil:
 		if _, err := s.db.Exec(ctx, `
-			UPDATE notif SET state = 'SENT', sent_at = now(), lease_until = NULL, last_error = NULL, sending_at = NULL
+			UPDATE notif SET state = 'SENT', sent_at = now(), lease_until = NULL, last_error = NULL, sending_at = NULL, awaiting_device_since = NULL
 			WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, n.eventID, s.cfg.Channel); err != nil {
 			// Sent; the lease lapses and a later run sends it once more (same replace id).
 			return false, fmt.Errorf("inbox: mark %s SENT: %w", n.eventID, err)
@@ -292,6 +314,21 @@ func (s *NotifSweeper) finish(ctx context.Context, n dueNotif) (ok bool, err err
 		s.cfg.Metrics.Count("NotifSwept", 1)
 		log.Info("pending notification sent by the sweep", "replace_id", p.ReplaceID)
 		return true, nil
+	case errors.Is(sendErr, notify.ErrNoDevice) && n.pastDeviceHorizon:
+		if err := finalize(ctx, s.db, n.eventID, s.cfg.Channel, NotifUndeliverable, sendErr.Error()); err != nil {
+			return false, err
+		}
+		s.cfg.Metrics.Count("PushUndeliverable", 1)
+		log.Warn("no device came within the device horizon; recorded UNDELIVERABLE", "device_horizon", s.cfg.DeviceHorizon.String())
+		return true, nil
+	case errors.Is(sendErr, notify.ErrNoDevice):
+		next := s.cfg.Delay(n.attempts)
+		if err := awaitDevice(ctx, s.db, n.eventID, s.cfg.Channel, sendErr.Error(), next, 0); err != nil {
+			return false, err
+		}
+		s.cfg.Metrics.Count("PushAwaitingDevice", 1)
+		log.Info("the caller still has no device to push to; the push waits for one", "retry_in", next.String())
+		return false, nil
 	case errors.Is(sendErr, notify.ErrNoTarget):
 		if err := finalize(ctx, s.db, n.eventID, s.cfg.Channel, NotifUndeliverable, sendErr.Error()); err != nil {
 			return false, err
@@ -316,7 +353,8 @@ func (s *NotifSweeper) finish(ctx context.Context, n dueNotif) (ok bool, err err
 	s.cfg.Metrics.Count("NotifSweepFailed", 1)
 	log.Warn("pending notification not sent; retried after the backoff", "error", sendErr.Error(), "retry_in", next.String())
 	if _, err := s.db.Exec(ctx, `
-		UPDATE notif SET lease_until = NULL, sending_at = NULL, last_error = $3, next_attempt_at = now() + make_interval(secs => $4)
+		UPDATE notif SET lease_until = NULL, sending_at = NULL, last_error = $3, next_attempt_at = now() + make_interval(secs => $4),
+		                 awaiting_device_since = NULL
 		WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, n.eventID, s.cfg.Channel, sendErr.Error(), next.Seconds()); err != nil {
 		return false, fmt.Errorf("inbox: record the attempt on %s: %w", n.eventID, err)
 	}
@@ -330,7 +368,7 @@ func (s *NotifSweeper) stuck(ctx context.Context, n dueNotif, cause error, log *
 	log.Error("notification still not sent after the give-up horizon; flagged STUCK for a human (re-arm: inbox.NotifSweeper.Rearm)",
 		"alert", "NotifStuck", "error", cause.Error(), "horizon", s.cfg.Horizon.String())
 	if _, err := s.db.Exec(ctx, `
-		UPDATE notif SET state = 'STUCK', stuck_at = now(), lease_until = NULL, sending_at = NULL, last_error = $3
+		UPDATE notif SET state = 'STUCK', stuck_at = now(), lease_until = NULL, sending_at = NULL, last_error = $3, awaiting_device_since = NULL
 		WHERE event_id = $1 AND channel = $2 AND state = 'PENDING'`, n.eventID, s.cfg.Channel, cause.Error()); err != nil {
 		return fmt.Errorf("inbox: flag %s STUCK: %w", n.eventID, err)
 	}

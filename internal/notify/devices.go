@@ -35,8 +35,9 @@ func NewDeviceStore(db DB) *DeviceStore { return &DeviceStore{db: db} }
 
 // Register records (or re-enables) d under the device id of its endpoint's
 // ARN, with no counter: a test's or a local user's device made by hand.
-// The API's registrations are package devices'. It blocks for one
-// statement.
+// The API's registrations are package devices'. The caller's pushes
+// waiting for a device become due (WakeWaiting). It blocks for two
+// statements.
 func (s *DeviceStore) Register(ctx context.Context, d Device) error {
 	switch d.Platform {
 	case APNS, APNSSandbox, GCM:
@@ -54,7 +55,32 @@ func (s *DeviceStore) Register(ctx context.Context, d Device) error {
 	if err != nil {
 		return fmt.Errorf("notify: register device: %w", err)
 	}
+	if _, err := WakeWaiting(ctx, s.db, d.CallerID); err != nil {
+		return fmt.Errorf("notify: register device: %w", err)
+	}
 	return nil
+}
+
+// Execer is a pool or a transaction, for WakeWaiting.
+type Execer interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
+
+// WakeWaiting makes callerID's pushes that wait for a device (package
+// inbox: notif rows PENDING with awaiting_device_since set, migration
+// 00016) due now, and returns how many it woke. A registration calls it,
+// in its own transaction when it has one, so the worker's next sweep sends
+// them to the device just registered instead of at the end of their
+// back-off. The rows stay marked waiting until a send finds the device.
+// It blocks for one statement.
+func WakeWaiting(ctx context.Context, db Execer, callerID string) (int64, error) {
+	tag, err := db.Exec(ctx, `
+		UPDATE notif SET next_attempt_at = NULL
+		WHERE caller_id = $1 AND state = 'PENDING' AND awaiting_device_since IS NOT NULL AND next_attempt_at IS NOT NULL`, callerID)
+	if err != nil {
+		return 0, fmt.Errorf("notify: wake the pushes waiting for a device: %w", err)
+	}
+	return tag.RowsAffected(), nil
 }
 
 // Endpoints returns the caller's enabled devices (not removed, not

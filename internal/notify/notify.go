@@ -30,9 +30,12 @@
 // has enabled endpoints, the push is published to each; if not (or if SNS
 // reports every one of them disabled or gone), to the push topic when the
 // sandbox's topic fallback is on (Config.TopicArn), and otherwise nowhere:
-// Send says ErrNoTarget and the worker records the notification as
-// undeliverable. The fallback is a sandbox-only choice: every subscriber of
-// the topic sees every device-less caller's payments.
+// Send says ErrNoDevice and the worker keeps the notification waiting for
+// a device (package inbox): the app's first registration, or its rotated
+// token's, often commits seconds after the push. A registration makes the
+// caller's waiting pushes due at once (WakeWaiting). The fallback is a
+// sandbox-only choice: every subscriber of the topic sees every
+// device-less caller's payments.
 package notify
 
 import (
@@ -231,10 +234,17 @@ type Devices interface {
 // deployed function: "true" in a sandbox, "false" (or unset) in production.
 const EnvTopicFallback = stackenv.PushTopicFallback
 
-// ErrNoTarget means no channel can take the push: the caller has no enabled
-// endpoint and the Notifier has no topic fallback. No retry changes that, so
-// the caller records the notification as undeliverable rather than retrying.
-var ErrNoTarget = errors.New("notify: the caller has no enabled push endpoint and there is no topic fallback")
+// ErrNoTarget means no channel can take the message and no retry changes
+// that (an email whose payment has no receipt address): the caller records
+// the notification as undeliverable rather than retrying.
+var ErrNoTarget = errors.New("notify: no target can take the message")
+
+// ErrNoDevice means the caller has no enabled push endpoint now and the
+// Notifier has no topic fallback. Unlike ErrNoTarget it is not final: the
+// app may register (again) any moment, so the caller keeps the push
+// waiting for a device rather than giving it up or retrying it as a
+// failure.
+var ErrNoDevice = errors.New("notify: the caller has no enabled push endpoint and there is no topic fallback")
 
 // Config configures a Notifier. Zero fields take the defaults.
 type Config struct {
@@ -243,7 +253,7 @@ type Config struct {
 	// platform application see every push. Every subscriber of the topic
 	// then sees every device-less caller's payments, so it is never set in
 	// production (cdk: Profile.PushTopicFallback). Empty: no fallback, and
-	// Send returns ErrNoTarget for a caller no endpoint can reach.
+	// Send returns ErrNoDevice for a caller no endpoint can reach.
 	TopicArn string
 	// Logger receives a line per publish (default slog.Default()).
 	Logger *slog.Logger
@@ -277,7 +287,7 @@ func New(client PublishAPI, devices Devices, cfg Config) (*Notifier, error) {
 // topic fallback if none took it, and blocks until SNS has accepted every
 // publish. An endpoint SNS reports disabled or gone is marked disabled and
 // skipped. With no endpoint delivered to and no fallback it returns
-// ErrNoTarget (counted as PushNoTarget). It returns another error if any
+// ErrNoDevice (counted as PushNoTarget). It returns another error if any
 // publish failed otherwise: the caller retries the whole push, and the
 // replace id makes the copies that did go out harmless.
 func (n *Notifier) Send(ctx context.Context, p Push) error {
@@ -317,7 +327,7 @@ func (n *Notifier) Send(ctx context.Context, p Push) error {
 		n.cfg.Metrics.Count("PushNoTarget", 1)
 		n.cfg.Logger.LogAttrs(ctx, slog.LevelWarn, "push has no target: no enabled endpoint and no topic fallback",
 			slog.String("event_id", p.EventID), slog.String("payment_id", p.PaymentID), slog.Int("endpoints", len(targets)))
-		return fmt.Errorf("notify: push %s: %w", p.EventID, ErrNoTarget)
+		return fmt.Errorf("notify: push %s: %w", p.EventID, ErrNoDevice)
 	}
 	return n.publish(ctx, p, "", msg, attrs)
 }

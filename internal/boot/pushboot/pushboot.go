@@ -8,8 +8,8 @@
 // Variables: ONCEPAY_LEDGER_DSN (through boot.Ledger), and
 // ONCEPAY_PUSH_TOPIC_FALLBACK: "true" sends a push for a caller with no
 // enabled device to the topic ONCEPAY_PUSH_TOPIC_ARN (a sandbox's choice:
-// every subscriber sees it); "false" or unset sends it nowhere, and the
-// notification is recorded UNDELIVERABLE (production).
+// every subscriber sees it); "false" or unset keeps it waiting for a
+// device, UNDELIVERABLE after the sweep's device horizon (production).
 package pushboot
 
 import (
