@@ -1,9 +1,11 @@
 // Package chaos runs randomized fault schedules over the whole payment path
 // (internal/story's World: the real handlers over the local cloud, on a fake
 // clock) and checks, after quiescence, the invariants effectively-once
-// rests on. A schedule is a function of its seed: the same seed draws the
-// same payments, the same front door and wire shapes, the same interleaving
-// of requests, clock moves, hop runs and faults, so a failing seed replays
+// rests on; then a reconciliation against the PSP's records runs over the
+// schedule's span, and the PSP and the ledger must agree (reconcile.go).
+// A schedule is a function of its seed: the same seed draws the same
+// payments, the same front door and wire shapes, the same interleaving of
+// requests, clock moves, hop runs and faults, so a failing seed replays
 // when run again with that seed (each hop runs one thing at a time,
 // story.Options.Serial).
 //
@@ -38,6 +40,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -172,6 +175,10 @@ type Result struct {
 	Violations []string
 	Trace      []string // the schedule, step by step
 	NotQuiet   bool     // the world never quiesced after it
+	// Reconciled counts the outcomes of the reconciliation run over the
+	// schedule's span after it (reconcile.Report.Counts); Again, of the
+	// second run, which must move nothing.
+	Reconciled, Again map[string]int
 }
 
 // Runner plays schedules on one World, one after another. Each schedule
@@ -278,6 +285,12 @@ type schedule struct {
 	armedOn, firedOn map[keyFault]int
 	endClock         time.Time // the clock when the last step ended
 	discarded        int       // the stream's discarded records before the schedule
+	// simStart is the simulator's clock when the schedule began: the
+	// reconciliation's span starts there (reconcile.go).
+	simStart time.Time
+	// reconciled and reconciledAgain are the outcome counts of the
+	// reconciliation after the schedule and of the second run.
+	reconciled, reconciledAgain map[string]int
 }
 
 // plan keys a request's crash point into its context.
@@ -362,6 +375,7 @@ func (r *Runner) Run(ctx context.Context, seed uint64) (Result, error) {
 	defer r.w.SetWorkerHooks(inbox.Hooks{})
 	defer r.w.SetResolverHooks(resolver.Hooks{})
 	s.chargesBefore, s.refundsBefore = len(r.w.Sim.Charges()), len(r.w.Sim.Refunds())
+	s.simStart = r.w.Sim.Now()
 	s.discarded = r.w.Stream.Stats().Discarded
 	s.statsBefore = r.w.Sim.Stats()
 
@@ -472,6 +486,15 @@ func (r *Runner) Run(ctx context.Context, seed uint64) (Result, error) {
 	if err := r.check(ctx, s); err != nil {
 		return s.result(), err
 	}
+	if !s.notQuiet {
+		// The last word: the PSP's records against the ledger's. A world
+		// that never quiesced has its violation already, and a run over
+		// it would judge what is still moving.
+		if err := r.reconcileAfter(ctx, s); err != nil {
+			return s.result(), err
+		}
+		slices.Sort(s.viol)
+	}
 	return s.result(), nil
 }
 
@@ -549,7 +572,7 @@ func (r *Runner) settle(ctx context.Context, s *schedule) error {
 
 func (s *schedule) result() Result {
 	return Result{Seed: s.seed, Payments: len(s.payments), Steps: s.step, Door: s.door.String(), Covered: s.covered,
-		Violations: s.viol, Trace: s.trace, NotQuiet: s.notQuiet}
+		Violations: s.viol, Trace: s.trace, NotQuiet: s.notQuiet, Reconciled: s.reconciled, Again: s.reconciledAgain}
 }
 
 func (s *schedule) log(format string, args ...any) {
@@ -881,8 +904,8 @@ func (r *Runner) pspFault(s *schedule, p *payment, key string, charge bool) {
 // its clock; and, sometimes, late or doubled deliveries of the refund's
 // events. Refund events are never dropped: a refund that fails after it
 // succeeded is told by its webhook alone (Stripe retries it for three
-// days); a PSP that never tells is out of this system's reach (no
-// reconciliation against the PSP is built: docs/guarantees.md#not-built-yet).
+// days). A PSP that never tells is the reconciliation's to catch
+// (reconcile.go runs one after every schedule, over what the path left).
 func (r *Runner) refundFault(s *schedule, match pspsim.Match) {
 	kinds := []pspsim.FaultKind{pspsim.FaultRefundPending, pspsim.FaultRefundFail, pspsim.FaultRefundFailLater, pspsim.FaultRefundFailLater}
 	if k := s.rng.IntN(5); k < len(kinds) {

@@ -12,8 +12,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/oncepay/oncepay/internal/api"
+	"github.com/oncepay/oncepay/internal/event"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/testkit/chaos"
 	"github.com/oncepay/oncepay/internal/testkit/story"
@@ -33,7 +35,7 @@ var played struct {
 func TestMain(m *testing.M) {
 	code := m.Run()
 	played.Lock()
-	fmt.Printf("SUMMARY chaos: %d schedules run; fired: %s\n", played.sum.Runs, played.sum.FiredLine())
+	fmt.Printf("SUMMARY chaos: %d schedules run; fired: %s; reconciliation after each: %s\n", played.sum.Runs, played.sum.FiredLine(), played.sum.ReconciledLine())
 	played.Unlock()
 	os.Exit(code)
 }
@@ -257,5 +259,35 @@ func TestTheCheckerCatchesTheMissingDurableGuard(t *testing.T) {
 	}
 	if !slices.ContainsFunc(all, func(v string) bool { return strings.Contains(v, "balance") }) {
 		t.Fatalf("violations %v name no balance", all)
+	}
+}
+
+// failsCharges records every payment the api settles SUCCEEDED as FAILED,
+// over the PSP's charge: the ledger contradicting the PSP, here only.
+type failsCharges struct{ api.Ledger }
+
+func (f failsCharges) Settle(ctx context.Context, id string, o ledger.Outcome, now time.Time, h ...ledger.Hook) (ledger.Payment, *event.Event, bool, error) {
+	if o.State == ledger.Succeeded {
+		o = ledger.Outcome{State: ledger.Failed, PSPCharge: o.PSPCharge, DeclineCode: "chaos_test"}
+	}
+	return f.Ledger.Settle(ctx, id, o, now, h...)
+}
+
+// The reconciliation's invariant is honest: a charge the ledger holds
+// FAILED is reversed by the reconciliation after the schedule, and the
+// reversal, agreement as it is, is still reported as the path's failure.
+func TestTheCheckerReportsAChargeTheReconciliationReversed(t *testing.T) {
+	sum := runMany(t, chaos.Config{First: 1, Runs: 3, World: story.Options{WrapLedger: func(l api.Ledger) api.Ledger { return failsCharges{l} }}})
+	if sum.Reconciled["reversed"] == 0 {
+		t.Fatalf("no reversal in three schedules whose ledger fails every charge: %v", sum.Reconciled)
+	}
+	var all []string
+	for _, f := range sum.Failed {
+		all = append(all, f.Violations...)
+	}
+	if !slices.ContainsFunc(all, func(v string) bool {
+		return strings.Contains(v, "reversed by the reconciliation (its refund SUCCEEDED)")
+	}) {
+		t.Fatalf("violations %v name no reversed charge", all)
 	}
 }

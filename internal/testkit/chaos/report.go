@@ -22,6 +22,19 @@ type Summary struct {
 	Doors      map[string]int // schedules per front door
 	Failed     []Result       // schedules with violations
 	Violations int
+	// Reconciled and Again sum the reconciliation's outcome counts after
+	// each schedule, and its second run's.
+	Reconciled, Again map[string]int
+}
+
+// add sums counts into *into, making it on first use.
+func add(into *map[string]int, counts map[string]int) {
+	if *into == nil {
+		*into = map[string]int{}
+	}
+	for k, v := range counts {
+		(*into)[k] += v
+	}
 }
 
 // Add counts one schedule's result.
@@ -37,6 +50,8 @@ func (s *Summary) Add(r Result) {
 	for k, v := range r.Covered {
 		s.Covered[k] += v
 	}
+	add(&s.Reconciled, r.Reconciled)
+	add(&s.Again, r.Again)
 	if len(r.Violations) > 0 {
 		s.Failed = append(s.Failed, r)
 		s.Violations += len(r.Violations)
@@ -58,6 +73,8 @@ func (s *Summary) Merge(o Summary) {
 	for k, v := range o.Doors {
 		s.Doors[k] += v
 	}
+	add(&s.Reconciled, o.Reconciled)
+	add(&s.Again, o.Again)
 	s.Failed = append(s.Failed, o.Failed...)
 	s.Violations += o.Violations
 }
@@ -88,15 +105,26 @@ func (s *Summary) Err() error {
 }
 
 // FiredLine is the fault-kind counts of what fired, one line.
-func (s *Summary) FiredLine() string {
-	keys := make([]string, 0, len(s.Covered))
-	for k := range s.Covered {
+func (s *Summary) FiredLine() string { return countsLine(s.Covered) }
+
+// ReconciledLine is the reconciliation's outcome counts after the
+// schedules and its second run's, one line.
+func (s *Summary) ReconciledLine() string {
+	return countsLine(s.Reconciled) + "; second run " + countsLine(s.Again)
+}
+
+func countsLine(m map[string]int) string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
 		keys = append(keys, k)
 	}
 	sort.Strings(keys)
 	var parts []string
 	for _, k := range keys {
-		parts = append(parts, fmt.Sprintf("%s=%d", k, s.Covered[k]))
+		parts = append(parts, fmt.Sprintf("%s=%d", k, m[k]))
+	}
+	if len(parts) == 0 {
+		return "none"
 	}
 	return strings.Join(parts, " ")
 }
@@ -113,6 +141,7 @@ func (s *Summary) Print(out io.Writer) {
 	sort.Strings(doors)
 	fmt.Fprintf(out, "front doors: %s\n", strings.Join(doors, " "))
 	fmt.Fprintf(out, "fired: %s\n", s.FiredLine())
+	fmt.Fprintf(out, "reconciliation after each schedule: %s\n", s.ReconciledLine())
 	if m := s.Missing(); len(m) > 0 {
 		fmt.Fprintf(out, "points never hit: %s\n", strings.Join(m, " "))
 	}

@@ -1,11 +1,13 @@
 package regions
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +15,8 @@ import (
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/localcloud/pspsim"
+	"github.com/oncepay/oncepay/internal/notify"
+	"github.com/oncepay/oncepay/internal/reconcile"
 	"github.com/oncepay/oncepay/internal/testkit/story"
 )
 
@@ -28,11 +32,10 @@ type Schedule struct {
 	Fired map[string]int
 	// Violations are the invariants broken; empty is a pass.
 	Violations []string
-	// Lost are the payments R1 charged, answered and wrote in its last lag,
-	// which an unplanned failover lost from the home ledger (its RPO): the
-	// PSP holds their charges, the home ledger knows nothing of them; a
-	// reconciliation against the PSP (not built) is what would find them.
-	Lost []string
+	// Reconciled is the outcome counts of the reconciliation R2 runs after
+	// the failover (reconcile.Report.Counts); Again, of the second run over
+	// the same span, which must move nothing.
+	Reconciled, Again map[string]int
 	// Log is the schedule's steps, for a failing seed.
 	Log []string
 
@@ -55,19 +58,26 @@ type cpay struct {
 // the PSP's lost replies, the resolver, the relay and the worker run in
 // between, and R1 failing at a random step, followed at once by the
 // runbook's failover (in half the schedules from inside a request R1's api
-// is serving, which then dies or goes on in R1, unfenced); then every open payment is retried in R2 until it has
-// a final answer, and R1 comes back and its leftovers are drained. The
-// money invariants are checked over the PSP and the home ledger (R2's, the
-// promoted standby: R1's unreplicated writes are discarded, as Aurora's
-// are):
+// is serving, which then dies or goes on in R1, unfenced); then every open
+// payment is retried in R2 until it has a final answer, and R1 comes back
+// and its leftovers are drained. Then R2 runs the reconciliation against
+// the PSP (internal/reconcile), and its relay and worker carry what the
+// run moved. The money invariants are checked over the PSP and the home
+// ledger (R2's, the promoted standby: R1's unreplicated writes are
+// discarded, as Aurora's are):
 //
 //   - no payment charged twice (whatever key its replays carried);
-//   - every charged payment credited exactly once, and no other credited;
+//   - every PSP charge has exactly one SUCCEEDED home row with that
+//     charge, and is credited exactly once; no other payment credited;
 //   - m1's balance = 12,000 + what the PSP charged;
 //   - every charged payment's final answer is SUCCEEDED with the PSP's
 //     charge, and none that was not charged answers SUCCEEDED;
-//   - every charged payment shows on the phone once (its pushes, one per
-//     Region at most, carry one replace id).
+//   - every charged payment shows on the phone (its pushes, one per
+//     Region at most, carry one replace id);
+//   - before the reconciliation, a charged payment the home ledger lacks
+//     is only one R1 wrote in its last lag (the ledger's RPO), and every
+//     such payment, and nothing else, is adopted by it; it finds nothing
+//     for a human, reverses nothing, and a second run moves nothing.
 func Chaos(ctx context.Context, seed uint64) (Schedule, error) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	sc := Schedule{Seed: seed, Lag: time.Duration(50+rng.IntN(350)) * time.Millisecond, Fired: map[string]int{}}
@@ -253,7 +263,156 @@ func Chaos(ctx context.Context, seed uint64) (Schedule, error) {
 	if n := int(s.R1.EMF.Sum("PaymentAdopted") + s.R2.EMF.Sum("PaymentAdopted")); n > 0 {
 		sc.Fired["adopted"] += n
 	}
-	return sc, s.check(ctx, pays, &sc)
+	// The last word: R2 reconciles against the PSP. What R1 charged,
+	// answered and wrote in its last lag is charged at the PSP and absent
+	// from the home ledger; the run adopts it from the charge's metadata,
+	// with its event, and R2's relay and worker credit and push it.
+	absent, err := s.beforeReconcile(ctx, pays, &sc)
+	if err != nil {
+		return sc, err
+	}
+	var rlog bytes.Buffer // the runs are synchronous: no lock needed
+	rec, err := s.Reconciler(&rlog)
+	if err != nil {
+		return sc, err
+	}
+	from, to := s.Span()
+	rep, err := rec.Run(ctx, from, to)
+	if err != nil {
+		return sc, fmt.Errorf("R2's reconciliation: %w", err)
+	}
+	sc.Reconciled = rep.Counts
+	if n := rep.Counts[string(reconcile.Adopted)]; n > 0 {
+		sc.Fired["adopted_by_reconciliation"] += n
+	}
+	logf("R2's reconciliation over [%s, %s): %v, %d finding(s)", from.Format(time.TimeOnly), to.Format(time.TimeOnly), rep.Counts, rep.Findings)
+	if err := s.R2.Settle(ctx); err != nil {
+		return sc, fmt.Errorf("settle R2 after the reconciliation: %w", err)
+	}
+	if err := s.awaitR2Pushes(ctx, absent); err != nil {
+		return sc, err
+	}
+	again, err := rec.Run(ctx, from, to)
+	if err != nil {
+		return sc, fmt.Errorf("R2's second reconciliation: %w", err)
+	}
+	sc.Again = again.Counts
+	logf("R2's second reconciliation: %v, %d finding(s)", again.Counts, again.Findings)
+	if err := s.check(ctx, pays, &sc, absent, rep, again); err != nil {
+		return sc, err
+	}
+	if len(sc.Violations) > 0 {
+		// The runs' own account of what they moved, for the failing seed.
+		for _, l := range strings.Split(strings.TrimSpace(rlog.String()), "\n") {
+			if !strings.Contains(l, `"level":"INFO"`) || strings.Contains(l, `"msg":"reconciled"`) {
+				logf("reconcile log: %s", l)
+			}
+		}
+	}
+	return sc, nil
+}
+
+// beforeReconcile reads the home ledger after quiescence, before the
+// reconciliation, and returns the charged payments it has no row of. Each
+// must be R1's RPO loss, checked to be what it claims: R1's own
+// (discarded) ledger wrote it within the lag before R1 failed, the buyer
+// was answered SUCCEEDED with the PSP's charge, R1's worker credited it
+// and pushed. Anything older is replication that stopped working. A
+// charged payment the home ledger holds in any state but SUCCEEDED is the
+// path's failure, never the reconciliation's to excuse.
+func (s *System) beforeReconcile(ctx context.Context, pays []*cpay, sc *Schedule) (map[string]bool, error) {
+	violate := func(format string, args ...any) { sc.Violations = append(sc.Violations, fmt.Sprintf(format, args...)) }
+	charges := s.chargesByPayment()
+	shown := s.shown()
+	absent := map[string]bool{}
+	for _, p := range pays {
+		ch := charges[p.pid]
+		if len(ch) == 0 {
+			continue
+		}
+		row, err := s.R2.Ledger.Get(ctx, p.pid)
+		if err != nil && !errors.Is(err, ledger.ErrNotFound) {
+			return nil, err
+		}
+		if row.State != "" {
+			if row.State != ledger.Succeeded {
+				violate("%s: charged (%s), yet after quiescence the home ledger holds it %s: the path left it to the reconciliation", p.pid, ch[0].ID, row.State)
+			}
+			continue
+		}
+		absent[p.pid] = true
+		var written time.Time
+		err = s.R1.Pool.QueryRow(ctx, `SELECT created_at FROM payments WHERE payment_id = $1`, p.pid).Scan(&written)
+		r1Credits, cerr := s.R1.Int(ctx, `SELECT count(*) FROM credits WHERE event_id LIKE $1 || ':%'`, p.pid)
+		switch {
+		case err != nil || cerr != nil:
+			violate("%s: charged (%s), unknown to both Regions' ledgers (%v %v)", p.pid, ch[0].ID, err, cerr)
+		case written.Before(sc.failedAt.Add(-sc.Lag - lostSlack)):
+			violate("%s: charged, unknown to the home ledger, yet written in R1 %v before R1 failed (lag %v): replication stopped", p.pid, sc.failedAt.Sub(written).Round(time.Millisecond), sc.Lag)
+		case p.final == nil || p.final.State != string(ledger.Succeeded) || p.final.PSPCharge != ch[0].ID:
+			violate("%s: charged, unknown to the home ledger, and its final answer is %+v, not SUCCEEDED with %s", p.pid, p.final, ch[0].ID)
+		case r1Credits != 1 || shown[p.pid] == 0:
+			violate("%s: charged, unknown to the home ledger; R1 credited it %d time(s) and the phone shows it %d time(s): not R1's consumed copy", p.pid, r1Credits, shown[p.pid])
+		}
+	}
+	return absent, nil
+}
+
+// awaitR2Pushes waits, bounded, for R2's push of every payment the
+// reconciliation was to adopt: the worker marks it SENT before the topic
+// has delivered it to the phone's queue. A push that never comes is the
+// check's to report.
+func (s *System) awaitR2Pushes(ctx context.Context, pids map[string]bool) error {
+	for range 10 {
+		seen := map[string]bool{}
+		for _, d := range s.R2.PushLog() {
+			seen[d.ReplaceID] = true
+		}
+		missing := false
+		for pid := range pids {
+			missing = missing || !seen[pid]
+		}
+		if !missing {
+			return nil
+		}
+		if _, err := s.R2.AwaitPushes(ctx, time.Second); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// chargesByPayment is the PSP's charges by the payment id their key was
+// derived from.
+func (s *System) chargesByPayment() map[string][]pspsim.Charge {
+	out := map[string][]pspsim.Charge{}
+	for _, c := range s.Sim.Charges() {
+		pid, _, _ := strings.Cut(c.IdempotencyKey, ":")
+		out[pid] = append(out[pid], c)
+	}
+	return out
+}
+
+// pushesOf lists a payment's pushes, by Region, for a violation.
+func (s *System) pushesOf(pid string) string {
+	var out []string
+	for _, w := range []*story.World{s.R1, s.R2} {
+		for _, d := range w.PushLog() {
+			if d.ReplaceID == pid {
+				out = append(out, w.Region+": "+d.EventID+" "+d.State)
+			}
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// shown counts both Regions' pushes by replace id.
+func (s *System) shown() map[string]int {
+	out := map[string]int{}
+	for _, d := range append(s.R1.PushLog(), s.R2.PushLog()...) {
+		out[d.ReplaceID]++
+	}
+	return out
 }
 
 // chaosSend sends p to door (following a 421 once, as the client does),
@@ -326,23 +485,27 @@ func (s *System) chaosSend(ctx context.Context, door *story.World, p *cpay, faul
 	return a, nil
 }
 
-// check reads the PSP and the home ledger and records every broken
-// invariant.
-func (s *System) check(ctx context.Context, pays []*cpay, sc *Schedule) error {
+// check reads the PSP and the home ledger after the reconciliation and
+// records every broken invariant. absent are the charged payments the
+// home ledger lacked before it; rep and again are its two runs' reports.
+func (s *System) check(ctx context.Context, pays []*cpay, sc *Schedule, absent map[string]bool, rep, again reconcile.Report) error {
 	home := s.R2
 	violate := func(format string, args ...any) { sc.Violations = append(sc.Violations, fmt.Sprintf(format, args...)) }
-	charges := map[string][]pspsim.Charge{}
+	charges := s.chargesByPayment()
 	var charged int64
 	for _, c := range s.Sim.Charges() {
-		pid, _, _ := strings.Cut(c.IdempotencyKey, ":")
-		charges[pid] = append(charges[pid], c)
 		charged += c.Amount
+		// One SUCCEEDED home row holds each charge: the payment's own, or
+		// the one the reconciliation adopted.
+		n, err := home.Int(ctx, `SELECT count(*) FROM payments WHERE psp_charge = $1 AND state = 'SUCCEEDED'`, c.ID)
+		if err != nil {
+			return err
+		}
+		if n != 1 {
+			violate("PSP charge %s (key %s): %d SUCCEEDED home row(s) hold it, want 1", c.ID, c.IdempotencyKey, n)
+		}
 	}
-	var lostAmount int64
-	shown := map[string]int{}
-	for _, d := range append(s.R1.PushLog(), s.R2.PushLog()...) {
-		shown[d.ReplaceID]++
-	}
+	shown := s.shown()
 	for _, p := range pays {
 		ch := charges[p.pid]
 		credits, err := home.Int(ctx, `SELECT count(*) FROM credits WHERE event_id LIKE $1 || ':%'`, p.pid)
@@ -364,8 +527,10 @@ func (s *System) check(ctx context.Context, pays []*cpay, sc *Schedule) error {
 				violate("%s: PSP charge %s is %d, the payment %d", p.pid, c.ID, c.Amount, p.amount)
 			}
 		}
+		// A payment the reconciliation adopted was pushed in R1 and is
+		// pushed again by R2, with the same replace id.
 		if shown[p.pid] > 2 {
-			violate("%s: %d pushes; at most one per Region", p.pid, shown[p.pid])
+			violate("%s: %d pushes; at most one per Region (%s)", p.pid, shown[p.pid], s.pushesOf(p.pid))
 		}
 		for _, a := range p.answers {
 			if a.Status == http.StatusCreated && (len(ch) == 0 || a.PSPCharge != ch[0].ID) {
@@ -375,43 +540,11 @@ func (s *System) check(ctx context.Context, pays []*cpay, sc *Schedule) error {
 		if len(ch) >= 1 && p.resolved.State == "VOID" {
 			violate("%s: charged (%s), yet R2's resolve answered VOID (\"never ran\")", p.pid, ch[0].ID)
 		}
-		if len(ch) >= 1 && credits == 0 && homeRow.State == "" {
-			// Written in R1 inside the last lag and never replicated: an
-			// unplanned failover's loss (the ledger's RPO). The PSP holds a
-			// charge the home ledger does not know: what a reconciliation
-			// against the PSP's records must find, and oncepay does not
-			// build yet (docs/regions.md). Counted and reported, after
-			// checking it is what it claims: R1's own (discarded) ledger
-			// wrote it within the lag before R1 failed. Anything older is
-			// replication that stopped working: a violation.
-			// The class is exactly this: the buyer was answered SUCCEEDED
-			// with the PSP's charge, R1's worker credited it and pushed
-			// (its copy consumed), all in R1's last lag.
-			var written time.Time
-			err := s.R1.Pool.QueryRow(ctx, `SELECT created_at FROM payments WHERE payment_id = $1`, p.pid).Scan(&written)
-			r1Credits, cerr := s.R1.Int(ctx, `SELECT count(*) FROM credits WHERE event_id LIKE $1 || ':%'`, p.pid)
-			switch {
-			case err != nil || cerr != nil:
-				violate("%s: charged (%s), unknown to both Regions' ledgers (%v %v)", p.pid, ch[0].ID, err, cerr)
-			case written.Before(sc.failedAt.Add(-sc.Lag - lostSlack)):
-				violate("%s: charged, unknown to the home ledger, yet written in R1 %v before R1 failed (lag %v): replication stopped", p.pid, sc.failedAt.Sub(written).Round(time.Millisecond), sc.Lag)
-			case p.final == nil || p.final.State != string(ledger.Succeeded) || p.final.PSPCharge != ch[0].ID:
-				violate("%s: charged, unknown to the home ledger, and its final answer is %+v, not SUCCEEDED with %s", p.pid, p.final, ch[0].ID)
-			case r1Credits != 1 || shown[p.pid] == 0:
-				violate("%s: charged, unknown to the home ledger; R1 credited it %d time(s) and the phone shows it %d time(s): not R1's consumed copy", p.pid, r1Credits, shown[p.pid])
-			default:
-				sc.Lost = append(sc.Lost, p.pid)
-				lostAmount += ch[0].Amount
-			}
-			continue
-		}
-		if len(ch) >= 1 && credits == 1 && homeRow.State != ledger.Succeeded {
-			// Credited in the home: its row must say so, whether the home
-			// settled it or adopted R1's leftover copy (inbox.Config.Adopt).
-			violate("%s: charged and credited, but the home ledger's row is %q, not SUCCEEDED (refund and resolve need it)", p.pid, homeRow.State)
-		}
 		switch {
 		case len(ch) >= 1:
+			if homeRow.State != ledger.Succeeded || homeRow.PSPCharge != ch[0].ID {
+				violate("%s: charged (%s), yet the home ledger's row is %q with charge %q after the reconciliation", p.pid, ch[0].ID, homeRow.State, homeRow.PSPCharge)
+			}
 			if credits != 1 {
 				r1Credits, _ := s.R1.Int(ctx, `SELECT count(*) FROM credits WHERE event_id LIKE $1 || ':%'`, p.pid)
 				violate("%s: charged (%s) but credited %d times (home row %q; R1's lost ledger holds %d credit(s))", p.pid, ch[0].ID, credits, homeRow.State, r1Credits)
@@ -422,9 +555,15 @@ func (s *System) check(ctx context.Context, pays []*cpay, sc *Schedule) error {
 			if shown[p.pid] == 0 {
 				violate("%s: charged, never shown on the phone", p.pid)
 			}
+			if absent[p.pid] && !slices.ContainsFunc(s.R2.PushLog(), func(d notify.Data) bool { return d.ReplaceID == p.pid }) {
+				violate("%s: adopted by the reconciliation, never pushed by R2", p.pid)
+			}
 		default:
 			if credits != 0 {
 				violate("%s: never charged but credited", p.pid)
+			}
+			if homeRow.State == ledger.Succeeded {
+				violate("%s: never charged but SUCCEEDED in the home ledger", p.pid)
 			}
 			if p.final != nil && p.final.State == string(ledger.Succeeded) {
 				violate("%s: never charged but answered SUCCEEDED", p.pid)
@@ -435,13 +574,43 @@ func (s *System) check(ctx context.Context, pays []*cpay, sc *Schedule) error {
 	if err != nil {
 		return err
 	}
-	if bal != 12000+charged-lostAmount {
-		violate("m1's balance in the home ledger is %d, want 12,000 + %d charged - %d lost with R1", bal, charged, lostAmount)
+	if bal != 12000+charged {
+		violate("m1's balance in the home ledger is %d, want 12,000 + %d charged", bal, charged)
 	}
 	for pid := range charges {
 		if !known(pays, pid) {
 			violate("a PSP charge under %s maps to no payment of the schedule", pid)
 		}
+	}
+	// The reconciliation: R1's lost payments adopted, nothing else moved
+	// (no ledger corruption is injected here: a finding, a settle or a
+	// reversal is the path's failure or the run's), and a re-run moves
+	// nothing.
+	if n := rep.Counts[string(reconcile.Adopted)]; n != len(absent) {
+		violate("the reconciliation adopted %d payment(s); the home ledger lacked %d charged one(s)", n, len(absent))
+	}
+	for o, n := range rep.Counts {
+		if o != string(reconcile.Agree) && o != string(reconcile.Adopted) {
+			violate("the reconciliation's outcome %s for %d payment(s): only agree and adopted are expected", o, n)
+		}
+	}
+	for o, n := range again.Counts {
+		if o != string(reconcile.Agree) {
+			violate("the second reconciliation over the same span: %s for %d payment(s), want all agree", o, n)
+		}
+	}
+	for _, r := range []reconcile.Report{rep, again} {
+		if r.Findings > 0 || r.Counts[string(reconcile.NeedsHuman)] > 0 {
+			fs, err := home.Ledger.Findings(ctx, r.RunID)
+			if err != nil {
+				return err
+			}
+			violate("reconciliation run %d: %d finding(s) for a human: %+v", r.RunID, r.Findings, fs)
+		}
+	}
+	if rf := s.Sim.Refunds(); len(rf) > 0 {
+		// The schedule refunds nothing: every refund is a reversal.
+		violate("the PSP holds %d refund(s) (first %s under %s): the reconciliation reversed a charge", len(rf), rf[0].ID, rf[0].IdempotencyKey)
 	}
 	return nil
 }
