@@ -150,8 +150,7 @@ func TestAResolveAcrossRegionsDoesNotVoidAPaymentThePSPKnows(t *testing.T) {
 	pid := ids.PaymentID(ids.Scope("u1", "K1"))
 	// The failed Region's charge: the PSP holds it, this Region's ledger
 	// and key store do not.
-	if _, err := w.psp.Charge(context.Background(), psp.ChargeRequest{IdempotencyKey: ids.ChargeKey(pid), PaymentID: pid,
-		MerchantID: "m1", Amount: 3000, Currency: "USD", PaymentMethod: "pm_card_visa"}); err != nil {
+	if _, err := w.psp.Charge(context.Background(), lostCharge(t, pid, "u1", "K1")); err != nil {
 		t.Fatal(err)
 	}
 	r := w.resolveKey("u1", "K1")
@@ -251,8 +250,7 @@ func TestAPointerWhoseRowWasLostInAFailoverIsRunAgain(t *testing.T) {
 	lostPointer := func(w *world) {
 		t.Helper()
 		// The failed Region's charge, and its pointer record: no row here.
-		if _, err := w.psp.Charge(ctx, psp.ChargeRequest{IdempotencyKey: ids.ChargeKey(pid), PaymentID: pid,
-			MerchantID: "m1", Amount: 3000, Currency: "USD", PaymentMethod: "pm_card_visa"}); err != nil {
+		if _, err := w.psp.Charge(ctx, lostCharge(t, pid, "u1", "K1")); err != nil {
 			t.Fatal(err)
 		}
 		req, err := payment.Parse([]byte(body3000))
@@ -322,4 +320,17 @@ func TestACompletionRefusedWhileStillOwnedAnswersTheCharge(t *testing.T) {
 	if r := w.pay("u1", "K1", body3000); r.Status != http.StatusCreated || len(w.charges()) != 1 {
 		t.Errorf("the repeat after the lease: %d %s with %d charges; want the same 201", r.Status, r.Body, len(w.charges()))
 	}
+}
+
+// lostCharge is the charge the failed Region's api sent for body3000: the
+// same parameters, metadata included, that the api here sends for it, so
+// the PSP replays it (a charge with other metadata would be a key reuse).
+func lostCharge(t *testing.T, pid, caller, key string) psp.ChargeRequest {
+	t.Helper()
+	req, err := payment.Parse([]byte(body3000))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return psp.ChargeRequest{IdempotencyKey: ids.ChargeKey(pid), PaymentID: pid, MerchantID: "m1", CallerID: caller,
+		ClientKey: key, Fingerprint: req.Fingerprint(), Amount: 3000, Currency: "USD", PaymentMethod: "pm_card_visa"}
 }
