@@ -20,7 +20,7 @@ LAMBDAS  := $(notdir $(wildcard lambdas/*))
 GO_SRC   := $(shell find . -name '*.go' -not -path './_tools/*' -not -path './.local/*' -not -path './cdk.out/*')
 CALLER   ?= u1
 
-.PHONY: test-background help setup up up-regions down status inspect totals reconcile lambdas synth lint test test-unit test-race fuzz test-cfn test-example demo bench token chaos chaos-regions clean
+.PHONY: test-background help setup up up-regions down status inspect totals reconcile lambdas synth preflight lint test test-unit test-race fuzz test-cfn test-example demo bench token chaos chaos-regions clean
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-10s %s\n", $$1, $$2}'
@@ -99,6 +99,13 @@ synth: ## synthesize the CloudFormation template into cdk.out/ (offline)
 	@rm -f $(TEMPLATE)
 	@$(MAKE) -s $(TEMPLATE)
 	@echo "synth: $(TEMPLATE)"
+
+# preflight reads the context as the cdk CLI gives it to the app (cdk.json,
+# cdk.context.json, ~/.cdk.json); CONTEXT is the -c flags you will give
+# cdk deploy. It runs with your AWS credentials and Region and only reads.
+CONTEXT ?=
+preflight: ## before a first cdk deploy, read-only checks of your AWS account (Lambda quota, SES, SNS apps, Cognito prefix, AZ ids): make preflight CONTEXT="-c oncepay:profile=prod ..."
+	@go build -o $(BIN)/preflight ./cmd/preflight && $(BIN)/preflight $(CONTEXT)
 
 lint: setup ## gofmt, go vet, staticcheck
 	@bad=$$(gofmt -l $$(git ls-files '*.go') 2>/dev/null); if [ -n "$$bad" ]; then echo "gofmt would change:"; echo "$$bad"; exit 1; fi
