@@ -31,6 +31,7 @@ func TestTheProfileNamesTheStack(t *testing.T) {
 	out := t.TempDir()
 	ctx := appContext(t)
 	ctx["oncepay:profile"] = "prod"
+	ctx["oncepay:availabilityZoneIds"] = "use1-az1,use1-az2"
 	ctxJSON, err := json.Marshal(ctx)
 	if err != nil {
 		t.Fatal(err)

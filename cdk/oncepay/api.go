@@ -35,6 +35,12 @@ const (
 const (
 	DefaultRateLimit  = 50
 	DefaultBurstLimit = 100
+	// UnauthenticatedRateLimit and UnauthenticatedBurstLimit throttle each
+	// route without an authorizer (the PSP's webhook): a PSP retries a 429
+	// for days, and nothing settles only through a webhook (the resolver
+	// replays every open payment).
+	UnauthenticatedRateLimit  = 20
+	UnauthenticatedBurstLimit = 40
 )
 
 // AuthProps selects who may call the API. The caller is the token's `sub`.
@@ -357,6 +363,17 @@ func (c *IdempotentApi) AddUnauthenticatedRoute(path string, fn awslambda.IFunct
 	for _, r := range routes {
 		suppress(cfn(r), "AwsSolutions-APIG4", reason)
 		c.Routes = append(c.Routes, r)
+		// A route anyone may call gets a throttle of its own, below the
+		// stage's: junk there is answered 429 before it runs a function in
+		// the VPC, and cannot spend what the signed-in routes are allowed.
+		key := "POST " + path
+		stage := c.Stage.Node().DefaultChild().(awsapigatewayv2.CfnStage)
+		stage.AddPropertyOverride(jsii.String("RouteSettings."+key+".ThrottlingRateLimit"), jsii.Number(UnauthenticatedRateLimit))
+		stage.AddPropertyOverride(jsii.String("RouteSettings."+key+".ThrottlingBurstLimit"), jsii.Number(UnauthenticatedBurstLimit))
+		// CloudFormation refuses route settings for a route key the API
+		// does not hold yet ("Unable to find Route by key"): the stage
+		// waits for the route.
+		c.Stage.Node().AddDependency(r)
 	}
 	return routes[0]
 }

@@ -354,5 +354,24 @@ func (c *GoFunction) grantKey(key awskms.IKey, actions []string) {
 	if arn := key.KeyArn(); !*awscdk.Token_IsUnresolved(arn) && strings.Contains(*arn, ":alias/") {
 		panic(fmt.Sprintf("oncepay: function %s: the key %s is an alias ARN, which IAM never matches for kms actions: give the key's ARN (arn:…:key/<id>)", c.Name, *arn))
 	}
-	c.Grant(actions, key.KeyArn())
+	// Only through the services that hold data under our keys: the role's
+	// own credentials cannot decrypt a copied ciphertext with the KMS API.
+	st := awscdk.Stack_Of(c.Function)
+	var via []*string
+	for _, svc := range keyServices {
+		via = append(via, awscdk.Fn_Join(jsii.String(""), &[]*string{jsii.String(svc + "."), st.Region(), jsii.String("."), st.UrlSuffix()}))
+	}
+	r := c.Role.AddToPrincipalPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Actions:    jsii.Strings(actions...),
+		Resources:  &[]*string{key.KeyArn()},
+		Conditions: &map[string]interface{}{"StringEquals": map[string]interface{}{"kms:ViaService": via}},
+	}))
+	if r == nil || r.StatementAdded == nil || !*r.StatementAdded {
+		panic(fmt.Sprintf("oncepay: function %s: its role %s does not take the key grant: import the role with Mutable true (awsiam.Role_FromRoleArn's default), or have its owner grant it (docs/constructs.md#roles)",
+			c.Name, *c.Role.Node().Path()))
+	}
 }
+
+// keyServices use a function's key grants on its behalf (kms:ViaService):
+// the tables and their streams, the queues, the topics, the secrets.
+var keyServices = []string{"dynamodb", "streams.dynamodb", "sqs", "sns", "secretsmanager"}

@@ -61,9 +61,20 @@ func cdkContext(t *testing.T, profile oncepay.Profile) *map[string]any {
 	if profile != "" {
 		cfg.Context[oncepay.ProfileContextKey] = string(profile)
 	}
+	if profile == oncepay.ProfileProd {
+		// Prod pins its AZs by id: the two of each Region the tests use.
+		cfg.Context[oncepay.ContextAvailabilityZoneIds] = prodAZIds
+	}
 	cfg.Context[oncepay.AssetsContextKey] = assets
 	return &cfg.Context
 }
+
+// prodAZIds are the AZ ids the prod variant pins (none is use1-az3,
+// where RDS Proxy does not run); prodRegionsAZIds the two-Region one's.
+const (
+	prodAZIds        = "use1-az1,use1-az2"
+	prodRegionsAZIds = "use1-az1,use1-az2,usw2-az1,usw2-az2"
+)
 
 type synthesized struct {
 	stack *oncepay.Stack

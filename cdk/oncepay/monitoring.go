@@ -175,12 +175,27 @@ func newMonitoring(s *Stack) *Monitoring {
 		EnforceSSL: jsii.Bool(true),
 	})
 	c.Topic.ApplyRemovalPolicy(s.Profile.RemovalPolicy())
+	// The SSL-only statement EnforceSSL adds makes a topic policy, and a
+	// topic policy replaces the default one whose account-wide allow is what
+	// lets CloudWatch publish: without this statement every alarm action
+	// fails ("not authorized to perform SNS:Publish"), visible only in each
+	// alarm's history. Only this account's alarms in this Region may use it
+	// (the confused-deputy conditions), on the topic and on its key.
+	alarmsHere := alarmSourceConditions(s.Stack)
+	c.Topic.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
+		Sid:        jsii.String("CloudWatchAlarmsPublish"),
+		Principals: &[]awsiam.IPrincipal{awsiam.NewServicePrincipal(jsii.String("cloudwatch.amazonaws.com"), nil)},
+		Actions:    jsii.Strings("sns:Publish"),
+		Resources:  &[]*string{c.Topic.TopicArn()},
+		Conditions: &alarmsHere,
+	}))
 	// CloudWatch publishes alarms to the KMS-encrypted topic with the key.
 	key.AddToResourcePolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{
 		Sid:        jsii.String("CloudWatchAlarmsPublishToTheEncryptedAlarmTopic"),
 		Principals: &[]awsiam.IPrincipal{awsiam.NewServicePrincipal(jsii.String("cloudwatch.amazonaws.com"), nil)},
 		Actions:    jsii.Strings("kms:Decrypt", "kms:GenerateDataKey"),
 		Resources:  jsii.Strings("*"), // in a key policy, "*" is this key
+		Conditions: &alarmsHere,
 	}), nil)
 
 	period := seconds(AlarmPeriod)
@@ -383,4 +398,15 @@ func (c *Monitoring) storeAlarms(s *Stack, period awscdk.Duration) {
 	c.alarm(AlarmClaimsReadThrottle, "The claim table throttled reads: replays and status reads slowed or fell back to the ledger.", tableMetric(s.Data.Claims.Table, "ReadThrottleEvents"), 1)
 	c.alarm(AlarmClaimsWriteThrottle, "The claim table throttled writes: first calls fell back to the ledger's unique key (KeyStoreDegraded) or were refused.", tableMetric(s.Data.Claims.Table, "WriteThrottleEvents"), 1)
 	c.alarm(AlarmOutboxWriteThrottle, "The outbox table throttled writes: events wait in the ledger for the resolver's sweep.", tableMetric(s.Data.Outbox.Table, "WriteThrottleEvents"), 1)
+}
+
+// alarmSourceConditions limits a grant to cloudwatch.amazonaws.com to the
+// alarms of this stack's account and Region.
+func alarmSourceConditions(st awscdk.Stack) map[string]interface{} {
+	return map[string]interface{}{
+		"StringEquals": map[string]interface{}{"aws:SourceAccount": st.Account()},
+		"ArnLike": map[string]interface{}{"aws:SourceArn": awscdk.Fn_Join(jsii.String(""), &[]*string{
+			jsii.String("arn:"), st.Partition(), jsii.String(":cloudwatch:"), st.Region(), jsii.String(":"), st.Account(), jsii.String(":alarm:*"),
+		})},
+	}
 }

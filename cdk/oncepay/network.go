@@ -1,6 +1,9 @@
 package oncepay
 
 import (
+	"fmt"
+	"regexp"
+
 	"github.com/aws/aws-cdk-go/awscdk/v2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awsec2"
 	"github.com/aws/aws-cdk-go/awscdk/v2/awslogs"
@@ -21,6 +24,11 @@ type NetworkProps struct {
 	// the NAT (each costs per hour and AZ; the prod profile takes SNS and
 	// Secrets Manager). DynamoDB's gateway endpoint, free, is always made.
 	InterfaceEndpoints []awsec2.InterfaceVpcEndpointAwsService
+	// AvailabilityZoneIds pins the two AZs by id (use1-az1), the same
+	// physical zones in every account; nil takes the Region's first two by
+	// name, which each account maps to other zones (and RDS Proxy does not
+	// run in some, such as use1-az3). `make preflight` lists a Region's ids.
+	AvailabilityZoneIds []string
 }
 
 // Network is a two-AZ VPC: public subnets hold only the NAT gateways, the
@@ -70,10 +78,27 @@ func NewNetwork(scope constructs.Construct, id string, props *NetworkProps) *Net
 		// needs a custom-resource Lambda, which is more to audit than it saves.
 		RestrictDefaultSecurityGroup: jsii.Bool(false),
 	}
+	if ids := props.AvailabilityZoneIds; ids != nil {
+		if len(ids) != 2 || ids[0] == ids[1] || !azID.MatchString(ids[0]) || !azID.MatchString(ids[1]) {
+			panic(fmt.Sprintf("oncepay: AvailabilityZoneIds %q: want two different AZ ids such as use1-az1,use1-az2", ids))
+		}
+		// The ids stand in for names while the VPC lays out its subnets;
+		// each subnet then names its zone by id (below), which is all
+		// CloudFormation places it by.
+		vp.MaxAzs = nil
+		vp.AvailabilityZones = jsii.Strings(ids...)
+	}
 	if props.Override != nil {
 		props.Override(vp)
 	}
 	c.Vpc = awsec2.NewVpc(c.Construct, jsii.String("Vpc"), vp)
+	if props.AvailabilityZoneIds != nil {
+		for _, sn := range append(*c.Vpc.PublicSubnets(), *c.Vpc.PrivateSubnets()...) {
+			cs := sn.Node().DefaultChild().(awsec2.CfnSubnet)
+			cs.AddPropertyDeletionOverride(jsii.String("AvailabilityZone"))
+			cs.AddPropertyOverride(jsii.String("AvailabilityZoneId"), sn.AvailabilityZone())
+		}
+	}
 	// The api, webhook, resolver and worker call DynamoDB from the private
 	// subnets on every payment: through the gateway endpoint, not the NAT
 	// (no per-GB NAT charge, and the claim table stays reachable when the
@@ -95,3 +120,7 @@ func NewNetwork(scope constructs.Construct, id string, props *NetworkProps) *Net
 	}
 	return c
 }
+
+// azID is an AZ id: a Region code and a zone number (use1-az1, euw1-az3,
+// usw2-lax1-az1 for a Local Zone is not one a VPC here takes).
+var azID = regexp.MustCompile(`^[a-z]{2,4}[0-9]+-az[0-9]+$`)

@@ -136,6 +136,20 @@ func ProfileFromContext(scope constructs.Construct) (Profile, error) {
 // functions connect to the writer directly (the proxy bills per vCPU hour).
 func (p Profile) LedgerProxy() bool { return p.IsProd() }
 
+// ResolverReservedConcurrency: prod reserves ResolverReservedConcurrency
+// (one sweep at a time); a sandbox reserves none. A new account's Lambda
+// concurrency quota is often 10 or 50, and AWS keeps 100 unreserved (the
+// whole quota when it is smaller): the deploy would fail late, after
+// Aurora, and its rollback wait on the VPC's network interfaces. Two
+// overlapping sweeps only double the PSP replays (each settles through a
+// conditional update), which a sandbox's traffic does not notice.
+func (p Profile) ResolverReservedConcurrency() int {
+	if p.IsProd() {
+		return ResolverReservedConcurrency
+	}
+	return 0
+}
+
 // UserPoolMfa: prod requires TOTP; a sandbox's test users may skip it so the
 // curl smoke test can sign in with a password.
 func (p Profile) UserPoolMfa() awscognito.Mfa {
@@ -194,6 +208,10 @@ const (
 	ContextEmailFrom           = "oncepay:emailFrom"
 	ContextLedgerProxy         = "oncepay:ledgerProxy"
 	ContextResolverConcurrency = "oncepay:resolverReservedConcurrency"
+	// ContextAvailabilityZoneIds pins the VPC's two AZs by id, e.g.
+	// use1-az1,use1-az2 (across Regions, two per Region in one list);
+	// required by the prod profile.
+	ContextAvailabilityZoneIds = "oncepay:availabilityZoneIds"
 )
 
 // StackPropsFromContext reads the profile and the deployment's choices from
@@ -237,7 +255,7 @@ func StackPropsFromContext(scope constructs.Construct) (*StackProps, error) {
 	for _, k := range []string{ContextPSPKeySecretArn, ContextPSPKeySecretKmsKey, ContextWebhookSecretArn, ContextWebhookSecretKmsKey, ContextPSPURL,
 		ContextJWTIssuer, ContextJWTAudience, ContextAlbCertificateArn, ContextAlbDomainName, ContextAlbCognitoDomainPrefix, ContextAlbKeysURL,
 		ContextPlatformApplicationArns, ContextLedgerProxy, ContextResolverConcurrency, ContextEmailFrom,
-		ContextRegions, ContextRegionURLs, ContextClaims, ContextWitnessRegion} {
+		ContextRegions, ContextRegionURLs, ContextClaims, ContextWitnessRegion, ContextAvailabilityZoneIds} {
 		if get[k], err = str(k); err != nil {
 			return nil, err
 		}
@@ -300,5 +318,60 @@ func StackPropsFromContext(scope constructs.Construct) (*StackProps, error) {
 			return nil, err
 		}
 	}
+	p.AvailabilityZoneIds = list(get[ContextAvailabilityZoneIds])
+	regions := []string{""}
+	if p.Regions != nil {
+		regions = p.Regions.Regions
+	}
+	for _, r := range regions {
+		ids := p.AvailabilityZoneIds
+		if r != "" {
+			ids = AvailabilityZoneIdsIn(r, ids)
+		}
+		switch {
+		case len(ids) == 0 && profile.IsProd():
+			where := "the Region"
+			if r != "" {
+				where = r
+			}
+			return nil, fmt.Errorf("oncepay: the prod profile pins its two AZs by id: set -c %s=<id>,<id> for %s (`make preflight` lists its ids and refuses the ones RDS Proxy does not run in)", ContextAvailabilityZoneIds, where)
+		case len(ids) != 0 && (len(ids) != 2 || ids[0] == ids[1] || !azID.MatchString(ids[0]) || !azID.MatchString(ids[1])):
+			return nil, fmt.Errorf("oncepay: context %s: want two different AZ ids per Region such as use1-az1,use1-az2, got %q", ContextAvailabilityZoneIds, ids)
+		}
+	}
 	return p, nil
+}
+
+// AvailabilityZoneIdsIn picks from ids the ones of region (an id starts with
+// its Region's code: us-east-1 -> use1, ap-northeast-1 -> apne1,
+// us-gov-west-1 -> usgw1).
+func AvailabilityZoneIdsIn(region string, ids []string) []string {
+	code := regionCode(region)
+	var out []string
+	for _, id := range ids {
+		if strings.HasPrefix(id, code+"-az") {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func regionCode(region string) string {
+	parts := strings.Split(region, "-")
+	if len(parts) < 3 {
+		return region
+	}
+	code := parts[0]
+	for _, w := range parts[1 : len(parts)-1] {
+		if short, ok := regionWords[w]; ok {
+			w = short
+		}
+		code += w
+	}
+	return code + parts[len(parts)-1]
+}
+
+var regionWords = map[string]string{
+	"north": "n", "south": "s", "east": "e", "west": "w", "central": "c",
+	"northeast": "ne", "northwest": "nw", "southeast": "se", "southwest": "sw", "gov": "g",
 }

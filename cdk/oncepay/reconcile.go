@@ -160,7 +160,7 @@ func NewReconciliation(scope constructs.Construct, id string, props *Reconciliat
 		desc = "oncepay reconcile: the ledger against the PSP's records, daily for the two previous UTC days; settles differences by allowed moves, reports what a human must decide"
 	}
 	// No reserved concurrency: reserving any breaks a new account whose
-	// concurrency quota is 10 (issue "first deploy"), and nothing needs
+	// concurrency quota is under 100 (AWS keeps 100 unreserved), and nothing needs
 	// it: two runs of one span at once share its run row, and every move
 	// is a compare-and-set or an insert-if-absent, every refund under a
 	// derived key.

@@ -418,10 +418,11 @@ func (c *HomeTable) Env() map[string]*string {
 	}
 }
 
-// GrantReadDefault lets fn (the resolver) read the default home record
-// ("*") alone, and sets the table and the default home in its environment:
-// a resolver whose ledger is read-only asks whether its Region homes the
-// callers (HomeLedgerReadOnly). The condition keeps every caller's own
+// GrantReadDefault lets fn (the resolver, the worker) read the default home
+// record ("*") alone, and sets the table and the default home in its
+// environment: a sweep whose ledger is read-only or does not answer asks
+// whether its Region homes the callers (HomeLedgerReadOnly, a standby's
+// wait). The condition keeps every caller's own
 // record out of its reach.
 func (c *HomeTable) GrantReadDefault(fn *GoFunction) {
 	r := fn.Role.AddToPrincipalPolicy(awsiam.NewPolicyStatement(&awsiam.PolicyStatementProps{

@@ -118,7 +118,9 @@ func synthTwoRegions(t *testing.T) *regionStacks {
 
 func synthTwoRegionsProd(t *testing.T) *regionStacks {
 	t.Helper()
-	return synthRegions(t, "regions-prod", oncepay.ProfileProd, regionsContext(twoRegions, regionURLs))
+	ctx := regionsContext(twoRegions, regionURLs)
+	ctx[oncepay.ContextAvailabilityZoneIds] = prodRegionsAZIds
+	return synthRegions(t, "regions-prod", oncepay.ProfileProd, ctx)
 }
 
 // synthStrongRegions: MRSC claims in two Regions and a witness.
@@ -559,17 +561,17 @@ func TestTheHomeRoutingEnvironment(t *testing.T) {
 				t.Errorf("%s %s: %s %v, want %v", s, fn.Name, oncepay.EnvRegionURLs, env[oncepay.EnvRegionURLs], regionURLs)
 			}
 		}
-		// The resolver knows the table and the default home (it asks
-		// whether its Region homes the callers), not the URLs; no other
-		// function knows the table.
+		// The resolver and the worker know the table and the default home
+		// (their sweeps ask whether their Region homes the callers), not
+		// the URLs; no other function knows the table.
 		for id, fn := range s.resourcesOfType("AWS::Lambda::Function") {
 			if id == s.logicalID(t, s.stack.Api.Function.Function) {
 				continue
 			}
 			vars, _ := fn["Properties"].(map[string]any)["Environment"].(map[string]any)["Variables"].(map[string]any)
-			if id == s.logicalID(t, s.stack.Resolver.Function) {
+			if id == s.logicalID(t, s.stack.Resolver.Function) || id == s.logicalID(t, s.stack.Worker.Function.Function) {
 				if render(vars[oncepay.EnvHomesTable]) != homes || vars[oncepay.EnvHomeDefault] != rs.regions[0] || vars[oncepay.EnvRegionURLs] != nil {
-					t.Errorf("%s resolver: %s %s, %s %v, %s %v; want the table, the primary, no URLs", s,
+					t.Errorf("%s %s: %s %s, %s %v, %s %v; want the table, the primary, no URLs", s, id,
 						oncepay.EnvHomesTable, render(vars[oncepay.EnvHomesTable]), oncepay.EnvHomeDefault, vars[oncepay.EnvHomeDefault], oncepay.EnvRegionURLs, vars[oncepay.EnvRegionURLs])
 				}
 				continue
@@ -582,7 +584,8 @@ func TestTheHomeRoutingEnvironment(t *testing.T) {
 }
 
 // TestTheHomeTableGrants: the api may only read home records (a misrouted
-// request must not move its caller); no other role touches the table (a
+// request must not move its caller), the resolver and the worker only the
+// default one; no other role touches the table (a
 // failover's moves are an operator's). Every other grant is the one-Region stack's.
 func TestTheHomeTableGrants(t *testing.T) {
 	for _, rs := range []*regionStacks{synthTwoRegions(t), synthTwoRegionsProd(t)} {
@@ -593,8 +596,9 @@ func TestTheHomeTableGrants(t *testing.T) {
 				homes = "${" + s.logicalID(t, s.homesTable()) + ".Arn}"
 			}
 			want := map[string][]string{
-				s.logicalID(t, s.stack.Api.Function.Role): {"dynamodb:GetItem"},
-				s.logicalID(t, s.stack.Resolver.Role):     {"dynamodb:GetItem"},
+				s.logicalID(t, s.stack.Api.Function.Role):    {"dynamodb:GetItem"},
+				s.logicalID(t, s.stack.Resolver.Role):        {"dynamodb:GetItem"},
+				s.logicalID(t, s.stack.Worker.Function.Role): {"dynamodb:GetItem"},
 			}
 			for role := range s.resourcesOfType("AWS::IAM::Role") {
 				var got []string

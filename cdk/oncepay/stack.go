@@ -42,10 +42,14 @@ type StackProps struct {
 	PlatformApplicationArns []string
 	// EmailFrom adds the email channel (InboxWorkerProps.EmailFrom).
 	EmailFrom string
-	// ResolverReservedConcurrency: nil is ResolverReservedConcurrency (1);
-	// 0 reserves none (accounts whose concurrency quota is 10 cannot
+	// ResolverReservedConcurrency: nil is the profile's
+	// (Profile.ResolverReservedConcurrency: 1 in prod, none in a sandbox);
+	// 0 reserves none (accounts whose concurrency quota is under 100 cannot
 	// reserve any).
 	ResolverReservedConcurrency *int
+	// AvailabilityZoneIds pins the VPC's AZs by id (NetworkProps); across
+	// Regions each stack takes the two of its Region from the list.
+	AvailabilityZoneIds []string
 	// Throttle of the HTTP API's stage.
 	Throttle *awsapigatewayv2.ThrottleSettings
 	// Regions places the stack in a deployment across Regions (Regions.Here
@@ -145,6 +149,12 @@ func NewStack(scope constructs.Construct, id string, props *StackProps) *Stack {
 	}
 	if dp.Network.NatGateways == nil {
 		dp.Network.NatGateways = jsii.Number(profile.NatGateways())
+	}
+	if dp.Network.AvailabilityZoneIds == nil && props.AvailabilityZoneIds != nil {
+		dp.Network.AvailabilityZoneIds = props.AvailabilityZoneIds
+		if props.Regions != nil {
+			dp.Network.AvailabilityZoneIds = AvailabilityZoneIdsIn(props.Regions.Here, props.AvailabilityZoneIds)
+		}
 	}
 	if dp.Network.InterfaceEndpoints == nil {
 		dp.Network.InterfaceEndpoints = profile.InterfaceEndpoints()
@@ -266,8 +276,8 @@ func (s *Stack) addFunctions(props *StackProps) {
 	suppress(cfn(s.AsyncFailures), "Serverless-SQSRedrivePolicy",
 		"This is the dead-letter queue of the resolver's, the reconciliation's and the migration's asynchronous invocations and of the resolver's and the reconciliation's schedule targets; an alarm fires on its depth.")
 
-	// The resolver: a sweep a minute, one at a time.
-	reserved := ResolverReservedConcurrency
+	// The resolver: a sweep a minute, one at a time in prod.
+	reserved := props.Profile.ResolverReservedConcurrency()
 	if props.ResolverReservedConcurrency != nil {
 		reserved = *props.ResolverReservedConcurrency
 	}
@@ -299,8 +309,12 @@ func (s *Stack) addFunctions(props *StackProps) {
 		for _, fn := range []*GoFunction{s.Resolver, s.Worker.Function} {
 			fn.SetEnv(map[string]*string{EnvStandbyCheck: jsii.String("true")})
 		}
-		// Read-only in the Region that homes the callers is an outage.
+		// Read-only in the Region that homes the callers is an outage; a
+		// ledger that does not answer is a standby's wait elsewhere (a
+		// global database's secondary serves nothing at its writer endpoint
+		// until its promotion) and an outage there.
 		d.Homes.GrantReadDefault(s.Resolver)
+		d.Homes.GrantReadDefault(s.Worker.Function)
 		// A failed Region's copy of a payment its lag lost gets its row.
 		s.Worker.Function.SetEnv(map[string]*string{EnvAdoptLost: jsii.String("true")})
 	}
@@ -366,6 +380,13 @@ func (s *Stack) addFunctions(props *StackProps) {
 			LogRetention:    retention,
 			RemovalPolicy:   removal,
 		})
+		// Every trigger of a function that needs the ledger waits for the
+		// schema (and so for the writer instance the migration waits for):
+		// a tick before it errors, retries, parks in AsyncFailures and
+		// holds its alarm on after a clean first deploy.
+		for _, t := range s.ledgerTriggers() {
+			t.Node().AddDependency(s.Migration.Resource)
+		}
 	}
 
 	if props.Alb != nil && props.Alb.CertificateArn != "" {
@@ -385,6 +406,19 @@ func (s *Stack) addFunctions(props *StackProps) {
 			EnvAlbKeysURL: props.Alb.keysURL(),
 		})
 	}
+}
+
+// ledgerTriggers are the schedules and event-source mappings that run a
+// function which reads or writes the ledger.
+func (s *Stack) ledgerTriggers() []constructs.IConstruct {
+	out := []constructs.IConstruct{s.ResolverSchedule, s.Worker.SweepSchedule, s.Worker.Mapping}
+	if s.Reconciliation.Schedule != nil {
+		out = append(out, s.Reconciliation.Schedule)
+	}
+	for _, m := range s.Totals.RecountMappings {
+		out = append(out, m)
+	}
+	return out
 }
 
 // grantOutboxPut lets fn put outbox items (the event id is derived, so a

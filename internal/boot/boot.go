@@ -272,3 +272,20 @@ func PaymentsFromEnv(ctx context.Context, log *slog.Logger) (Payments, error) {
 	}
 	return p, nil
 }
+
+// IsHome reports, across Regions, whether this Region homes the callers
+// (the default home record names it): the resolver's and the worker's
+// sweeps tell a standby's wait from the home's outage by it. nil, nil in
+// one Region (the stack sets the home table only in Region stacks).
+func IsHome(cfg aws.Config) (func(ctx context.Context) (bool, error), error) {
+	table := os.Getenv(stackenv.HomesTable)
+	if table == "" {
+		return nil, nil
+	}
+	fallback, err := Require(stackenv.HomeDefault)
+	if err != nil {
+		return nil, err
+	}
+	homes, region := home.NewStore(dynamoclient.New(cfg), table), cfg.Region
+	return func(ctx context.Context) (bool, error) { return homes.IsDefaultHome(ctx, region, fallback) }, nil
+}

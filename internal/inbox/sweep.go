@@ -78,6 +78,12 @@ type SweepConfig struct {
 	// read-only (a standby Region before its promotion: the rows it shows
 	// are the home's to send) and do nothing if so. Across Regions only.
 	CheckStandby bool
+	// IsHome, with CheckStandby, reports whether this Region homes the
+	// callers: elsewhere a ledger that does not answer at all is a
+	// standby's too (a global database's secondary serves nothing at its
+	// writer endpoint until the promotion), and the run waits without an
+	// error. nil: an unreachable ledger is always an error.
+	IsHome func(ctx context.Context) (bool, error)
 }
 
 func (c *SweepConfig) setDefaults() error {
@@ -171,7 +177,16 @@ func (s *NotifSweeper) FinishPending(ctx context.Context, limit int) (int, error
 	// A standby Region's ledger is read-only until its promotion
 	// (docs/regions.md): the rows it shows are the home's to send.
 	if s.cfg.CheckStandby {
-		if ro, err := ledger.ReadOnly(ctx, s.db); err != nil || ro {
+		ro, err := ledger.ReadOnly(ctx, s.db)
+		if err != nil && s.cfg.IsHome != nil {
+			home, herr := s.cfg.IsHome(ctx)
+			if herr == nil && !home {
+				s.cfg.Logger.Info("standby: the ledger's writer does not answer until this Region is promoted", "channel", s.cfg.Channel, "err", err)
+				return 0, nil
+			}
+			err = errors.Join(err, herr)
+		}
+		if err != nil || ro {
 			return 0, err
 		}
 	}

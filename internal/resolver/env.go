@@ -11,7 +11,6 @@ import (
 	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
 	"github.com/oncepay/oncepay/internal/awsclient/dynamoclient"
 	"github.com/oncepay/oncepay/internal/boot"
-	"github.com/oncepay/oncepay/internal/home"
 	"github.com/oncepay/oncepay/internal/idem"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/metrics"
@@ -54,13 +53,8 @@ func SetupFromEnv(ctx context.Context, log *slog.Logger) (Setup, error) {
 	}
 	// Across Regions: a read-only ledger is a standby's wait, unless this
 	// Region homes the callers (the stack sets the table in Region stacks).
-	if table := os.Getenv(stackenv.HomesTable); table != "" {
-		fallback, err := boot.Require(stackenv.HomeDefault)
-		if err != nil {
-			return Setup{}, err
-		}
-		homes, region := home.NewStore(dynamoclient.New(awsCfg), table), awsCfg.Region
-		d.IsHome = func(ctx context.Context) (bool, error) { return homes.IsDefaultHome(ctx, region, fallback) }
+	if d.IsHome, err = boot.IsHome(awsCfg); err != nil {
+		return Setup{}, err
 	}
 	pub, err := boot.Outbox(awsCfg, log)
 	if err != nil {

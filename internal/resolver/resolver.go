@@ -248,7 +248,21 @@ func (r *Resolver) Run(ctx context.Context) (Report, error) {
 	if !r.cfg.CheckStandby {
 		// One Region: no standby, no check.
 	} else if ro, err := r.d.Ledger.ReadOnly(ctx); err != nil {
-		return rep, err
+		// An Aurora global database's secondary serves nothing at its
+		// writer endpoint until its promotion: outside the home Region an
+		// unreachable ledger is that wait, not a failure to alarm on every
+		// minute. In the home Region it is an outage, and the error stands.
+		if r.d.IsHome == nil {
+			return rep, err
+		}
+		home, herr := r.d.IsHome(ctx)
+		if herr != nil || home {
+			return rep, errors.Join(err, herr)
+		}
+		rep.Standby = true
+		r.d.Metrics.Count("ResolverStandby", 1)
+		r.d.Log.Info("standby: the ledger's writer does not answer until this Region is promoted; nothing to settle", "err", err)
+		return rep, nil
 	} else if ro {
 		rep.Standby = true
 		r.d.Metrics.Count("ResolverStandby", 1)

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/ledger"
 	"github.com/oncepay/oncepay/internal/testkit/worldtest"
@@ -147,5 +149,45 @@ func TestAReadOnlyLedgerInTheHomeRegionIsCounted(t *testing.T) {
 	}
 	if row := w.Row("u1", "K1"); row.State != ledger.Unknown {
 		t.Errorf("row %s, want still UNKNOWN", row.State)
+	}
+}
+
+// An Aurora global database's secondary serves nothing at its writer
+// endpoint until the promotion, so a standby's sweep cannot even ask
+// whether its ledger is read-only. Outside the home Region that is the
+// standby's wait (no error: no retries, no AsyncFailures, no alarm every
+// minute); in the home Region, or with no home record to ask, the error
+// stands.
+func TestAnUnreachableLedgerOutsideTheHomeIsAStandbysWait(t *testing.T) {
+	w := unknownPayment(t)
+	charges := len(w.Sim.Charges())
+	pool, err := pgxpool.New(ctx, "postgres://oncepay@127.0.0.1:1/oncepay?connect_timeout=1&sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	gone := ledger.New(pool)
+	cfg := w.ResolverConfig()
+	cfg.CheckStandby = true
+	isHome := func(home bool, err error) func(context.Context) (bool, error) {
+		return func(context.Context) (bool, error) { return home, err }
+	}
+
+	rep, err := w.Resolver(cfg, worldtest.ResolverOptions{Ledger: gone, IsHome: isHome(false, nil)}).Run(ctx)
+	if err != nil || !rep.Standby || w.Metric("ResolverStandby") != 1 {
+		t.Errorf("standby, writer unreachable: report %+v, err %v, ResolverStandby %v; want a quiet wait", rep, err, w.Metric("ResolverStandby"))
+	}
+	if _, err := w.Resolver(cfg, worldtest.ResolverOptions{Ledger: gone, IsHome: isHome(true, nil)}).Run(ctx); err == nil {
+		t.Error("home Region, writer unreachable: no error; want the outage reported")
+	}
+	unreadable := errors.New("home table unreachable")
+	if _, err := w.Resolver(cfg, worldtest.ResolverOptions{Ledger: gone, IsHome: isHome(false, unreadable)}).Run(ctx); !errors.Is(err, unreadable) {
+		t.Errorf("home record unreadable too: err %v, want it returned", err)
+	}
+	if _, err := w.Resolver(cfg, worldtest.ResolverOptions{Ledger: gone}).Run(ctx); err == nil {
+		t.Error("no home record to ask: no error; want the connection's")
+	}
+	if len(w.Sim.Charges()) != charges {
+		t.Errorf("charges %d -> %d; want none", charges, len(w.Sim.Charges()))
 	}
 }

@@ -2,8 +2,9 @@
 // custom resource (Custom::LedgerMigrations) that applies the ledger's
 // embedded migrations (internal/ledger/migrations) as the admin, then makes
 // sure the application role exists, logs in with IAM tokens only (rds_iam)
-// and holds no more than data privileges. Create and Update migrate; Delete
-// leaves the schema to the data it holds.
+// and holds no more than data privileges. Create and Update migrate; a
+// rollback's Update (to an older function version) and Delete leave the
+// schema to the data it holds.
 //
 // The admin password is read from the ledger secret at run time
 // (internal/secrets, uncached: a deploy reads it once), so it never sits in
@@ -17,6 +18,7 @@ import (
 	"fmt"
 	"net/url"
 	"regexp"
+	"strconv"
 	"time"
 
 	"github.com/aws/aws-lambda-go/cfn"
@@ -45,6 +47,15 @@ func handle(ctx context.Context, ev cfn.Event) (string, map[string]any, error) {
 	if ev.RequestType == cfn.RequestDelete {
 		return physicalID, nil, nil
 	}
+	if rollback(ev) {
+		// A rollback reverts this resource before the function, so the code
+		// running here is the new one: migrating would run the migration that
+		// failed again and leave the stack UPDATE_ROLLBACK_FAILED. The
+		// migrations only add (the older code runs on the newer schema), so
+		// the schema stays as it is.
+		log.Warn("rollback: the schema is left as it is", "version", ev.ResourceProperties["Version"], "from", ev.OldResourceProperties["Version"])
+		return physicalID, map[string]any{"Applied": "0"}, nil
+	}
 	user, _ := ev.ResourceProperties["AppUser"].(string)
 	db, _ := ev.ResourceProperties["Database"].(string)
 	if !identifier.MatchString(user) || !identifier.MatchString(db) {
@@ -63,6 +74,18 @@ func handle(ctx context.Context, ev cfn.Event) (string, map[string]any, error) {
 	}
 	log.Info("ledger migrated", "applied", applied, "app_user", user)
 	return physicalID, map[string]any{"Applied": fmt.Sprint(applied)}, nil
+}
+
+// rollback reports whether ev is a rollback's update: the function version
+// it names (the construct's Version property) is older than the one it
+// replaces. A version is a number CloudFormation passes as a string.
+func rollback(ev cfn.Event) bool {
+	if ev.RequestType != cfn.RequestUpdate {
+		return false
+	}
+	to, err1 := strconv.Atoi(fmt.Sprint(ev.ResourceProperties["Version"]))
+	from, err2 := strconv.Atoi(fmt.Sprint(ev.OldResourceProperties["Version"]))
+	return err1 == nil && err2 == nil && to < from
 }
 
 var identifier = regexp.MustCompile(`^[a-z_][a-z0-9_]{0,62}$`)

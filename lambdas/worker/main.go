@@ -39,13 +39,18 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	// Across Regions a standby's sweeps wait while its ledger is read-only.
+	// Across Regions a standby's sweeps wait while its ledger is read-only
+	// or, outside the home Region, does not answer.
 	standby := os.Getenv(stackenv.StandbyCheck) == "true"
+	isHome, err := boot.IsHome(cfg)
+	if err != nil {
+		fail(err)
+	}
 	var extra []inbox.Channel
 	var sweepers []*inbox.NotifSweeper
 	if email, ok := pushboot.Email(cfg, pool, log); ok {
 		extra = append(extra, inbox.Channel{Name: notify.ChannelEmail, Sender: email, OnlyWithReceipt: true})
-		sw, err := inbox.NewNotifSweeper(pool, email, inbox.SweepConfig{Channel: notify.ChannelEmail, Repeats: true, Logger: log, Metrics: m, CheckStandby: standby})
+		sw, err := inbox.NewNotifSweeper(pool, email, inbox.SweepConfig{Channel: notify.ChannelEmail, Repeats: true, Logger: log, Metrics: m, CheckStandby: standby, IsHome: isHome})
 		if err != nil {
 			fail(err)
 		}
@@ -61,7 +66,7 @@ func main() {
 			raise := &inbox.Raise{Gate: gate, Template: string(notify.CardDeclinedReminder), States: []string{event.Failed}}
 			extra = append(extra, inbox.Channel{Name: notify.ChannelReminder, Sender: reminder, Message: notify.CardDeclinedReminder, Raise: raise})
 			sw, err := inbox.NewNotifSweeper(pool, reminder, inbox.SweepConfig{Channel: notify.ChannelReminder, Message: notify.CardDeclinedReminder,
-				Repeats: true, Raise: raise, Logger: log, Metrics: m, CheckStandby: standby})
+				Repeats: true, Raise: raise, Logger: log, Metrics: m, CheckStandby: standby, IsHome: isHome})
 			if err != nil {
 				fail(err)
 			}
@@ -79,7 +84,7 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
-	sw, err := inbox.NewNotifSweeper(pool, n, inbox.SweepConfig{Logger: log, Metrics: m, CheckStandby: standby})
+	sw, err := inbox.NewNotifSweeper(pool, n, inbox.SweepConfig{Logger: log, Metrics: m, CheckStandby: standby, IsHome: isHome})
 	if err != nil {
 		fail(err)
 	}

@@ -144,9 +144,19 @@ func roleStatements(t *Template, ev *Evaluator, role any) ([]statement, error) {
 			// towards refusing either way.
 			_, notA := sm["NotAction"]
 			_, notR := sm["NotResource"]
-			_, cond := sm["Condition"]
+			cond, hasCond := sm["Condition"]
 			deny := sm["Effect"] == "Deny"
-			if notA || notR || cond {
+			if hasCond && !deny {
+				// The one condition this gate knows: a key grant used only
+				// through Secrets Manager (kms:ViaService), which is how
+				// GetSecretValue decrypts. Any other leaves the Allow out.
+				via, err := viaSecretsManager(ev, cond)
+				if err != nil {
+					return nil, fmt.Errorf("policy statement on %v: Condition: %w", sm["Action"], err)
+				}
+				hasCond = !via
+			}
+			if notA || notR || hasCond {
 				if deny {
 					out = append(out, statement{deny: true, actions: []string{"*"}, resources: []string{"*"}})
 				}
@@ -165,6 +175,42 @@ func roleStatements(t *Template, ev *Evaluator, role any) ([]statement, error) {
 		}
 	}
 	return out, nil
+}
+
+// viaSecretsManager reports whether cond is exactly StringEquals
+// kms:ViaService with secretsmanager.<region>.<URL suffix> among its values.
+func viaSecretsManager(ev *Evaluator, cond any) (bool, error) {
+	c, ok := cond.(map[string]any)
+	if !ok || len(c) != 1 {
+		return false, nil
+	}
+	eq, ok := c["StringEquals"].(map[string]any)
+	if !ok || len(eq) != 1 {
+		return false, nil
+	}
+	raw, ok := eq["kms:ViaService"]
+	if !ok {
+		return false, nil
+	}
+	list, ok := raw.([]any)
+	if !ok {
+		list = []any{raw}
+	}
+	suffix, err := ev.Eval(map[string]any{"Ref": "AWS::URLSuffix"})
+	if err != nil {
+		return false, err
+	}
+	want := fmt.Sprintf("secretsmanager.%s.%v", ev.Region, suffix)
+	for _, el := range list {
+		v, err := ev.Eval(el)
+		if err != nil {
+			return false, err
+		}
+		if v == want {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // allowed is IAM's evaluation over stmts: an explicit Deny wins, then an

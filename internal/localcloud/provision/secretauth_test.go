@@ -131,6 +131,15 @@ func TestAMigrationPolicyWithoutTheGrantIsRefused(t *testing.T) {
 			return append(sts, map[string]any{"Effect": "Deny", "Action": "secretsmanager:GetSecretValue", "Resource": "*",
 				"Condition": map[string]any{"StringEquals": map[string]any{"aws:RequestedRegion": "us-east-1"}}})
 		},
+		"the key's decrypt only through another service": func(sts []any) []any {
+			for _, st := range sts {
+				st := st.(map[string]any)
+				if b, _ := json.Marshal(st["Action"]); strings.Contains(string(b), "kms:Decrypt") {
+					st["Condition"] = map[string]any{"StringEquals": map[string]any{"kms:ViaService": []any{"sqs.us-east-1.amazonaws.com"}}}
+				}
+			}
+			return sts
+		},
 		"a wildcard Deny wins": func(sts []any) []any {
 			return append(sts, map[string]any{"Effect": "Deny", "Action": "secretsmanager:Get*", "Resource": "*"})
 		},

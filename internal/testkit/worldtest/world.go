@@ -8,6 +8,7 @@ package worldtest
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"io"
 	"log/slog"
@@ -232,6 +233,8 @@ type ResolverOptions struct {
 	SweepClaims bool
 	// IsHome is resolver.Deps.IsHome (across Regions); nil: not asked.
 	IsHome func(ctx context.Context) (bool, error)
+	// Ledger is the resolver's ledger; nil: the world's.
+	Ledger *ledger.Store
 }
 
 // Resolver builds a resolver over the world's parts.
@@ -245,7 +248,7 @@ func (w *World) Resolver(cfg resolver.Config, o ResolverOptions) *resolver.Resol
 		w.T.Fatal(err)
 	}
 	d := resolver.Deps{
-		Ledger: w.Ledger, PSP: o.PSP, Claims: w.Claims, Publisher: w.Outbox, Sweeper: sw, Clock: w.Clock,
+		Ledger: cmp.Or(o.Ledger, w.Ledger), PSP: o.PSP, Claims: w.Claims, Publisher: w.Outbox, Sweeper: sw, Clock: w.Clock,
 		Log: w.Log, Metrics: metrics.New(w.Logs, "resolver"), Hooks: o.Hooks, Cap: o.Cap, IsHome: o.IsHome,
 	}
 	if o.NoPublisher {
