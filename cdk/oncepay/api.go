@@ -36,11 +36,12 @@ const (
 	DefaultRateLimit  = 50
 	DefaultBurstLimit = 100
 	// UnauthenticatedRateLimit and UnauthenticatedBurstLimit throttle each
-	// route without an authorizer (the PSP's webhook): a PSP retries a 429
-	// for days, and nothing settles only through a webhook (the resolver
-	// replays every open payment).
-	UnauthenticatedRateLimit  = 20
-	UnauthenticatedBurstLimit = 40
+	// route without an authorizer (the PSP's webhook), so junk there runs
+	// at most that many functions a second: a burst within a new account's
+	// Lambda quota of 10. A PSP retries a 429 for days, and nothing settles
+	// only through a webhook (the resolver replays every open payment).
+	UnauthenticatedRateLimit  = 10
+	UnauthenticatedBurstLimit = 10
 )
 
 // AuthProps selects who may call the API. The caller is the token's `sub`.
@@ -126,6 +127,8 @@ type IdempotentApi struct {
 	Timing         Timing
 	// Alarms by id (AlarmApi*); empty when AlarmProps.Disabled.
 	Alarms map[string]awscloudwatch.Alarm
+	// throttle is the stage's, which a route's own may not exceed.
+	throttle struct{ rate, burst float64 }
 }
 
 // The IdempotentApi's own alarms (AlarmProps).
@@ -245,6 +248,13 @@ func (c *IdempotentApi) addFrontDoor(props *IdempotentApiProps) {
 	if throttle == nil {
 		throttle = &awsapigatewayv2.ThrottleSettings{RateLimit: jsii.Number(DefaultRateLimit), BurstLimit: jsii.Number(DefaultBurstLimit)}
 	}
+	c.throttle.rate, c.throttle.burst = DefaultRateLimit, DefaultBurstLimit
+	if throttle.RateLimit != nil {
+		c.throttle.rate = *throttle.RateLimit
+	}
+	if throttle.BurstLimit != nil {
+		c.throttle.burst = *throttle.BurstLimit
+	}
 	c.Stage = awsapigatewayv2.NewHttpStage(c.Construct, jsii.String("Stage"), &awsapigatewayv2.HttpStageProps{
 		HttpApi:    c.HttpApi,
 		StageName:  jsii.String("$default"),
@@ -363,13 +373,13 @@ func (c *IdempotentApi) AddUnauthenticatedRoute(path string, fn awslambda.IFunct
 	for _, r := range routes {
 		suppress(cfn(r), "AwsSolutions-APIG4", reason)
 		c.Routes = append(c.Routes, r)
-		// A route anyone may call gets a throttle of its own, below the
-		// stage's: junk there is answered 429 before it runs a function in
-		// the VPC, and cannot spend what the signed-in routes are allowed.
+		// A route anyone may call gets a throttle of its own, at most the
+		// stage's: past it, junk is answered 429 before it runs a function
+		// in the VPC.
 		key := "POST " + path
 		stage := c.Stage.Node().DefaultChild().(awsapigatewayv2.CfnStage)
-		stage.AddPropertyOverride(jsii.String("RouteSettings."+key+".ThrottlingRateLimit"), jsii.Number(UnauthenticatedRateLimit))
-		stage.AddPropertyOverride(jsii.String("RouteSettings."+key+".ThrottlingBurstLimit"), jsii.Number(UnauthenticatedBurstLimit))
+		stage.AddPropertyOverride(jsii.String("RouteSettings."+key+".ThrottlingRateLimit"), jsii.Number(min(UnauthenticatedRateLimit, c.throttle.rate)))
+		stage.AddPropertyOverride(jsii.String("RouteSettings."+key+".ThrottlingBurstLimit"), jsii.Number(min(UnauthenticatedBurstLimit, c.throttle.burst)))
 		// CloudFormation refuses route settings for a route key the API
 		// does not hold yet ("Unable to find Route by key"): the stage
 		// waits for the route.

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/aws/aws-cdk-go/awscdk/v2"
+	"github.com/aws/jsii-runtime-go"
 
 	"github.com/oncepay/oncepay/cdk/oncepay"
 	"github.com/oncepay/oncepay/cdk/oncepay/stackenv"
@@ -236,8 +237,14 @@ func TestKeyGrantsHoldOnlyViaTheServices(t *testing.T) {
 					t.Errorf("%s: %s grants %v on %v with no kms:ViaService", name, id, strs(st["Action"]), strs(st["Resource"]))
 					continue
 				}
-				if got := render(via); !strings.Contains(got, "secretsmanager."+regionIn(s)+".${AWS::URLSuffix}") || !strings.Contains(got, "dynamodb."+regionIn(s)) {
-					t.Errorf("%s: %s kms:ViaService %s", name, id, got)
+				// Every service that holds data under a key, in this Region:
+				// one left out breaks its reads silently on AWS (locally
+				// only Secrets Manager's is enforced).
+				got := render(via)
+				for _, svc := range []string{"dynamodb", "sqs", "sns", "secretsmanager"} {
+					if !strings.Contains(got, svc+"."+regionIn(s)+".${AWS::URLSuffix}") {
+						t.Errorf("%s: %s kms:ViaService %s has no %s", name, id, got, svc)
+					}
 				}
 			}
 		}
@@ -277,6 +284,27 @@ func TestProdPinsItsZonesById(t *testing.T) {
 				t.Errorf("%s subnet %s in zone %q", s.region(), id, z)
 			}
 		}
+	}
+}
+
+// A stack that names its account checks a VPC's AZ names against the
+// Region's: the ids must not pass for names there.
+func TestZoneIdsInAStackThatNamesItsAccount(t *testing.T) {
+	env := &awscdk.Environment{Account: jsii.String("111111111111"), Region: jsii.String("us-east-1")}
+	_, _, js := synthAloneIn(t, env, func(stack awscdk.Stack) {
+		oncepay.NewNetwork(stack, "Net", &oncepay.NetworkProps{AvailabilityZoneIds: []string{"use1-az4", "use1-az6"}})
+	})
+	zones := map[string]int{}
+	for _, sn := range ofType(js, "AWS::EC2::Subnet") {
+		p := sn["Properties"].(map[string]any)
+		if _, byName := p["AvailabilityZone"]; byName {
+			t.Errorf("a subnet names its zone by name %v", p["AvailabilityZone"])
+		}
+		z, _ := p["AvailabilityZoneId"].(string)
+		zones[z]++
+	}
+	if zones["use1-az4"] != 2 || zones["use1-az6"] != 2 {
+		t.Errorf("subnets by zone id %v, want two in each", zones)
 	}
 }
 

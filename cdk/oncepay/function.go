@@ -373,5 +373,7 @@ func (c *GoFunction) grantKey(key awskms.IKey, actions []string) {
 }
 
 // keyServices use a function's key grants on its behalf (kms:ViaService):
-// the tables and their streams, the queues, the topics, the secrets.
+// the tables, the queues, the topics, the secrets. A stream's reads are
+// documented under the table's service; its own name is listed too, so
+// neither reading breaks the relay.
 var keyServices = []string{"dynamodb", "streams.dynamodb", "sqs", "sns", "secretsmanager"}

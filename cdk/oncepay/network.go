@@ -82,21 +82,25 @@ func NewNetwork(scope constructs.Construct, id string, props *NetworkProps) *Net
 		if len(ids) != 2 || ids[0] == ids[1] || !azID.MatchString(ids[0]) || !azID.MatchString(ids[1]) {
 			panic(fmt.Sprintf("oncepay: AvailabilityZoneIds %q: want two different AZ ids such as use1-az1,use1-az2", ids))
 		}
-		// The ids stand in for names while the VPC lays out its subnets;
-		// each subnet then names its zone by id (below), which is all
-		// CloudFormation places it by.
-		vp.MaxAzs = nil
-		vp.AvailabilityZones = jsii.Strings(ids...)
 	}
 	if props.Override != nil {
 		props.Override(vp)
 	}
 	c.Vpc = awsec2.NewVpc(c.Construct, jsii.String("Vpc"), vp)
-	if props.AvailabilityZoneIds != nil {
-		for _, sn := range append(*c.Vpc.PublicSubnets(), *c.Vpc.PrivateSubnets()...) {
-			cs := sn.Node().DefaultChild().(awsec2.CfnSubnet)
-			cs.AddPropertyDeletionOverride(jsii.String("AvailabilityZone"))
-			cs.AddPropertyOverride(jsii.String("AvailabilityZoneId"), sn.AvailabilityZone())
+	if ids := props.AvailabilityZoneIds; ids != nil {
+		// The VPC lays its subnets out by name, as always (a stack that
+		// names its account checks the names against the Region's); each
+		// subnet of the i-th zone is then placed by the i-th id, which is
+		// all CloudFormation places it by.
+		for _, group := range [][]awsec2.ISubnet{*c.Vpc.PublicSubnets(), *c.Vpc.PrivateSubnets()} {
+			if len(group) != len(ids) {
+				panic(fmt.Sprintf("oncepay: the VPC has %d subnets of a kind for %d AZ ids", len(group), len(ids)))
+			}
+			for i, sn := range group {
+				cs := sn.Node().DefaultChild().(awsec2.CfnSubnet)
+				cs.AddPropertyDeletionOverride(jsii.String("AvailabilityZone"))
+				cs.AddPropertyOverride(jsii.String("AvailabilityZoneId"), jsii.String(ids[i]))
+			}
 		}
 	}
 	// The api, webhook, resolver and worker call DynamoDB from the private

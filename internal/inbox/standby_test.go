@@ -3,6 +3,8 @@ package inbox_test
 import (
 	"context"
 	"errors"
+	"net"
+	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -12,29 +14,50 @@ import (
 
 // A global database's secondary serves nothing at its writer endpoint
 // until the promotion, so a standby's notification sweep cannot ask
-// whether its ledger is read-only: outside the home Region that is the
-// standby's wait (no error, so no retries, no AsyncFailures, no alarm every
-// minute); in the home Region, or with no home record to ask, it fails.
+// whether its ledger is read-only: outside the home Region a host that does
+// not resolve is the standby's wait (no error, so no retries, no
+// AsyncFailures, no alarm every minute); any other failure, or any in the
+// home Region, or with no home record to ask, is an error.
 func TestAnUnreachableLedgerOutsideTheHomeIsAStandbysWait(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t, nil)
-	gone, err := pgxpool.New(ctx, "postgres://oncepay@127.0.0.1:1/oncepay?connect_timeout=1&sslmode=disable")
-	if err != nil {
-		t.Fatal(err)
+	poolAt := func(host string) *pgxpool.Pool {
+		cfg, err := pgxpool.ParseConfig("postgres://oncepay@" + host + "/oncepay?connect_timeout=1&sslmode=disable")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The resolver's answer for a name that does not exist, without
+		// asking the machine's DNS (which a test cannot count on).
+		cfg.ConnConfig.LookupFunc = func(ctx context.Context, name string) ([]string, error) {
+			if strings.HasSuffix(name, ".invalid") {
+				return nil, &net.DNSError{Err: "no such host", Name: name, IsNotFound: true}
+			}
+			return net.DefaultResolver.LookupHost(ctx, name)
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		return pool
 	}
-	t.Cleanup(gone.Close)
+	// A name that does not resolve: the secondary's endpoint.
+	gone, refused := poolAt("oncepay-ledger.cluster-x.invalid:5432"), poolAt("127.0.0.1:1")
 	unreadable := errors.New("home table unreachable")
+	standby := func(context.Context) (bool, error) { return false, nil }
 	for _, c := range []struct {
 		name    string
+		pool    *pgxpool.Pool
 		isHome  func(context.Context) (bool, error)
 		wantErr bool
 	}{
-		{"standby", func(context.Context) (bool, error) { return false, nil }, false},
-		{"home", func(context.Context) (bool, error) { return true, nil }, true},
-		{"home record unreadable", func(context.Context) (bool, error) { return false, unreadable }, true},
-		{"no home record to ask", nil, true},
+		{"standby", gone, standby, false},
+		{"standby, connection refused", refused, standby, true},
+		{"home", gone, func(context.Context) (bool, error) { return true, nil }, true},
+		{"home record unreadable", gone, func(context.Context) (bool, error) { return false, unreadable }, true},
+		{"no home record to ask", gone, nil, true},
 	} {
-		sw, err := inbox.NewNotifSweeper(gone, w.pusher, inbox.SweepConfig{Logger: quiet, CheckStandby: true, IsHome: c.isHome})
+		sw, err := inbox.NewNotifSweeper(c.pool, w.pusher, inbox.SweepConfig{Logger: quiet, CheckStandby: true, IsHome: c.isHome})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -79,10 +79,10 @@ type SweepConfig struct {
 	// are the home's to send) and do nothing if so. Across Regions only.
 	CheckStandby bool
 	// IsHome, with CheckStandby, reports whether this Region homes the
-	// callers: elsewhere a ledger that does not answer at all is a
+	// callers: elsewhere a ledger host that does not resolve is a
 	// standby's too (a global database's secondary serves nothing at its
 	// writer endpoint until the promotion), and the run waits without an
-	// error. nil: an unreachable ledger is always an error.
+	// error (ledger.EndpointNotFound). nil: it is always an error.
 	IsHome func(ctx context.Context) (bool, error)
 }
 
@@ -178,7 +178,7 @@ func (s *NotifSweeper) FinishPending(ctx context.Context, limit int) (int, error
 	// (docs/regions.md): the rows it shows are the home's to send.
 	if s.cfg.CheckStandby {
 		ro, err := ledger.ReadOnly(ctx, s.db)
-		if err != nil && s.cfg.IsHome != nil {
+		if err != nil && s.cfg.IsHome != nil && ledger.EndpointNotFound(err) {
 			home, herr := s.cfg.IsHome(ctx)
 			if herr == nil && !home {
 				s.cfg.Logger.Info("standby: the ledger's writer does not answer until this Region is promoted", "channel", s.cfg.Channel, "err", err)

@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -398,6 +399,15 @@ func ReadOnly(ctx context.Context, db Row) (bool, error) {
 		return false, fmt.Errorf("ledger: read-only check: %w", err)
 	}
 	return ro, nil
+}
+
+// EndpointNotFound reports whether err is the ledger's host name not
+// resolving: what a global database's secondary cluster endpoint is taken
+// to answer before its promotion. Any other connection failure (refused,
+// timed out, IAM login, TLS) is not it.
+func EndpointNotFound(err error) bool {
+	var dns *net.DNSError
+	return errors.As(err, &dns) && dns.IsNotFound
 }
 
 // ReadOnly reports whether this ledger refuses writes (see ReadOnly).

@@ -249,10 +249,11 @@ func (r *Resolver) Run(ctx context.Context) (Report, error) {
 		// One Region: no standby, no check.
 	} else if ro, err := r.d.Ledger.ReadOnly(ctx); err != nil {
 		// An Aurora global database's secondary serves nothing at its
-		// writer endpoint until its promotion: outside the home Region an
-		// unreachable ledger is that wait, not a failure to alarm on every
-		// minute. In the home Region it is an outage, and the error stands.
-		if r.d.IsHome == nil {
+		// writer endpoint until its promotion: outside the home Region a
+		// ledger host that does not resolve is that wait, not a failure to
+		// alarm on every minute. Any other failure, and any failure in the
+		// home Region, is an error.
+		if r.d.IsHome == nil || !ledger.EndpointNotFound(err) {
 			return rep, err
 		}
 		home, herr := r.d.IsHome(ctx)

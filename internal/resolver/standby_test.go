@@ -3,7 +3,9 @@ package resolver_test
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -154,19 +156,35 @@ func TestAReadOnlyLedgerInTheHomeRegionIsCounted(t *testing.T) {
 
 // An Aurora global database's secondary serves nothing at its writer
 // endpoint until the promotion, so a standby's sweep cannot even ask
-// whether its ledger is read-only. Outside the home Region that is the
-// standby's wait (no error: no retries, no AsyncFailures, no alarm every
+// whether its ledger is read-only. Outside the home Region a host that does
+// not resolve is the standby's wait (no error: no retries, no AsyncFailures, no alarm every
 // minute); in the home Region, or with no home record to ask, the error
 // stands.
 func TestAnUnreachableLedgerOutsideTheHomeIsAStandbysWait(t *testing.T) {
 	w := unknownPayment(t)
 	charges := len(w.Sim.Charges())
-	pool, err := pgxpool.New(ctx, "postgres://oncepay@127.0.0.1:1/oncepay?connect_timeout=1&sslmode=disable")
-	if err != nil {
-		t.Fatal(err)
+	ledgerAt := func(host string) *ledger.Store {
+		cfg, err := pgxpool.ParseConfig("postgres://oncepay@" + host + "/oncepay?connect_timeout=1&sslmode=disable")
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The resolver's answer for a name that does not exist, without
+		// asking the machine's DNS (which a test cannot count on).
+		cfg.ConnConfig.LookupFunc = func(ctx context.Context, name string) ([]string, error) {
+			if strings.HasSuffix(name, ".invalid") {
+				return nil, &net.DNSError{Err: "no such host", Name: name, IsNotFound: true}
+			}
+			return net.DefaultResolver.LookupHost(ctx, name)
+		}
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(pool.Close)
+		return ledger.New(pool)
 	}
-	t.Cleanup(pool.Close)
-	gone := ledger.New(pool)
+	// A name that does not resolve: the secondary's endpoint.
+	gone := ledgerAt("oncepay-ledger.cluster-x.invalid:5432")
 	cfg := w.ResolverConfig()
 	cfg.CheckStandby = true
 	isHome := func(home bool, err error) func(context.Context) (bool, error) {
@@ -186,6 +204,13 @@ func TestAnUnreachableLedgerOutsideTheHomeIsAStandbysWait(t *testing.T) {
 	}
 	if _, err := w.Resolver(cfg, worldtest.ResolverOptions{Ledger: gone}).Run(ctx); err == nil {
 		t.Error("no home record to ask: no error; want the connection's")
+	}
+	// Any other failure to reach the ledger (refused here; an IAM login, a
+	// security group, TLS) is an error outside the home too: a standby
+	// that could never reach its ledger is not a quiet wait.
+	refused := ledgerAt("127.0.0.1:1")
+	if _, err := w.Resolver(cfg, worldtest.ResolverOptions{Ledger: refused, IsHome: isHome(false, nil)}).Run(ctx); err == nil {
+		t.Error("standby, connection refused: no error; want it reported")
 	}
 	if len(w.Sim.Charges()) != charges {
 		t.Errorf("charges %d -> %d; want none", charges, len(w.Sim.Charges()))

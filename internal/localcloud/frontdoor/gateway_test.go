@@ -148,7 +148,7 @@ func TestTheTemplatesRoutesAreLoadedWithTheirFunctionsAndAuthorizers(t *testing.
 		// the stage's default.
 		rate, burst := 50.0, 100
 		if !w.jwt {
-			rate, burst = 20, 40
+			rate, burst = 10, 10
 		}
 		if r.ThrottleRate != rate || r.ThrottleBurst != burst {
 			t.Errorf("%s: throttle %v/%d, want %v/%d", key, r.ThrottleRate, r.ThrottleBurst, rate, burst)

@@ -64,10 +64,9 @@ func TestFromTemplateMapsEveryFunctionToItsPackageAndConcurrency(t *testing.T) {
 		if f.Bootstrap != filepath.Join("/x/lambdas", filepath.Base(pkg), "bootstrap") || f.Log != filepath.Join("/x/logs", "fn-"+filepath.Base(pkg)+".log") {
 			t.Errorf("%s: bootstrap %s, log %s", f.LogicalID, f.Bootstrap, f.Log)
 		}
+		// The sandbox reserves no concurrency (a new account's quota may be
+		// 10): every function takes the default cap.
 		wantMax := lambdarun.DefaultMaxEnvironments
-		if prefix == "Resolver" {
-			wantMax = 1
-		}
 		if f.MaxEnvironments != wantMax {
 			t.Errorf("%s: %d environments (reserved %d), want %d", f.LogicalID, f.MaxEnvironments, f.Reserved, wantMax)
 		}
@@ -99,7 +98,7 @@ func TestFromTemplateMapsEveryFunctionToItsPackageAndConcurrency(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if byPrefix(t, more, "Api").MaxEnvironments != 7 || byPrefix(t, more, "Resolver").MaxEnvironments != 1 {
+	if byPrefix(t, more, "Api").MaxEnvironments != 7 || byPrefix(t, more, "Resolver").MaxEnvironments != 7 {
 		t.Error("DefaultMaxEnvironments is not the cap of a function without reserved concurrency")
 	}
 
@@ -244,6 +243,12 @@ func TestReservedConcurrencyZeroThrottlesEveryInvocation(t *testing.T) {
 	if f.Package != "lambdas/relay" || f.Name != "relay-local" || f.Env["AWS_LAMBDA_FUNCTION_NAME"] != "relay-local" ||
 		f.Timeout != 7*time.Second || f.MemoryMB != 1024 || f.Reserved != 0 || f.MaxEnvironments != 0 {
 		t.Fatalf("function %+v", f)
+	}
+	// A reservation caps the environments (prod's resolver reserves 1).
+	one := writeTemplate(t, filepath.Join(filepath.Dir(tpl), asset, "bootstrap"),
+		map[string]any{"FunctionName": "relay-one", "Timeout": "7", "MemorySize": 1024, "ReservedConcurrentExecutions": 1})
+	if got, err := lambdarun.FromTemplate(one, nil, cfg); err != nil || len(got) != 1 || got[0].Reserved != 1 || got[0].MaxEnvironments != 1 {
+		t.Fatalf("reserved 1: %+v, %v", got, err)
 	}
 	if err := os.MkdirAll(filepath.Dir(f.Bootstrap), 0o755); err != nil {
 		t.Fatal(err)
