@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"mime"
 	"net/http"
 	"strings"
 
@@ -103,7 +104,9 @@ func (h *Handler) HandleAPIGatewayV2(ctx context.Context, e events.APIGatewayV2H
 // 500 (retry the same key). The load
 // balancer passes the path still percent-encoded; it is decoded once here
 // (httpevent.ALBPath), so the Location of a 202 names the same key behind
-// this door as behind the HTTP API, however the client spells it.
+// this door as behind the HTTP API, however the client spells it. Every
+// route here changes state and the caller rides on a cookie, so a request
+// not declared JSON is refused first (requireJSON).
 func (h *Handler) HandleALB(ctx context.Context, e events.ALBTargetGroupRequest) (events.ALBTargetGroupResponse, error) {
 	body, err := eventBody(e.Body, e.IsBase64Encoded)
 	if err != nil {
@@ -126,6 +129,9 @@ func (h *Handler) HandleALB(ctx context.Context, e events.ALBTargetGroupRequest)
 	if err != nil {
 		return toALB(problemResponse(problem.BadRequest("path", "malformed percent-encoding in the path"))), nil
 	}
+	if refused := h.requireJSON(ctx, e.HTTPMethod, hdr); refused != nil {
+		return toALB(*refused), nil
+	}
 	caller, refused := h.albCaller(ctx, hdr.Get("X-Amzn-Oidc-Data"))
 	if refused != nil {
 		return toALB(*refused), nil
@@ -134,6 +140,31 @@ func (h *Handler) HandleALB(ctx context.Context, e events.ALBTargetGroupRequest)
 		Method: e.HTTPMethod, Path: path, Headers: hdr, Body: body, Caller: caller, Arrival: at,
 	})
 	return toALB(resp), nil
+}
+
+// requireJSON refuses a state-changing ALB request that is not declared
+// application/json. Behind the ALB the caller is the load balancer's
+// session cookie, which a browser sends with a cross-site form post too: a
+// page could then void a victim's unsent key (resolve takes no header). A
+// page can post only form, multipart or text/plain bodies without a CORS
+// preflight, which neither the ALB nor the api answers; JSON it cannot. The
+// HTTP API needs no such check: its bearer token is never sent by a browser
+// on its own.
+func (h *Handler) requireJSON(ctx context.Context, method string, hdr http.Header) *Response {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodOptions:
+		return nil // change nothing; the routes answer them 405
+	}
+	if mt, _, err := mime.ParseMediaType(hdr.Get("Content-Type")); err == nil && mt == "application/json" {
+		return nil
+	}
+	// Neither the path (a key) nor the type is logged: both are the sender's text.
+	h.d.Log.WarnContext(ctx, "refused an ALB request not declared JSON: a cross-site form could send it with the session cookie",
+		"method", method)
+	h.d.Metrics.Count("ALBNotJSON", 1)
+	r := problemResponse(problem.BadRequest("Content-Type",
+		"a request through the load balancer must be sent with Content-Type: application/json; nothing was run"))
+	return &r
 }
 
 // albCaller is the verified caller of an ALB event, or the answer refusing

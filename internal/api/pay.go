@@ -56,11 +56,8 @@ func (h *Handler) pay(ctx context.Context, r Request) Response {
 	if len(r.Body) > payment.MaxBodyBytes {
 		return problemResponse(problem.TooLarge(payment.MaxBodyBytes))
 	}
-	req, err := payment.Parse(r.Body)
+	req, err := payment.Parse(r.Body) // receipt_email too: one reader of the body
 	if err != nil {
-		return badRequest(err)
-	}
-	if req.ReceiptEmail, err = payment.ReceiptEmail(r.Body); err != nil {
 		return badRequest(err)
 	}
 	scope := ids.Scope(r.Caller, key)

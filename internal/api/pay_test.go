@@ -588,3 +588,49 @@ func TestAnotherReceiptAddressUnderTheSameKeyIs422(t *testing.T) {
 		t.Fatalf("charges = %d", got)
 	}
 }
+
+// receipt_email is read by the strict parser, as the five meaning fields
+// are: a second spelling of it ("RECEIPT_EMAIL", which a case-insensitive
+// reader takes, the last one winning) or a second copy is 400 naming the
+// field, and nothing is claimed, stored, charged or mailed. Before, the
+// first body below stored (and so mailed) its receipt to the second
+// address.
+func TestAReceiptEmailSpelledTwiceIs400AndWritesNothing(t *testing.T) {
+	w := newWorld(t)
+	base := strings.TrimSuffix(strings.TrimSpace(body3000), "}")
+	for i, body := range []string{
+		base + `,"receipt_email":"a@x.example","RECEIPT_EMAIL":"b@y.example"}`,
+		base + `,"Receipt_Email":"b@y.example"}`,
+		base + `,"receipt_email":"a@x.example","receipt_emaiL":"b@y.example"}`,
+		base + `,"receipt_email":"a@x.example","receipt_email":"b@y.example"}`,
+	} {
+		key := fmt.Sprintf("K%d", i)
+		r := w.pay("u1", key, body)
+		var a answer
+		if r.Status == http.StatusBadRequest {
+			a = decode(t, r)
+		}
+		if r.Status != http.StatusBadRequest || r.Headers.Get("Content-Type") != "application/problem+json" ||
+			a.Field != "receipt_email" || strings.Contains(string(r.Body), "y.example") {
+			t.Errorf("%s: %d %s, want 400 problem+json naming receipt_email, without the address", body, r.Status, r.Body)
+		}
+		if _, found := w.record("u1", key); found {
+			t.Errorf("%s claimed the key", body)
+		}
+	}
+	rows, err := w.pool.Query(context.Background(), `SELECT client_key, COALESCE(receipt_email, '') FROM payments ORDER BY client_key`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var key, to string
+		if err := rows.Scan(&key, &to); err != nil {
+			t.Fatal(err)
+		}
+		t.Errorf("key %s stored a payment whose receipt goes to %q", key, to)
+	}
+	if n := len(w.charges()); n != 0 {
+		t.Errorf("%d charges: a body with two receipt addresses was sent to the PSP", n)
+	}
+}

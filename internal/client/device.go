@@ -70,7 +70,8 @@ type DeviceResult struct {
 
 // ErrDeviceRefused is a registration the server refused for good (bad
 // input, a platform it has no application for, a token the platform
-// refused): resending it changes nothing.
+// refused, a token live on another account's device until that account
+// removes it): resending it changes nothing.
 var ErrDeviceRefused = errors.New("client: the device request was refused")
 
 // RegisterDevice registers (or updates) this install's device for the

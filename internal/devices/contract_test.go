@@ -13,7 +13,7 @@ import (
 // Every answer of the devices route, produced by the real handler over a
 // real ledger and SNS, is one the published contract describes
 // (internal/apispec): 201, 200 applied and not, the tombstone's 200, 400,
-// 401, 422 and 503 (the gateway routes no other method to the function).
+// 401, 409, 422 and 503 (the gateway routes no other method to the function).
 func TestTheDeviceAnswersMatchTheSpec(t *testing.T) {
 	w := newWorld(t)
 	type call struct {
@@ -33,6 +33,8 @@ func TestTheDeviceAnswersMatchTheSpec(t *testing.T) {
 		{"no counter", "u1", http.MethodDelete, "/devices/D1", "", "", http.StatusBadRequest, true},
 		{"no caller", "", http.MethodPut, "/devices/D1", "44", register("tok-C"), http.StatusUnauthorized, false},
 		{"no platform application", "u1", http.MethodPut, "/devices/D2", "1", `{"platform":"APNS","token":"abc"}`, http.StatusUnprocessableEntity, false},
+		{"live token of another caller", "u1", http.MethodPut, "/devices/D4", "1", register("tok-U2"), http.StatusCreated, false},
+		{"token in use", "u2", http.MethodPut, "/devices/D5", "1", register("tok-U2"), http.StatusConflict, false},
 	}
 	run := func(c call) {
 		t.Helper()

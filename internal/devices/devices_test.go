@@ -209,10 +209,12 @@ func TestACallerReachesOnlyItsOwnDevices(t *testing.T) {
 }
 
 // A push token belongs to one device of one caller at a time: an app
-// reinstalled under a new device id, or a phone signed in as another
-// caller, takes the token's endpoint over, and the earlier row becomes a
-// tombstone. So the phone is pushed once, and only for whom it is signed in
-// as; once no row names the endpoint, SNS has it no more.
+// reinstalled under a new device id takes its caller's earlier row's
+// endpoint over (that row becomes a tombstone), so the phone is pushed
+// once. A phone changes hands by signing out (the app removes its device)
+// and in as the other caller, who then registers the freed token; while
+// the token is live on the new caller's device, the earlier caller cannot
+// take it back. Once no row names the endpoint, SNS has it no more.
 func TestAPhoneThatChangedHandsIsPushedOnceAndOnlyForItsNewCaller(t *testing.T) {
 	w := newWorld(t)
 	w.do("u1", http.MethodPut, "D1", 1, register("tok-S"))
@@ -221,6 +223,9 @@ func TestAPhoneThatChangedHandsIsPushedOnceAndOnlyForItsNewCaller(t *testing.T) 
 	}
 	if eps := w.endpoints("u1"); len(eps) != 1 {
 		t.Fatalf("u1's endpoints after a reinstall: %v, want one (no push twice)", eps)
+	}
+	if st, a, _ := w.do("u1", http.MethodDelete, "D2", 2, ""); st != http.StatusOK || !a.Applied {
+		t.Fatalf("u1's sign-out: %d %+v", st, a)
 	}
 	if st, a, _ := w.do("u2", http.MethodPut, "D3", 1, register("tok-S")); st != http.StatusCreated || !a.Applied {
 		t.Fatalf("u2's register: %d %+v", st, a)
@@ -231,9 +236,13 @@ func TestAPhoneThatChangedHandsIsPushedOnceAndOnlyForItsNewCaller(t *testing.T) 
 	if eps := w.endpoints("u2"); len(eps) != 1 {
 		t.Fatalf("u2's endpoints %v", eps)
 	}
-	// u1's device comes back only with a higher counter of its own.
+	// u1's resent register finds its tombstone; a newer one meets u2's
+	// live device.
 	if st, a, _ := w.do("u1", http.MethodPut, "D2", 1, register("tok-S")); st != http.StatusOK || a.Applied || a.State != devices.Removed {
 		t.Fatalf("u1's resent register: %d %+v, want its tombstone", st, a)
+	}
+	if st, _, p := w.do("u1", http.MethodPut, "D2", 3, register("tok-S")); st != http.StatusConflict || p.Type != devices.TypeTokenInUse {
+		t.Fatalf("u1's newer register of u2's live token: %d %+v, want 409", st, p)
 	}
 	w.do("u2", http.MethodDelete, "D3", 2, "")
 	if w.hasToken("tok-S") {
@@ -570,5 +579,67 @@ func TestARegistrationMakesOnlyItsCallersWaitingPushesDue(t *testing.T) {
 	}
 	if got := due(); got["pay_1:SUCCEEDED"] {
 		t.Fatalf("due after a registration that did not apply: %v", got)
+	}
+}
+
+// A push token live on another caller's device is not taken from it: the
+// registration is 409 token-in-use and writes nothing (no row, no move of
+// the other caller's row, its endpoint untouched), so a caller who learnt
+// someone's token can neither silence that phone's pushes nor send it its
+// own. Once the other caller removed its device (the app's sign-out), or
+// the platform reported the token gone (the endpoint disabled), the token
+// is free and the registration goes through.
+func TestATokenLiveForAnotherCallerIsRefusedAndWritesNothing(t *testing.T) {
+	w := newWorld(t)
+	if st, a, _ := w.do("u1", http.MethodPut, "D1", 1, register("tok-S")); st != http.StatusCreated || !a.Applied {
+		t.Fatalf("u1's register: %d %+v", st, a)
+	}
+	st, a, p := w.do("u2", http.MethodPut, "D9", 1, register("tok-S"))
+	if st != http.StatusConflict || p.Type != devices.TypeTokenInUse || p.Extensions["field"] != "token" {
+		t.Errorf("u2's register of u1's live token: %d %+v %+v, want 409 %s", st, a, p, devices.TypeTokenInUse)
+	}
+	eps := w.endpoints("u1")
+	if len(eps) != 1 {
+		t.Fatalf("u1's endpoints %v: u1's phone no longer gets u1's pushes", eps)
+	}
+	if tok, err := w.tokenOf(eps[0]); err != nil || tok != "tok-S" {
+		t.Errorf("u1's endpoint: token %q, %v", tok, err)
+	}
+	if eps := w.endpoints("u2"); len(eps) != 0 {
+		t.Errorf("u2's pushes would go to u1's phone: %v", eps)
+	}
+	var rows int
+	if err := w.pool.QueryRow(context.Background(), `SELECT count(*) FROM devices WHERE caller_id = 'u2'`).Scan(&rows); err != nil || rows != 0 {
+		t.Errorf("the refused registration wrote %d rows (%v)", rows, err)
+	}
+
+	// u1 signs out (removes its device): the token is free for u2.
+	if st, a, _ := w.do("u1", http.MethodDelete, "D1", 2, ""); st != http.StatusOK || !a.Applied {
+		t.Fatalf("u1's delete: %d %+v", st, a)
+	}
+	if st, a, p := w.do("u2", http.MethodPut, "D9", 1, register("tok-S")); st != http.StatusCreated || !a.Applied {
+		t.Fatalf("u2's register after u1's removal: %d %+v %+v", st, a, p)
+	}
+	if eps := w.endpoints("u2"); len(eps) != 1 {
+		t.Fatalf("u2's endpoints %v", eps)
+	}
+
+	// A token whose endpoint the platform reported gone (the worker
+	// disabled u1's device) is no one's: it moves, and u1's row is a tombstone.
+	w.do("u1", http.MethodPut, "D2", 3, register("tok-Z"))
+	store := notify.NewDeviceStore(w.pool)
+	read, err := store.Endpoints(context.Background(), "u1")
+	if err != nil || len(read) != 1 {
+		t.Fatalf("u1's endpoints %v, %v", read, err)
+	}
+	if err := store.Disable(context.Background(), read[0]); err != nil {
+		t.Fatal(err)
+	}
+	if st, a, p := w.do("u2", http.MethodPut, "D8", 1, register("tok-Z")); st != http.StatusCreated || !a.Applied {
+		t.Fatalf("u2's register of a disabled token: %d %+v %+v", st, a, p)
+	}
+	var state string
+	if err := w.pool.QueryRow(context.Background(), `SELECT CASE WHEN removed_at IS NULL THEN 'live' ELSE 'removed' END FROM devices WHERE caller_id = 'u1' AND device_id = 'D2'`).Scan(&state); err != nil || state != "removed" {
+		t.Errorf("u1's disabled device: %s (%v), want a tombstone", state, err)
 	}
 }

@@ -75,7 +75,7 @@ func (h Handler) Serve(ctx context.Context, r Request) Response {
 		}
 		out, err = h.Store.Put(ctx, r.Caller, reg)
 		if err != nil {
-			return h.failed(ctx, log, err)
+			return h.failed(ctx, log, r.Caller, reg.DeviceID, err)
 		}
 	case http.MethodDelete:
 		id, err := ParseDeviceID(rawID)
@@ -87,7 +87,7 @@ func (h Handler) Serve(ctx context.Context, r Request) Response {
 			return badInput(err)
 		}
 		if out, err = h.Store.Remove(ctx, r.Caller, id, n); err != nil {
-			return h.failed(ctx, log, err)
+			return h.failed(ctx, log, r.Caller, id, err)
 		}
 	default:
 		r := problemOf(problem.MethodNotAllowed())
@@ -110,14 +110,15 @@ func (h Handler) Serve(ctx context.Context, r Request) Response {
 	return Response{Status: status, Headers: http.Header{"Content-Type": {"application/json"}}, Body: b}
 }
 
-// TypePlatformNotConfigured and TypeTokenRefused are this route's own
-// problem types.
+// TypePlatformNotConfigured, TypeTokenRefused and TypeTokenInUse are this
+// route's own problem types.
 const (
 	TypePlatformNotConfigured = problem.TypeBase + "platform-not-configured"
 	TypeTokenRefused          = problem.TypeBase + "token-refused"
+	TypeTokenInUse            = problem.TypeBase + "token-in-use"
 )
 
-func (h Handler) failed(ctx context.Context, log *slog.Logger, err error) Response {
+func (h Handler) failed(ctx context.Context, log *slog.Logger, caller, deviceID string, err error) Response {
 	switch {
 	case errors.Is(err, ErrNoPlatform):
 		return problemOf(problem.Problem{Type: TypePlatformNotConfigured, Title: "Platform not configured", Status: http.StatusUnprocessableEntity,
@@ -125,6 +126,13 @@ func (h Handler) failed(ctx context.Context, log *slog.Logger, err error) Respon
 	case errors.Is(err, ErrTokenRefused):
 		return problemOf(problem.Problem{Type: TypeTokenRefused, Title: "Push token refused", Status: http.StatusUnprocessableEntity,
 			Detail: "the push platform refused the token", Extensions: map[string]any{"field": "token"}})
+	case errors.Is(err, ErrTokenInUse):
+		// The token is never logged: it addresses someone's phone.
+		log.LogAttrs(ctx, slog.LevelWarn, "device registration refused: the push token is live on another caller's device",
+			slog.String("scope", "devices"), slog.String("caller_id", caller), slog.String("device_id", deviceID))
+		return problemOf(problem.Problem{Type: TypeTokenInUse, Title: "Push token in use", Status: http.StatusConflict,
+			Detail:     "the push token is registered to a device of another account; that device must be removed first",
+			Extensions: map[string]any{"field": "token"}})
 	}
 	log.LogAttrs(ctx, slog.LevelError, "device write failed: unknown whether it applied; the app sends the same counter again",
 		slog.String("scope", "devices"), slog.String("err", err.Error()))

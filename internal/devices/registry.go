@@ -56,6 +56,9 @@ var (
 	ErrNoPlatform = errors.New("devices: no platform application for this platform")
 	// ErrTokenRefused: SNS refused the token for the platform.
 	ErrTokenRefused = errors.New("devices: the platform refused the push token")
+	// ErrTokenInUse: the token's endpoint is live on a device of another
+	// caller, which must remove it first (see Put).
+	ErrTokenInUse = errors.New("devices: the push token is live on another caller's device")
 	// ErrUnavailable wraps every failure to reach the ledger or SNS.
 	ErrUnavailable = errors.New("devices: unavailable")
 )
@@ -127,13 +130,21 @@ func (r *Registry) Get(ctx context.Context, caller, deviceID string) (rec Record
 // applied reg.Counter or a later one.
 //
 // A push token, and so its endpoint (SNS makes one per token), belongs to
-// one device of one caller at a time: the phone now signed in as this
-// caller. Any other row that names the endpoint is made a tombstone in the
-// same transaction (its counter kept), so a phone that changed hands, or an
-// app reinstalled under a new device id, is pushed once and only for whom
-// it is signed in as. The endpoint is made before the transaction and made
-// sure of inside it, under a lock on its ARN that release takes too: a
-// removal cannot delete an endpoint a registration is about to name.
+// one device of one caller at a time. A token live on another caller's
+// device (a row not removed, not disabled) is refused with ErrTokenInUse
+// and nothing is written: a token is no proof of holding the phone (it
+// travels through the app's backend, its logs, the platform's tooling),
+// and taking it over would silence its owner's payment pushes and put the
+// taker's on that phone. The other caller frees it by removing its device
+// (the app's sign-out does), or the platform does by reporting the token
+// gone (the worker disables the row). The caller's own other rows that
+// name the endpoint (an app reinstalled under a new device id), and other
+// callers' disabled ones, are made tombstones in the same transaction
+// (their counters kept), so a phone is pushed once. The endpoint is made
+// before the transaction and made sure of inside it, under a lock on its
+// ARN that release takes too: a removal cannot delete an endpoint a
+// registration is about to name, and two registrations of one token are
+// judged one after the other.
 //
 // A registration that applies makes the caller's pushes waiting for a
 // device due at once, in the same transaction (notify.WakeWaiting): the
@@ -155,7 +166,7 @@ func (r *Registry) Put(ctx context.Context, caller string, reg Registration) (Ou
 	var woken int64
 	out, old, err := r.move(ctx, caller, reg.DeviceID, reg.Counter, func(tx pgx.Tx, insert bool) (pgx.Row, error) {
 		var err error
-		if arn, err = r.hold(ctx, tx, app, reg.Token, arn); err != nil {
+		if arn, err = r.hold(ctx, tx, caller, app, reg.Token, arn); err != nil {
 			return nil, err
 		}
 		if _, err := tx.Exec(ctx, `UPDATE devices SET platform = NULL, endpoint_arn = NULL, removed_at = now(), updated_at = now()
@@ -209,15 +220,25 @@ func (r *Registry) endpoint(ctx context.Context, app, token string) (string, err
 	return aws.ToString(ep.EndpointArn), nil
 }
 
-// hold locks arn for the transaction and makes sure its endpoint exists,
-// enabled, with token: a removal that deleted it between endpoint and
-// here is repaired by making it again (and locking the new one). An
+// hold locks arn for the transaction, refuses it with ErrTokenInUse when
+// a live device of another caller names it, and makes sure its endpoint
+// exists, enabled, with token: a removal that deleted it between endpoint
+// and here is repaired by making it again (and locking the new one). An
 // endpoint SNS disabled (the platform refused a push to it) is enabled:
 // registering the token again is the app's word that it is good.
-func (r *Registry) hold(ctx context.Context, tx pgx.Tx, app, token, arn string) (string, error) {
+func (r *Registry) hold(ctx context.Context, tx pgx.Tx, caller, app, token, arn string) (string, error) {
 	for attempt := 0; ; attempt++ {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock(hashtextextended($1, 0))`, arn); err != nil {
 			return "", err
+		}
+		// Before SNS is touched: a refused registration changes nothing.
+		var taken bool
+		if err := tx.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM devices WHERE endpoint_arn = $1 AND caller_id <> $2
+			AND removed_at IS NULL AND disabled_at IS NULL)`, arn, caller).Scan(&taken); err != nil {
+			return "", err
+		}
+		if taken {
+			return "", ErrTokenInUse
 		}
 		_, err := r.sns.SetEndpointAttributes(ctx, &sns.SetEndpointAttributesInput{EndpointArn: aws.String(arn),
 			Attributes: map[string]string{"Enabled": "true", "Token": token}})
@@ -277,6 +298,9 @@ func (r *Registry) move(ctx context.Context, caller, deviceID string, counter in
 			return Outcome{Record: cur}, "", nil
 		}
 		q, err := write(tx, insert)
+		if errors.Is(err, ErrTokenInUse) {
+			return Outcome{}, "", err // a refusal, not a store out of reach
+		}
 		if err != nil {
 			return fail("write device", err)
 		}

@@ -15,11 +15,17 @@
 //
 // The push token goes to SNS (CreatePlatformEndpoint, which is idempotent
 // for a token) and never into the ledger or a log: the row holds the
-// endpoint's ARN. A token belongs to one device of one caller at a time (a
-// phone signed in anew, an app reinstalled under a new device id, takes it
-// over, and the earlier row becomes a tombstone), so a phone is pushed once
-// and only for whom it is signed in as. The worker pushes to a caller's
-// live endpoints (package notify).
+// endpoint's ARN. A token belongs to one device of one caller at a time.
+// Within a caller the newest registration takes it (an app reinstalled
+// under a new device id; the earlier row becomes a tombstone), so a phone
+// is pushed once. Across callers it is never taken: a registration of a
+// token live on another caller's device is refused (409 token-in-use,
+// nothing written), because a token proves nothing about who holds the
+// phone, and taking it would silence its owner's payment pushes and send
+// the taker's to that phone. The token is free again once its caller
+// removes the device (the app's sign-out sends that DELETE before the next
+// caller signs in) or the platform reports it gone (the worker disables the
+// row). The worker pushes to a caller's live endpoints (package notify).
 package devices
 
 import (

@@ -199,15 +199,17 @@ func TestApplyWebhookRecordsTheInboxRowFirst(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := &ledger.Outcome{State: ledger.Succeeded, PSPCharge: "ch_1"}
-	res, err := st.ApplyWebhook(ctx, ledger.InboxEvent{ID: "evt_1", Type: "payment_intent.succeeded", PaymentID: "pay_7"}, o, now)
+	ev := ledger.InboxEvent{ID: "evt_1", Type: "payment_intent.succeeded", PaymentID: "pay_7", Amount: 3000, Currency: "usd", PaymentIntentID: "pi_1", ChargeID: "ch_1"}
+	res, err := st.ApplyWebhook(ctx, ev, o, now)
 	if err != nil || res.Duplicate || !res.Moved || res.Event == nil || res.Payment.State != ledger.Succeeded {
 		t.Fatalf("first delivery: %+v %v", res, err)
 	}
-	res, err = st.ApplyWebhook(ctx, ledger.InboxEvent{ID: "evt_1", Type: "payment_intent.succeeded", PaymentID: "pay_7"}, o, now)
+	res, err = st.ApplyWebhook(ctx, ev, o, now)
 	if err != nil || !res.Duplicate || res.Moved {
 		t.Fatalf("repeat: %+v %v", res, err)
 	}
-	res, err = st.ApplyWebhook(ctx, ledger.InboxEvent{ID: "evt_2", Type: "payment_intent.succeeded", PaymentID: "pay_nobody"}, o, now)
+	ev.ID, ev.PaymentID = "evt_2", "pay_nobody"
+	res, err = st.ApplyWebhook(ctx, ev, o, now)
 	if err != nil || res.Duplicate || res.Found || res.Moved {
 		t.Fatalf("unknown payment: %+v %v", res, err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -16,6 +17,40 @@ type InboxEvent struct {
 	ID        string // the PSP's event id (evt_...): the inbox key
 	Type      string // e.g. payment_intent.succeeded
 	PaymentID string // our reference from the object's metadata; "" if none
+
+	// The object's own terms, which ApplyWebhook compares with the row the
+	// payment id names before any move: a metadata key is anyone's to set
+	// (another integration of the same PSP account may use payment_id),
+	// the terms are the charge's. Amount is in minor units, Currency in any
+	// case; PaymentIntentID and ChargeID are the PSP's ids the object is
+	// about ("" if none).
+	Amount          int64
+	Currency        string
+	PaymentIntentID string
+	ChargeID        string
+}
+
+// Mismatch names what of an event's object differs from the payment's row
+// (ApplyWebhook): amount, currency, the PSP reference. Empty: nothing.
+type Mismatch []string
+
+// mismatch compares the event's object with the row p. Amount and currency
+// are compared on every row that holds them (a resolve's VOID row holds
+// none, and never moves); the PSP reference once the row names one (a
+// decline names its PaymentIntent, a charge its charge id): an open row has
+// none yet.
+func (in InboxEvent) mismatch(p Payment) Mismatch {
+	var m Mismatch
+	if p.Currency != "" && in.Amount != p.Amount {
+		m = append(m, "amount")
+	}
+	if p.Currency != "" && !strings.EqualFold(in.Currency, p.Currency) {
+		m = append(m, "currency")
+	}
+	if p.PSPCharge != "" && p.PSPCharge != in.PaymentIntentID && p.PSPCharge != in.ChargeID {
+		m = append(m, "psp_reference")
+	}
+	return m
 }
 
 // WebhookResult says what ApplyWebhook did.
@@ -30,6 +65,10 @@ type WebhookResult struct {
 	// to publish after the commit.
 	Moved bool
 	Event *event.Event
+	// Mismatch: the event would move the payment, but its object is not
+	// the row's (another amount, currency or PSP reference): nothing moved,
+	// the inbox row is committed.
+	Mismatch Mismatch
 }
 
 // ApplyWebhook records a PSP event in the webhook inbox and, only if the
@@ -39,6 +78,8 @@ type WebhookResult struct {
 // inbox row (docs/mechanism.md#seed-part-5). A repeat of the event changes
 // nothing. A move that is no longer allowed (the resolver or the API settled
 // first) is not an error: the inbox row is committed and Moved is false.
+// Nor is an event whose object does not match the row (in.mismatch): it
+// moves nothing, and Mismatch says what differs.
 func (s *Store) ApplyWebhook(ctx context.Context, in InboxEvent, o *Outcome, now time.Time) (WebhookResult, error) {
 	if in.ID == "" || in.Type == "" {
 		return WebhookResult{}, fmt.Errorf("ledger: webhook event without id or type")
@@ -64,16 +105,29 @@ func (s *Store) ApplyWebhook(ctx context.Context, in InboxEvent, o *Outcome, now
 	}
 	var res WebhookResult
 	if o != nil && in.PaymentID != "" {
-		p, ev, moved, err := settleIn(ctx, tx, in.PaymentID, *o, now)
-		if err != nil {
-			return WebhookResult{}, err
+		// Held until the commit: the comparison and the move see one row.
+		p, err := scan(tx.QueryRow(ctx, `SELECT `+columns+` FROM payments WHERE payment_id = $1 FOR UPDATE`, in.PaymentID))
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+		case err != nil:
+			return WebhookResult{}, unavailable("webhook payment", err)
+		default:
+			res = WebhookResult{Found: true, Payment: p, Mismatch: in.mismatch(p)}
 		}
-		res = WebhookResult{Found: moved, Payment: p, Moved: moved, Event: ev}
+		if res.Found && len(res.Mismatch) == 0 {
+			p, ev, moved, err := settleIn(ctx, tx, in.PaymentID, *o, now)
+			if err != nil {
+				return WebhookResult{}, err
+			}
+			if moved {
+				res.Payment, res.Moved, res.Event = p, true, ev
+			}
+		}
 	}
 	if err := tx.Commit(ctx); err != nil {
 		return WebhookResult{}, unavailable("commit webhook", err)
 	}
-	if !res.Moved && in.PaymentID != "" {
+	if o == nil && in.PaymentID != "" {
 		p, err := s.Get(ctx, in.PaymentID)
 		switch {
 		case errors.Is(err, ErrNotFound):

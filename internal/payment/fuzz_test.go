@@ -47,6 +47,9 @@ func FuzzParse(f *testing.F) {
 		`{"merchant_id":"m1","order_id":"42","amount":100000000,"currency":"USD","payment_method":"pm_1"}`,
 		`{"merchant_id":"m1","order_id":"42","amount":3000,"currency":"US1","payment_method":"pm_1"}`,
 		`{"merchant_id":"m1","order_id":"42","amount":3000,"currency":"USD","payment_method":"pm_1","CURRENCY":"EUR"}`,
+		`{"merchant_id":"m1","order_id":"42","amount":3000,"currency":"USD","payment_method":"pm_1","receipt_email":"a@x.example"}`,
+		`{"merchant_id":"m1","order_id":"42","amount":3000,"currency":"USD","payment_method":"pm_1","receipt_email":"a@x.example","RECEIPT_EMAIL":"b@y.example"}`,
+		`{"merchant_id":"m1","order_id":"42","amount":3000,"currency":"USD","payment_method":"pm_1","receipt_email":null}`,
 		`{"merchant_id":"m1","order_id":"` + strings.Repeat("o", 128) + `","amount":3000,"currency":"USD","payment_method":"` + strings.Repeat("p", 129) + `"}`,
 		`{"a":{"b":[1,2,{"c":null}]},"merchant_id":"m1"}`,
 		`[]`, `{}`, `{"x":1}{}`, "{\"x\":\"\xff\"}", ``,
@@ -89,7 +92,7 @@ func FuzzParse(f *testing.F) {
 		for _, change := range []func(*Request){
 			func(c *Request) { c.MerchantID += "x" }, func(c *Request) { c.OrderID += "x" },
 			func(c *Request) { c.Amount++ }, func(c *Request) { c.Currency = "X" + c.Currency[1:] },
-			func(c *Request) { c.PaymentMethod += "x" },
+			func(c *Request) { c.PaymentMethod += "x" }, func(c *Request) { c.ReceiptEmail += "x" },
 		} {
 			other := r
 			change(&other)
@@ -110,6 +113,9 @@ func FuzzParseFields(f *testing.F) {
 	f.Add("m 1", "42 ", "3e3", "US1", " pm", "Order_id", "x", uint8(5))
 	f.Add("m1", "42", "99999999", "JPY", "pm_1", "AMOUNT", "1", uint8(17))
 	f.Add("m1", "", "049", "eur", "pm_1", "merchant_id", "m2", uint8(255))
+	f.Add("m1", "42", "3000", "usd", "pm_1", "receipt_email", "buyer@example.com", uint8(3))
+	f.Add("m1", "42", "3000", "usd", "pm_1", "RECEIPT_EMAIL", "buyer@example.com", uint8(9))
+	f.Add("m1", "42", "3000", "usd", "pm_1", "receipt_email", "buyer@[127.0.0.1]", uint8(0))
 	f.Fuzz(func(t *testing.T, merchant, order, amount, currency, method, extraName, extraValue string, order8 uint8) {
 		str := func(s string) string {
 			b, _ := json.Marshal(s)
@@ -135,8 +141,9 @@ func FuzzParseFields(f *testing.F) {
 
 // The request contract written a second way, for FuzzParse:
 // docs/mechanism.md#design-2 ("a JSON object with merchant_id, order_id,
-// amount (integer minor units > 0), currency (ISO 4217), payment_method;
-// other fields are ignored") and the field rules this package documents. It
+// amount (integer minor units > 0), currency (ISO 4217), payment_method,
+// optionally receipt_email (a bare address); other fields are ignored") and
+// the field rules this package documents. It
 // shares nothing with Parse but encoding/json's tokenizer and the PSP's
 // published charge rules (stripespec), which are the PSP's, not this
 // package's.
@@ -154,6 +161,11 @@ var (
 	contractAmount = regexp.MustCompile(`^[1-9][0-9]*$`)
 	// currency: three ASCII letters, either case; it means the upper case.
 	contractCurrency = regexp.MustCompile(`^[A-Za-z]{3}$`)
+	// receipt_email: a dot-atom local part of at most 64, one @, a domain
+	// of two or more DNS labels (1-63 letters, digits, inner hyphens); at
+	// most 254 in all.
+	contractEmail = regexp.MustCompile("^[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+(\\.[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]+)*" +
+		`@[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)+$`)
 )
 
 // member is one top-level member of a body, as sent.
@@ -165,12 +177,13 @@ type member struct {
 // contractDecode decodes body strictly by the contract: one JSON object in
 // valid UTF-8 of at most contractMaxBody bytes; no top-level member twice
 // (compared after unescaping, exactly: a map decode would keep the last one
-// silently); no member whose name is a meaning field's in another case
-// (encoding/json.Unmarshal would read "Amount" as amount); each meaning
-// field exactly once, of its JSON type (a string, or the amount's integer
-// literal) and by its rule; anything else ignored if it is valid JSON; and
-// what the PSP would refuse (currency, minimum and maximum charge) refused.
-// It returns the meaning and the members in order.
+// silently); no member whose name is a meaning field's or receipt_email's
+// in another case (encoding/json.Unmarshal would read "Amount" as amount);
+// each meaning field exactly once, of its JSON type (a string, or the
+// amount's integer literal) and by its rule; receipt_email at most once,
+// a string by its rule; anything else ignored if it is valid JSON;
+// and what the PSP would refuse (currency, minimum and maximum charge)
+// refused. It returns the meaning and the members in order.
 func contractDecode(body []byte) (Request, []member, bool) {
 	var r Request
 	if len(body) > contractMaxBody || !utf8.Valid(body) || !json.Valid(body) {
@@ -192,7 +205,7 @@ func contractDecode(body []byte) (Request, []member, bool) {
 		if _, twice := byName[name]; twice {
 			return r, nil, false
 		}
-		for _, field := range []string{"merchant_id", "order_id", "amount", "currency", "payment_method"} {
+		for _, field := range []string{"merchant_id", "order_id", "amount", "currency", "payment_method", "receipt_email"} {
 			if name != field && strings.EqualFold(name, field) {
 				return r, nil, false
 			}
@@ -217,6 +230,13 @@ func contractDecode(body []byte) (Request, []member, bool) {
 		return r, nil, false
 	}
 	r.Currency = strings.ToUpper(r.Currency)
+	if _, present := byName["receipt_email"]; present {
+		email, ok := str("receipt_email", contractEmail)
+		if !ok || len(email) > 254 || strings.IndexByte(email, '@') > 64 {
+			return r, nil, false
+		}
+		r.ReceiptEmail = email
+	}
 	lit := string(bytes.TrimSpace(byName["amount"]))
 	if !contractAmount.MatchString(lit) || len(lit) > len("99999999") {
 		return r, nil, false

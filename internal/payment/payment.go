@@ -8,7 +8,9 @@
 // names, non-integer amounts, invalid UTF-8, trailing data) and deliberately
 // blind to everything else (unknown members, member order, whitespace), so a
 // retry that re-serialises the same intent gets the same fingerprint and a
-// different intent never does.
+// different intent never does. The optional receipt_email is read by the
+// same parser under the same rules: it decides where the payment's emails
+// go, so no other reader of the body may pick another copy of it.
 package payment
 
 import (
@@ -34,9 +36,9 @@ type Request struct {
 	Amount        int64  `json:"amount"` // minor units, MinAmount(currency)..MaxAmount
 	Currency      string `json:"currency"`
 	PaymentMethod string `json:"payment_method"`
-	// ReceiptEmail is where the payment's emails go ("" none): read by
-	// ReceiptEmail, not Parse, and part of the meaning when present.
-	ReceiptEmail string `json:"-"`
+	// ReceiptEmail is where the payment's emails go ("" none): optional,
+	// and part of the meaning when present.
+	ReceiptEmail string `json:"receipt_email,omitempty"`
 }
 
 // Limits on the body and its fields. They bound the work and memory a caller
@@ -64,8 +66,8 @@ const (
 	FieldAmount        = "amount"
 	FieldCurrency      = "currency"
 	FieldPaymentMethod = "payment_method"
-	// FieldReceiptEmail is where the payment's emails go (ReceiptEmail):
-	// read apart from Parse, fingerprinted when present.
+	// FieldReceiptEmail is where the payment's emails go
+	// (Request.ReceiptEmail): optional, fingerprinted when present.
 	FieldReceiptEmail = "receipt_email"
 )
 
@@ -77,10 +79,10 @@ const (
 	maxLabelLen = 63
 )
 
-// ReceiptEmail reads the optional receipt_email member of a body Parse
-// accepted: where the payment's emails go (docs/mechanism.md#design-10),
-// "" when absent. The caller puts it in Request.ReceiptEmail: a repeat that
-// names another address is another request (422), as at Stripe, so an
+// readReceiptEmail reads receipt_email, where the payment's emails go
+// (docs/mechanism.md#design-10): a JSON string, as every meaning field (a
+// body without an address leaves the member out). A repeat
+// that names another address is another request (422), as at Stripe, so an
 // address corrected on a retry is refused rather than silently ignored.
 //
 // The address is a bare one, at most MaxEmailLen characters, of RFC
@@ -92,19 +94,13 @@ const (
 // address it takes is one net/mail reads back unchanged
 // (FuzzReceiptEmail), and net/mail would cost the api's bootstrap more than
 // its size budget has left. The reason never echoes it.
-func ReceiptEmail(body []byte) (string, error) {
-	var b struct {
-		Email *string `json:"receipt_email"`
+func readReceiptEmail(dec *json.Decoder) (string, error) {
+	s, err := readString(dec, FieldReceiptEmail)
+	var fe *FieldError
+	if errors.As(err, &fe) && fe.Field == FieldBody {
+		return "", err // the JSON itself is broken
 	}
-	err := json.Unmarshal(body, &b) // after Parse: only a receipt_email that is no string fails
-	if err == nil && b.Email == nil {
-		return "", nil
-	}
-	var s string
-	if err == nil {
-		s = *b.Email
-	}
-	if !bareAddress(s) {
+	if err != nil || !bareAddress(s) {
 		return "", fieldErr(FieldReceiptEmail, "must be a bare email address (local@domain.tld) in a JSON string")
 	}
 	return s, nil
@@ -163,13 +159,18 @@ func fieldErr(field, reason string) *FieldError {
 	return &FieldError{Field: field, Reason: reason}
 }
 
-// known lists the meaning fields in canonical order.
-var known = [...]string{FieldMerchantID, FieldOrderID, FieldAmount, FieldCurrency, FieldPaymentMethod}
+// known lists the meaning fields in canonical order: the five required ones,
+// then the optional receipt_email.
+var known = [...]string{FieldMerchantID, FieldOrderID, FieldAmount, FieldCurrency, FieldPaymentMethod, FieldReceiptEmail}
 
-// Parse reads a POST /payments body. It returns a *FieldError for every
-// invalid input. Members other than the five meaning fields are ignored (a
-// client timestamp must not change the fingerprint), but must still be valid
-// JSON. The currency is upper-cased so "usd" and "USD" are one request.
+// required is how many of known every body must carry.
+const required = 5
+
+// Parse reads a POST /payments body: the five meaning fields and the
+// optional receipt_email. It returns a *FieldError for every invalid input.
+// Other members are ignored (a client timestamp must not change the
+// fingerprint), but must still be valid JSON. The currency is upper-cased
+// so "usd" and "USD" are one request.
 func Parse(body []byte) (Request, error) {
 	var r Request
 	if len(body) > MaxBodyBytes {
@@ -218,9 +219,13 @@ func Parse(body []byte) (Request, error) {
 			r.Amount, err = readAmount(dec)
 		case FieldCurrency:
 			r.Currency, err = readCurrency(dec)
+		case FieldReceiptEmail:
+			r.ReceiptEmail, err = readReceiptEmail(dec)
 		default:
 			// "Amount" would be "amount" to a case-insensitive reader (Go's
-			// own json.Unmarshal is one), so two readers could disagree.
+			// own json.Unmarshal is one, the last copy winning), so two
+			// readers could disagree: on the amount, or on where the
+			// receipt goes.
 			for _, k := range known {
 				if strings.EqualFold(name, k) {
 					return r, fieldErr(k, "member name must be spelled exactly "+strconv.Quote(k))
@@ -243,7 +248,7 @@ func Parse(body []byte) (Request, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return r, fieldErr(FieldBody, "unexpected data after the JSON object")
 	}
-	for _, k := range known {
+	for _, k := range known[:required] {
 		if !seen[k] {
 			return r, fieldErr(k, "required")
 		}

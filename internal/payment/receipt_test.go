@@ -12,17 +12,14 @@ import (
 
 const base = `"merchant_id":"m1","order_id":"42","amount":3000,"currency":"USD","payment_method":"pm_1"`
 
-// receipt_email is read apart from Parse and is part of the meaning when
-// present: a request with one is fingerprinted in v2 (six fields), another
-// address is another fingerprint, none is v1's five fields as ever; and a
-// bad address is a 400 naming the field that never echoes it.
+// receipt_email is optional and part of the meaning when present: a
+// request with one is fingerprinted in v2 (six fields), another address is
+// another fingerprint, none is v1's five fields as ever; and a bad address
+// is a 400 naming the field that never echoes it.
 func TestTheReceiptEmailIsPartOfTheMeaningWhenPresent(t *testing.T) {
 	withEmail := []byte(`{` + base + `,"receipt_email":"buyer@example.com"}`)
 	r, err := payment.Parse(withEmail)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if r.ReceiptEmail, err = payment.ReceiptEmail(withEmail); err != nil || r.ReceiptEmail != "buyer@example.com" {
+	if err != nil || r.ReceiptEmail != "buyer@example.com" {
 		t.Fatalf("%q, %v", r.ReceiptEmail, err)
 	}
 	plain, err := payment.Parse([]byte(`{` + base + `}`))
@@ -69,14 +66,14 @@ func TestTheReceiptEmailIsPartOfTheMeaningWhenPresent(t *testing.T) {
 		"a label over 63":   `"buyer@` + strings.Repeat("b", 64) + `.com"`,
 		"a local over 64":   `"buyer` + strings.Repeat("a", 60) + `@example.com"`,
 	} {
-		_, err := payment.ReceiptEmail([]byte(`{` + base + `,"receipt_email":` + email + `}`))
+		_, err := payment.Parse([]byte(`{` + base + `,"receipt_email":` + email + `}`))
 		var fe *payment.FieldError
 		if !errors.As(err, &fe) || fe.Field != payment.FieldReceiptEmail || strings.Contains(fe.Reason, "buyer") {
 			t.Errorf("%s: %v, want a receipt_email error that does not echo the address", name, err)
 		}
 	}
-	if email, err := payment.ReceiptEmail([]byte(`{` + base + `,"receipt_email":"a.b+c_d@x-y.example.co"}`)); err != nil || email != "a.b+c_d@x-y.example.co" {
-		t.Errorf("a dot-atom address: %q, %v", email, err)
+	if r, err := payment.Parse([]byte(`{` + base + `,"receipt_email":"a.b+c_d@x-y.example.co"}`)); err != nil || r.ReceiptEmail != "a.b+c_d@x-y.example.co" {
+		t.Errorf("a dot-atom address: %q, %v", r.ReceiptEmail, err)
 	}
 }
 
@@ -88,7 +85,8 @@ func FuzzReceiptEmail(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, address string) {
 		body, _ := jsonString(address)
-		email, err := payment.ReceiptEmail([]byte(`{"receipt_email":` + body + `}`))
+		r, err := payment.Parse([]byte(`{` + base + `,"receipt_email":` + body + `}`))
+		email := r.ReceiptEmail
 		if err != nil || email == "" {
 			return
 		}
@@ -102,4 +100,36 @@ func FuzzReceiptEmail(f *testing.F) {
 func jsonString(s string) (string, error) {
 	b, err := json.Marshal(s)
 	return string(b), err
+}
+
+// Parse reads receipt_email itself, under the rules of the five meaning
+// fields: the exact spelling only (a case-insensitive reader would take
+// "RECEIPT_EMAIL", the last one winning), once only, a JSON string that
+// is a bare address (null is refused, as for every meaning field). Every
+// refusal names receipt_email and never echoes the address.
+func TestParseReadsTheReceiptEmailStrictly(t *testing.T) {
+	r, err := payment.Parse([]byte(`{` + base + `,"receipt_email":"buyer@example.com"}`))
+	if err != nil || r.ReceiptEmail != "buyer@example.com" {
+		t.Fatalf("Parse: %+v, %v; want the receipt address read", r, err)
+	}
+	if r, err := payment.Parse([]byte(`{` + base + `}`)); err != nil || r.ReceiptEmail != "" {
+		t.Fatalf("no address: %+v, %v", r, err)
+	}
+	for name, tail := range map[string]string{
+		"two spellings, the second wins elsewhere": `"receipt_email":"a@x.example","RECEIPT_EMAIL":"b@y.example"`,
+		"the other spelling first":                 `"RECEIPT_EMAIL":"b@y.example","receipt_email":"a@x.example"`,
+		"another spelling alone":                   `"Receipt_Email":"b@y.example"`,
+		"two copies":                               `"receipt_email":"a@x.example","receipt_email":"b@y.example"`,
+		"not a string":                             `"receipt_email":["b@y.example"]`,
+		"an object":                                `"receipt_email":{"to":"b@y.example"}`,
+		"not an address":                           `"receipt_email":"b at y.example"`,
+		"null, then an address":                    `"receipt_email":null,"receipt_email":"b@y.example"`,
+		"null":                                     `"receipt_email":null`,
+	} {
+		_, err := payment.Parse([]byte(`{` + base + `,` + tail + `}`))
+		var fe *payment.FieldError
+		if !errors.As(err, &fe) || fe.Field != payment.FieldReceiptEmail || strings.Contains(fe.Error(), "y.example") {
+			t.Errorf("%s: %v, want a receipt_email error that does not echo the address", name, err)
+		}
+	}
 }

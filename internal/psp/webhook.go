@@ -8,8 +8,8 @@ import (
 	"github.com/stripe/stripe-go/v82/webhook"
 )
 
-// Event is a verified PSP webhook event, reduced to the ids the webhook
-// handler needs. The event ID is the inbox key: the PSP delivers each event
+// Event is a verified PSP webhook event, reduced to the ids and the terms
+// the webhook handler needs. The event ID is the inbox key: the PSP delivers each event
 // at least once, so the same ID can arrive many times.
 type Event struct {
 	// ID is the PSP's event id (evt_...), stable across redeliveries.
@@ -27,6 +27,11 @@ type Event struct {
 	ChargeID string
 	// DeclineCode is the last payment error's code on a failure event.
 	DeclineCode string
+	// Amount (minor units) and Currency (as the PSP writes it, lower case)
+	// are the object's own: what the webhook compares with the ledger row
+	// before it settles anything. 0 and "" when the object has none.
+	Amount   int64
+	Currency string
 	// RefundID, RefundStatus and RefundFailure are set for an event whose
 	// object is a refund (refund.updated, refund.failed,
 	// charge.refund.updated): its id, status (pending, succeeded, failed,
@@ -70,6 +75,8 @@ func ParseWebhook(payload []byte, sigHeader, secret string, tolerance time.Durat
 		PaymentIntent    json.RawMessage   `json:"payment_intent"`
 		Charge           json.RawMessage   `json:"charge"`
 		Status           string            `json:"status"`
+		Amount           int64             `json:"amount"`
+		Currency         string            `json:"currency"`
 		FailureReason    string            `json:"failure_reason"`
 		LastPaymentError *struct {
 			Code        string `json:"code"`
@@ -79,7 +86,7 @@ func ParseWebhook(payload []byte, sigHeader, secret string, tolerance time.Durat
 	if err := json.Unmarshal(ev.Data.Raw, &obj); err != nil {
 		return Event{}, fmt.Errorf("%w: data.object: %w", ErrInvalidWebhook, err)
 	}
-	out := Event{ID: ev.ID, Type: string(ev.Type), PaymentID: obj.Metadata[MetaPaymentID]}
+	out := Event{ID: ev.ID, Type: string(ev.Type), PaymentID: obj.Metadata[MetaPaymentID], Amount: obj.Amount, Currency: obj.Currency}
 	switch obj.Object {
 	case "payment_intent":
 		out.PaymentIntentID = obj.ID

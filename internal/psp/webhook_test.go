@@ -29,7 +29,7 @@ func event(apiVersion, object string) []byte {
 }
 
 func TestParseWebhook(t *testing.T) {
-	pi := `{"id":"pi_1","object":"payment_intent","status":"succeeded","latest_charge":"ch_1","metadata":{"payment_id":"pay_7","merchant_id":"m1"}}`
+	pi := `{"id":"pi_1","object":"payment_intent","status":"succeeded","amount":3000,"currency":"usd","latest_charge":"ch_1","metadata":{"payment_id":"pay_7","merchant_id":"m1"}}`
 	piExpanded := `{"id":"pi_1","object":"payment_intent","latest_charge":{"id":"ch_1","object":"charge"},"metadata":{"payment_id":"pay_7"}}`
 	piFailed := `{"id":"pi_1","object":"payment_intent","latest_charge":"ch_0","last_payment_error":{"code":"card_declined","decline_code":"generic_decline"},"metadata":{"payment_id":"pay_7"}}`
 	ch := `{"id":"ch_1","object":"charge","payment_intent":"pi_1","metadata":{"payment_id":"pay_7"}}`
@@ -42,9 +42,9 @@ func TestParseWebhook(t *testing.T) {
 		wantErr bool
 	}{
 		{name: "valid", payload: event("2025-08-27.basil", pi), header: func(p []byte) string { return sign(p, secret, now) },
-			want: psp.Event{ID: "evt_1", Type: "payment_intent.succeeded", PaymentIntentID: "pi_1", PaymentID: "pay_7", ChargeID: "ch_1"}},
+			want: psp.Event{ID: "evt_1", Type: "payment_intent.succeeded", PaymentIntentID: "pi_1", PaymentID: "pay_7", ChargeID: "ch_1", Amount: 3000, Currency: "usd"}},
 		{name: "older api version is accepted", payload: event("2020-08-27", pi), header: func(p []byte) string { return sign(p, secret, now) },
-			want: psp.Event{ID: "evt_1", Type: "payment_intent.succeeded", PaymentIntentID: "pi_1", PaymentID: "pay_7", ChargeID: "ch_1"}},
+			want: psp.Event{ID: "evt_1", Type: "payment_intent.succeeded", PaymentIntentID: "pi_1", PaymentID: "pay_7", ChargeID: "ch_1", Amount: 3000, Currency: "usd"}},
 		{name: "expanded latest_charge", payload: event("2025-08-27.basil", piExpanded), header: func(p []byte) string { return sign(p, secret, now) },
 			want: psp.Event{ID: "evt_1", Type: "payment_intent.succeeded", PaymentIntentID: "pi_1", PaymentID: "pay_7", ChargeID: "ch_1"}},
 		{name: "decline code", payload: event("2025-08-27.basil", piFailed), header: func(p []byte) string { return sign(p, secret, now) },
@@ -55,7 +55,7 @@ func TestParseWebhook(t *testing.T) {
 			header: func(p []byte) string {
 				return sign(p, secret, now) + ",v1=" + hex.EncodeToString(make([]byte, 32))
 			},
-			want: psp.Event{ID: "evt_1", Type: "payment_intent.succeeded", PaymentIntentID: "pi_1", PaymentID: "pay_7", ChargeID: "ch_1"}},
+			want: psp.Event{ID: "evt_1", Type: "payment_intent.succeeded", PaymentIntentID: "pi_1", PaymentID: "pay_7", ChargeID: "ch_1", Amount: 3000, Currency: "usd"}},
 		{name: "wrong secret", payload: event("2025-08-27.basil", pi), header: func(p []byte) string { return sign(p, "whsec_other", now) }, wantErr: true},
 		{name: "tampered payload", payload: event("2025-08-27.basil", pi), header: func(p []byte) string { return sign(event("x.basil", pi), secret, now) }, wantErr: true},
 		{name: "stale timestamp", payload: event("2025-08-27.basil", pi), header: func(p []byte) string { return sign(p, secret, now.Add(-10*time.Minute)) }, wantErr: true},

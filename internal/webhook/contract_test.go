@@ -19,15 +19,15 @@ import (
 )
 
 // Every answer of POST /webhooks/psp (docs/mechanism.md#design-2: applied, a
-// repeat acknowledged, a forged or stale signature, too large, the secret or
-// the ledger out of reach), produced by the real handler over real parts and
+// repeat acknowledged, an object not the payment's acknowledged, a forged
+// or stale signature, too large, the secret or the ledger out of reach), produced by the real handler over real parts and
 // validated against the OpenAPI document like the api's answer table.
 func TestTheWebhookAnswersMatchTheSpec(t *testing.T) {
 	w := worldtest.New(t, worldtest.Options{})
 	pid := lostReply(t, w, "K1", worldtest.Body3000)
 	event := []byte(`{"id":"evt_contract","object":"event","api_version":"2025-08-27.basil","created":1,` +
 		`"type":"payment_intent.succeeded","data":{"object":{"id":"pi_c","object":"payment_intent","status":"succeeded",` +
-		`"latest_charge":"ch_c","metadata":{"payment_id":"` + pid + `"}}}}`)
+		`"amount":3000,"currency":"usd","latest_charge":"ch_c","metadata":{"payment_id":"` + pid + `"}}}}`)
 	now := time.Now()
 	deliver := func(t *testing.T, row string, h *webhook.Handler, body []byte, sig string, status int) webhook.Response {
 		t.Helper()
@@ -77,6 +77,9 @@ func TestTheWebhookAnswersMatchTheSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	deliver(t, "the ledger unavailable", noLedger, event, pspsim.Sign(event, w.WebhookSecret, now), http.StatusServiceUnavailable)
+
+	other := bytes.Replace(bytes.Replace(event, []byte(`"amount":3000`), []byte(`"amount":50`), 1), []byte("evt_contract"), []byte("evt_other_amount"), 1)
+	deliver(t, "another amount: acknowledged, nothing moved", w.Webhook, other, pspsim.Sign(other, w.WebhookSecret, now), http.StatusOK)
 
 	if p := w.Row("u1", "K1"); p.State != ledger.Unknown {
 		t.Fatalf("row = %s after deliveries that must change nothing", p.State)

@@ -19,7 +19,14 @@
 // first) is acknowledged too. After the commit, the event is published.
 //
 // The event's payment is found by our own reference, the PaymentIntent's
-// metadata payment_id.
+// metadata payment_id. A metadata key is anyone's to write (another
+// integration of the same PSP account may use payment_id for its own ids),
+// so the reference only finds the row: the object must also carry the
+// row's amount and currency, and once the row names a PSP reference, be
+// that PaymentIntent or charge. An event that does not is refused in the
+// same transaction (ledger.ApplyWebhook): nothing moves, the inbox keeps
+// it, the PSP is answered 200 (a redelivery cannot match better), and an
+// error line with the ids and the metric WebhookMismatch say so.
 package webhook
 
 import (
@@ -77,6 +84,12 @@ const MetricSucceededOnFailed = "WebhookSucceededOnFailed"
 // lag, docs/regions.md). The event is acknowledged and recorded, so a
 // redelivery is a duplicate: the alarm on this count is its only signal.
 const MetricSucceededUnknown = "WebhookSucceededUnknown"
+
+// MetricMismatch counts payment events refused because the PSP's object
+// does not match the ledger row its payment_id names (amount, currency, or
+// the PSP reference the row holds): a PaymentIntent that is not this
+// payment's, or a bug; either way a person looks.
+const MetricMismatch = "WebhookMismatch"
 
 // Ledger applies a verified event (internal/ledger.Store).
 type Ledger interface {
@@ -180,18 +193,25 @@ func (h *Handler) Serve(ctx context.Context, method, path string, hdr http.Heade
 		h.d.Metrics.Count("WebhookRejected", 1)
 		return problemResponse(problem.BadRequest("Stripe-Signature", "The signature, its timestamp or the event does not verify. Nothing was changed."))
 	}
-	log := h.d.Log.With("psp_event_id", ev.ID, "event_type", ev.Type, "payment_id", ev.PaymentID, "payment_intent", ev.PaymentIntentID)
+	log := h.d.Log.With("psp_event_id", ev.ID, "event_type", ev.Type, "payment_id", ev.PaymentID, "payment_intent", ev.PaymentIntentID,
+		"psp_charge", ev.ChargeID)
 	if isRefundEvent(ev.Type) {
 		return h.serveRefund(ctx, ev, log)
 	}
 	o := outcomeOf(ev)
-	res, err := h.d.Ledger.ApplyWebhook(ctx, ledger.InboxEvent{ID: ev.ID, Type: ev.Type, PaymentID: ev.PaymentID}, o, h.d.Clock.Now())
+	res, err := h.d.Ledger.ApplyWebhook(ctx, ledger.InboxEvent{ID: ev.ID, Type: ev.Type, PaymentID: ev.PaymentID,
+		Amount: ev.Amount, Currency: ev.Currency, PaymentIntentID: ev.PaymentIntentID, ChargeID: ev.ChargeID}, o, h.d.Clock.Now())
 	if err != nil {
 		return h.notApplied(log, err)
 	}
 	switch {
 	case res.Duplicate:
 		return h.duplicate(log)
+	case len(res.Mismatch) > 0:
+		// Ids and field names only: the amounts are in the row and at the PSP.
+		log.Error("webhook: refused to settle: the PSP's object is not this payment's; nothing moved",
+			"alert", MetricMismatch, "mismatch", strings.Join(res.Mismatch, ","), "state", res.Payment.State)
+		h.d.Metrics.Count(MetricMismatch, 1)
 	case res.Moved:
 		log.Info("webhook: payment settled", "state", res.Payment.State, "psp_charge", res.Payment.PSPCharge)
 		h.d.Metrics.Count("WebhookSettled", 1)

@@ -154,7 +154,7 @@ func TestForgedStaleOrMalformedWebhooksAre400AndChangeNothing(t *testing.T) {
 	pid := lostReply(t, w, "K1", worldtest.Body3000)
 	event := []byte(`{"id":"evt_forged","object":"event","api_version":"2025-08-27.basil","created":1,` +
 		`"type":"payment_intent.succeeded","data":{"object":{"id":"pi_x","object":"payment_intent","status":"succeeded",` +
-		`"latest_charge":"ch_x","metadata":{"payment_id":"` + pid + `"}}}}`)
+		`"amount":3000,"currency":"usd","latest_charge":"ch_x","metadata":{"payment_id":"` + pid + `"}}}}`)
 	now := time.Now()
 	for _, tc := range []struct {
 		name   string
@@ -251,5 +251,95 @@ func TestInvokeAcceptsHTTPAPIAndALBEvents(t *testing.T) {
 	}
 	if p := w.Row("u1", "K1"); p.State != ledger.Unknown {
 		t.Fatalf("an event of another type moved the payment: %s", p.State)
+	}
+}
+
+// A validly signed event whose PaymentIntent carries our payment id but not
+// the payment's terms (another amount, another currency, none at all: a
+// PaymentIntent our charge never made, such as one another integration of
+// the same PSP account tagged with a payment_id of its own) settles
+// nothing: the row stays open, no journal, no outbox intent. The event is
+// acknowledged (200, so the PSP stops delivering it; a redelivery could
+// not match better) and recorded (a redelivery is a duplicate), and the
+// refusal is an error line with the ids and a metric of its own. The
+// genuine event then settles the payment as ever.
+func TestAWebhookWhoseAmountOrCurrencyDiffersFromTheRowSettlesNothing(t *testing.T) {
+	w := worldtest.New(t, worldtest.Options{})
+	pid := lostReply(t, w, "K1", worldtest.Body3000) // 3000 USD, UNKNOWN
+	forged := func(id, typ, terms string) []byte {
+		return []byte(`{"id":"` + id + `","object":"event","api_version":"2025-08-27.basil","created":1,"type":"` + typ + `",` +
+			`"data":{"object":{"id":"pi_other","object":"payment_intent","status":"succeeded",` + terms +
+			`"latest_charge":"ch_other","metadata":{"payment_id":"` + pid + `"}}}}`)
+	}
+	cases := []struct{ id, typ, terms string }{
+		{"evt_amount", "payment_intent.succeeded", `"amount":50,"currency":"usd",`},
+		{"evt_currency", "payment_intent.succeeded", `"amount":3000,"currency":"eur",`},
+		{"evt_none", "payment_intent.succeeded", ``},
+		{"evt_failed", "payment_intent.payment_failed", `"amount":3000,"currency":"jpy",`},
+	}
+	now := time.Now()
+	for _, c := range cases {
+		ev := forged(c.id, c.typ, c.terms)
+		status, ctype, body := post(t, w.WebhookURL, ev, pspsim.Sign(ev, w.WebhookSecret, now))
+		if status != http.StatusOK || ctype != "application/json" || !strings.Contains(body, `"received":true`) {
+			t.Errorf("%s: %d %s %s, want 200, acknowledged", c.id, status, ctype, body)
+		}
+		if p := w.Row("u1", "K1"); p.State != ledger.Unknown {
+			t.Fatalf("%s settled the payment: %+v", c.id, p)
+		}
+	}
+	if n := w.Count(`SELECT count(*) FROM outbox_intents WHERE payment_id = $1`, pid); n != 0 {
+		t.Errorf("outbox intents = %d", n)
+	}
+	if n := w.Count(`SELECT count(*) FROM journal_entries WHERE payment_id = $1`, pid); n != 0 {
+		t.Errorf("journal entries = %d", n)
+	}
+	if n := w.Count(`SELECT count(*) FROM webhook_inbox WHERE payment_id = $1`, pid); n != len(cases) {
+		t.Errorf("inbox rows = %d, want every refused event recorded", n)
+	}
+	if got := w.Metric(webhook.MetricMismatch); got != float64(len(cases)) {
+		t.Errorf("%s = %v, want %d", webhook.MetricMismatch, got, len(cases))
+	}
+	if !alertLogged(w, webhook.MetricMismatch, pid) || !bytes.Contains(w.Logs.Bytes(), []byte(`"psp_event_id":"evt_amount"`)) {
+		t.Errorf("no error line carries the alert with the payment's and the event's ids")
+	}
+	// A redelivery is a duplicate; the genuine event settles.
+	ev := forged("evt_amount", "payment_intent.succeeded", `"amount":50,"currency":"usd",`)
+	if status, _, body := post(t, w.WebhookURL, ev, pspsim.Sign(ev, w.WebhookSecret, now)); status != http.StatusOK || !strings.Contains(body, `"duplicate":true`) {
+		t.Errorf("the redelivery: %d %s", status, body)
+	}
+	flush(t, w, 1)
+	if p := w.Row("u1", "K1"); p.State != ledger.Succeeded || p.PSPCharge != w.Sim.Charges()[0].ID {
+		t.Fatalf("the genuine event: %+v", p)
+	}
+}
+
+// Once the row names the PSP's object (a decline names its PaymentIntent),
+// an event about another PaymentIntent carrying the same payment id is
+// refused as not this payment's, whatever its amount: it is counted as a
+// mismatch, not taken for the PSP charging a payment the ledger closed.
+func TestAWebhookAboutAnotherPaymentIntentThanTheRowNamesIsAMismatch(t *testing.T) {
+	w := worldtest.New(t, worldtest.Options{})
+	declined := strings.Replace(worldtest.Body3000, "pm_card_visa", "pm_card_chargeDeclined", 1)
+	pid := lostReply(t, w, "K1", declined)
+	flush(t, w, 1)
+	before := w.Row("u1", "K1")
+	if before.State != ledger.Failed || !strings.HasPrefix(before.PSPCharge, "pi_") {
+		t.Fatalf("row = %+v", before)
+	}
+	ev := []byte(`{"id":"evt_other_pi","object":"event","api_version":"2025-08-27.basil","created":1,"type":"payment_intent.succeeded",` +
+		`"data":{"object":{"id":"pi_other","object":"payment_intent","status":"succeeded","amount":3000,"currency":"usd",` +
+		`"latest_charge":"ch_other","metadata":{"payment_id":"` + pid + `"}}}}`)
+	if status, _, body := post(t, w.WebhookURL, ev, pspsim.Sign(ev, w.WebhookSecret, time.Now())); status != http.StatusOK {
+		t.Fatalf("answer %d %s, want 200", status, body)
+	}
+	if after := w.Row("u1", "K1"); after != before {
+		t.Fatalf("row %+v -> %+v", before, after)
+	}
+	if got := w.Metric(webhook.MetricMismatch); got != 1 {
+		t.Errorf("%s = %v, want 1", webhook.MetricMismatch, got)
+	}
+	if got := w.Metric(webhook.MetricSucceededOnFailed); got != 0 {
+		t.Errorf("%s = %v: another PaymentIntent was taken for this payment's", webhook.MetricSucceededOnFailed, got)
 	}
 }

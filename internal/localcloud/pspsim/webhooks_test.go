@@ -24,6 +24,8 @@ func TestWebhookSignatureVerifies(t *testing.T) {
 		PaymentIntentID: paid.PaymentIntentID,
 		PaymentID:       "pay_s",
 		ChargeID:        paid.ChargeID,
+		Amount:          3000,
+		Currency:        "usd",
 	}
 	if len(evs) != 1 || evs[0] != want || evs[0].ID == "" {
 		t.Fatalf("events: %+v, want %+v", evs, want)

@@ -104,12 +104,20 @@ func (a *Admin) Register(mux *http.ServeMux) {
 	mux.HandleFunc("/_local/invoke", localOnly(a.invoke))
 }
 
-// localOnly refuses what a web page in the user's browser could send to a
+// localOnly refuses a request from anywhere but this machine's loopback
+// (its peer address: the Host is the client's to write, and a listener can
+// be exposed past loopbackOnly by a port forward, a container's network or
+// a proxy), and what a web page in the user's browser could send to a
 // loopback port: a request whose Host is not a loopback address (DNS
 // rebinding: a page's own name resolved to 127.0.0.1), and a POST that is
 // not JSON (a form or a text/plain post needs no CORS preflight).
 func localOnly(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
+		if !loopbackPeer(r.RemoteAddr) {
+			writeProblem(w, problem.Problem{Type: problem.TypeBase + "local-only", Title: "Forbidden", Status: http.StatusForbidden,
+				Detail: "The local cloud's admin API answers requests from this machine's loopback (127.0.0.0/8 or ::1) only."})
+			return
+		}
 		host := r.Host
 		if h, _, err := net.SplitHostPort(host); err == nil {
 			host = h
@@ -129,6 +137,17 @@ func localOnly(h http.HandlerFunc) http.HandlerFunc {
 		}
 		h(w, r)
 	}
+}
+
+// loopbackPeer says whether remote (a request's RemoteAddr, ip:port) is a
+// loopback address; anything unparsable is not.
+func loopbackPeer(remote string) bool {
+	host, _, err := net.SplitHostPort(remote)
+	if err != nil {
+		return false
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }
 
 // Status gathers the status of every part.

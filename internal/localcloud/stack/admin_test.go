@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -360,4 +361,90 @@ func TestAdminInvokeFailuresAreProblems(t *testing.T) {
 	if calls != 1 {
 		t.Errorf("the function ran %d times, want once", calls)
 	}
+}
+
+// The admin API answers only a peer on this machine's loopback: a request
+// whose connection comes from any other address is 403 problem+json and
+// kills nothing, even with a loopback Host (which is the client's to
+// write). The listener is refused off loopback too (loopbackOnly); this is
+// the second lock, for a listener a port forward, a container's network or
+// a proxy exposes anyway.
+func TestAdminRefusesAPeerThatIsNotLoopback(t *testing.T) {
+	f := &fakeAdmin{}
+	mux := http.NewServeMux()
+	(&stack.Admin{Functions: functions, Runner: f}).Register(mux)
+	send := func(remote, method, path string) (int, string) {
+		var body io.Reader
+		if method == http.MethodPost {
+			body = strings.NewReader(`{"function":"relay"}`)
+		}
+		req := httptest.NewRequest(method, "http://127.0.0.1:8071"+path, body)
+		req.RemoteAddr = remote
+		req.Header.Set("Content-Type", "application/json")
+		rec := httptest.NewRecorder()
+		mux.ServeHTTP(rec, req)
+		return rec.Code, rec.Header().Get("Content-Type")
+	}
+	for _, remote := range []string{"192.0.2.1:40000", "[2001:db8::1]:40000", "10.0.0.7:1", "[::ffff:192.0.2.1]:2", "not-an-address", ""} {
+		for _, m := range []string{http.MethodGet, http.MethodPost} {
+			path := map[string]string{http.MethodGet: "/_local/status", http.MethodPost: "/_local/kill"}[m]
+			if code, ctype := send(remote, m, path); code != http.StatusForbidden || ctype != problem.ContentType {
+				t.Errorf("%s %s from %q: %d %s, want 403 problem+json", m, path, remote, code, ctype)
+			}
+		}
+	}
+	if len(f.kills) != 0 {
+		t.Errorf("kills = %v from peers off loopback", f.kills)
+	}
+	for _, remote := range []string{"127.0.0.1:40000", "[::1]:40000", "127.0.0.2:1"} {
+		if code, _ := send(remote, http.MethodPost, "/_local/kill"); code != http.StatusOK {
+			t.Errorf("kill from %q: %d, want 200", remote, code)
+		}
+	}
+
+	// Over a real socket: a listener on this machine's non-loopback
+	// address, reached from it, with the Host a loopback one.
+	ip := nonLoopbackIP(t)
+	if ip == "" {
+		t.Log("this machine has no non-loopback IPv4 address; the socket half is not run")
+		return
+	}
+	srv := httptest.NewUnstartedServer(mux)
+	ln, err := net.Listen("tcp", net.JoinHostPort(ip, "0"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv.Listener = ln
+	srv.Start()
+	t.Cleanup(srv.Close)
+	req, _ := http.NewRequest(http.MethodPost, srv.URL+"/_local/kill", strings.NewReader(`{"function":"relay"}`))
+	req.Host = "127.0.0.1:8071"
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden {
+		t.Errorf("a kill from %s over a socket: %d, want 403", ip, resp.StatusCode)
+	}
+	if len(f.kills) != 3 {
+		t.Errorf("kills = %v, want only the three from loopback peers", f.kills)
+	}
+}
+
+// nonLoopbackIP is one of this machine's IPv4 unicast addresses off
+// loopback, "" if it has none.
+func nonLoopbackIP(t *testing.T) string {
+	t.Helper()
+	addrs, err := net.InterfaceAddrs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range addrs {
+		if n, ok := a.(*net.IPNet); ok && n.IP.To4() != nil && !n.IP.IsLoopback() && n.IP.IsGlobalUnicast() {
+			return n.IP.String()
+		}
+	}
+	return ""
 }
