@@ -90,12 +90,8 @@ func Claims(cfg aws.Config) (*idem.Store, error) {
 // HomeRouter returns the home-Region router (docs/regions.md) over
 // ONCEPAY_HOMES_TABLE, or nil when it is unset: one Region, no routing.
 func HomeRouter(cfg aws.Config) (*home.Router, error) {
-	table := os.Getenv(stackenv.HomesTable)
-	if table == "" {
-		return nil, nil
-	}
-	fallback, err := Require(stackenv.HomeDefault)
-	if err != nil {
+	table, fallback, err := homeTable()
+	if table == "" || err != nil {
 		return nil, err
 	}
 	raw, err := Require(stackenv.RegionURLs)
@@ -278,14 +274,21 @@ func PaymentsFromEnv(ctx context.Context, log *slog.Logger) (Payments, error) {
 // sweeps tell a standby's wait from the home's outage by it. nil, nil in
 // one Region (the stack sets the home table only in Region stacks).
 func IsHome(cfg aws.Config) (func(ctx context.Context) (bool, error), error) {
-	table := os.Getenv(stackenv.HomesTable)
-	if table == "" {
-		return nil, nil
-	}
-	fallback, err := Require(stackenv.HomeDefault)
-	if err != nil {
+	table, fallback, err := homeTable()
+	if table == "" || err != nil {
 		return nil, err
 	}
 	homes, region := home.NewStore(dynamoclient.New(cfg), table), cfg.Region
 	return func(ctx context.Context) (bool, error) { return homes.IsDefaultHome(ctx, region, fallback) }, nil
+}
+
+// homeTable is the home record table and the default home from the
+// environment; "" in one Region.
+func homeTable() (table, fallback string, err error) {
+	table = os.Getenv(stackenv.HomesTable)
+	if table == "" {
+		return "", "", nil
+	}
+	fallback, err = Require(stackenv.HomeDefault)
+	return table, fallback, err
 }

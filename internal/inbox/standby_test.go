@@ -3,13 +3,12 @@ package inbox_test
 import (
 	"context"
 	"errors"
-	"net"
-	"strings"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/oncepay/oncepay/internal/inbox"
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
 )
 
 // A global database's secondary serves nothing at its writer endpoint
@@ -21,26 +20,7 @@ import (
 func TestAnUnreachableLedgerOutsideTheHomeIsAStandbysWait(t *testing.T) {
 	ctx := context.Background()
 	w := newWorld(t, nil)
-	poolAt := func(host string) *pgxpool.Pool {
-		cfg, err := pgxpool.ParseConfig("postgres://oncepay@" + host + "/oncepay?connect_timeout=1&sslmode=disable")
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The resolver's answer for a name that does not exist, without
-		// asking the machine's DNS (which a test cannot count on).
-		cfg.ConnConfig.LookupFunc = func(ctx context.Context, name string) ([]string, error) {
-			if strings.HasSuffix(name, ".invalid") {
-				return nil, &net.DNSError{Err: "no such host", Name: name, IsNotFound: true}
-			}
-			return net.DefaultResolver.LookupHost(ctx, name)
-		}
-		pool, err := pgxpool.NewWithConfig(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
-		return pool
-	}
+	poolAt := func(host string) *pgxpool.Pool { return testenv.UnreachableLedger(t, host) }
 	// A name that does not resolve: the secondary's endpoint.
 	gone, refused := poolAt("oncepay-ledger.cluster-x.invalid:5432"), poolAt("127.0.0.1:1")
 	unreadable := errors.New("home table unreachable")

@@ -3,16 +3,13 @@ package resolver_test
 import (
 	"context"
 	"errors"
-	"net"
 	"net/http"
-	"strings"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgxpool"
-
 	"github.com/oncepay/oncepay/internal/ids"
 	"github.com/oncepay/oncepay/internal/ledger"
+	"github.com/oncepay/oncepay/internal/testkit/testenv"
 	"github.com/oncepay/oncepay/internal/testkit/worldtest"
 )
 
@@ -163,26 +160,7 @@ func TestAReadOnlyLedgerInTheHomeRegionIsCounted(t *testing.T) {
 func TestAnUnreachableLedgerOutsideTheHomeIsAStandbysWait(t *testing.T) {
 	w := unknownPayment(t)
 	charges := len(w.Sim.Charges())
-	ledgerAt := func(host string) *ledger.Store {
-		cfg, err := pgxpool.ParseConfig("postgres://oncepay@" + host + "/oncepay?connect_timeout=1&sslmode=disable")
-		if err != nil {
-			t.Fatal(err)
-		}
-		// The resolver's answer for a name that does not exist, without
-		// asking the machine's DNS (which a test cannot count on).
-		cfg.ConnConfig.LookupFunc = func(ctx context.Context, name string) ([]string, error) {
-			if strings.HasSuffix(name, ".invalid") {
-				return nil, &net.DNSError{Err: "no such host", Name: name, IsNotFound: true}
-			}
-			return net.DefaultResolver.LookupHost(ctx, name)
-		}
-		pool, err := pgxpool.NewWithConfig(ctx, cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(pool.Close)
-		return ledger.New(pool)
-	}
+	ledgerAt := func(host string) *ledger.Store { return ledger.New(testenv.UnreachableLedger(t, host)) }
 	// A name that does not resolve: the secondary's endpoint.
 	gone := ledgerAt("oncepay-ledger.cluster-x.invalid:5432")
 	cfg := w.ResolverConfig()

@@ -186,3 +186,27 @@ func sanitize(s string) string {
 }
 
 func itoa(p uint16) string { return strconv.Itoa(int(p)) }
+
+// UnreachableLedger is a pool to a ledger that never answers: a host
+// ending in .invalid does not resolve (the resolver's own not-found
+// answer, given without asking the machine's DNS, which a test cannot
+// count on); any other host is dialed as it is (127.0.0.1:1 refuses).
+func UnreachableLedger(t testing.TB, host string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig("postgres://oncepay@" + host + "/oncepay?connect_timeout=1&sslmode=disable")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.LookupFunc = func(ctx context.Context, name string) ([]string, error) {
+		if strings.HasSuffix(name, ".invalid") {
+			return nil, &net.DNSError{Err: "no such host", Name: name, IsNotFound: true}
+		}
+		return net.DefaultResolver.LookupHost(ctx, name)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(pool.Close)
+	return pool
+}
