@@ -86,6 +86,9 @@ func Chaos(ctx context.Context, seed uint64) (Schedule, error) {
 		return sc, err
 	}
 	defer s.Close()
+	if armSchedule != nil {
+		armSchedule(s)
+	}
 	logf := func(format string, args ...any) { sc.Log = append(sc.Log, fmt.Sprintf(format, args...)) }
 	n := 2 + rng.IntN(3)
 	sc.Payments = n
@@ -298,6 +301,9 @@ func Chaos(ctx context.Context, seed uint64) (Schedule, error) {
 	}
 	sc.Again = again.Counts
 	logf("R2's second reconciliation: %v, %d finding(s)", again.Counts, again.Findings)
+	if n := s.pushes.total(); n > 0 {
+		sc.Fired["push.answer_lost"] += n
+	}
 	if err := s.check(ctx, pays, &sc, absent, rep, again); err != nil {
 		return sc, err
 	}
@@ -528,9 +534,11 @@ func (s *System) check(ctx context.Context, pays []*cpay, sc *Schedule, absent m
 			}
 		}
 		// A payment the reconciliation adopted was pushed in R1 and is
-		// pushed again by R2, with the same replace id.
-		if shown[p.pid] > 2 {
-			violate("%s: %d pushes; at most one per Region (%s)", p.pid, shown[p.pid], s.pushesOf(p.pid))
+		// pushed again by R2, with the same replace id; and a publish
+		// whose answer was lost may have gone out before the SDK's retry
+		// sent it again: one more copy, the same replace id.
+		if lost := s.LostPushAnswers(ids.ReplaceID(p.pid)); shown[p.pid] > 2+lost {
+			violate("%s: %d pushes; at most one per Region, and one more per publish whose answer was lost (%d) (%s)", p.pid, shown[p.pid], lost, s.pushesOf(p.pid))
 		}
 		for _, a := range p.answers {
 			if a.Status == http.StatusCreated && (len(ch) == 0 || a.PSPCharge != ch[0].ID) {
@@ -623,6 +631,10 @@ func known(pays []*cpay, pid string) bool {
 	}
 	return false
 }
+
+// armSchedule, when set (tests only), arms faults on a schedule's System
+// before its first step.
+var armSchedule func(*System)
 
 // lostSlack covers the time between a commit's now() in R1 and the moment
 // the replicator's proxy had it in hand: the check's tolerance, not a

@@ -99,6 +99,8 @@ type System struct {
 	HomesRepl  *globaltable.Replicator
 	Ledger     *pgrepl.Link
 
+	// pushes watches both Regions' push publishes (pushwire.go).
+	pushes  *pushAnswers
 	closers []func()
 }
 
@@ -120,7 +122,7 @@ func New(ctx context.Context, o Options) (s *System, err error) {
 		o.Lag = time.Second
 	}
 	t0 := time.Now().UTC().Truncate(time.Second)
-	s = &System{Clock: clock.NewFake(t0), T0: t0, Lag: o.Lag, Homes: map[string]*home.Mover{}}
+	s = &System{Clock: clock.NewFake(t0), T0: t0, Lag: o.Lag, Homes: map[string]*home.Mover{}, pushes: newPushAnswers()}
 	defer func() {
 		if err != nil {
 			s.Close()
@@ -136,7 +138,8 @@ func New(ctx context.Context, o Options) (s *System, err error) {
 	// The home routers read their Region's replica of the home record
 	// table, which exists before the worlds (their APIs hold a router).
 	homes1, homes2 := &routerSlot{}, &routerSlot{}
-	base := story.Options{Clock: s.Clock, T0: t0, Sim: s.Sim, SimURL: simSrv.URL, ClaimStream: o.Claims == Eventual, Logger: o.Logger, Adopt: true}
+	base := story.Options{Clock: s.Clock, T0: t0, Sim: s.Sim, SimURL: simSrv.URL, ClaimStream: o.Claims == Eventual, Logger: o.Logger, Adopt: true,
+		WrapPush: s.pushes.wrap}
 	o1 := base
 	o1.Region = R1
 	if !o.WithoutHomeRouting {
