@@ -79,7 +79,7 @@ func NewNetwork(scope constructs.Construct, id string, props *NetworkProps) *Net
 		RestrictDefaultSecurityGroup: jsii.Bool(false),
 	}
 	if ids := props.AvailabilityZoneIds; ids != nil {
-		if len(ids) != 2 || ids[0] == ids[1] || !azID.MatchString(ids[0]) || !azID.MatchString(ids[1]) {
+		if !twoAZIds(ids) {
 			panic(fmt.Sprintf("oncepay: AvailabilityZoneIds %q: want two different AZ ids such as use1-az1,use1-az2", ids))
 		}
 	}
@@ -123,6 +123,11 @@ func NewNetwork(scope constructs.Construct, id string, props *NetworkProps) *Net
 		}
 	}
 	return c
+}
+
+// twoAZIds reports whether ids are two different AZ ids.
+func twoAZIds(ids []string) bool {
+	return len(ids) == 2 && ids[0] != ids[1] && azID.MatchString(ids[0]) && azID.MatchString(ids[1])
 }
 
 // azID is an AZ id: a Region code and a zone number (use1-az1, euw1-az3,

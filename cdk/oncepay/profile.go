@@ -335,7 +335,7 @@ func StackPropsFromContext(scope constructs.Construct) (*StackProps, error) {
 				where = r
 			}
 			return nil, fmt.Errorf("oncepay: the prod profile pins its two AZs by id: set -c %s=<id>,<id> for %s (`make preflight` lists its ids and refuses the ones RDS Proxy does not run in)", ContextAvailabilityZoneIds, where)
-		case len(ids) != 0 && (len(ids) != 2 || ids[0] == ids[1] || !azID.MatchString(ids[0]) || !azID.MatchString(ids[1])):
+		case len(ids) != 0 && !twoAZIds(ids):
 			return nil, fmt.Errorf("oncepay: context %s: want two different AZ ids per Region such as use1-az1,use1-az2, got %q", ContextAvailabilityZoneIds, ids)
 		}
 	}

@@ -178,16 +178,15 @@ func (s *NotifSweeper) FinishPending(ctx context.Context, limit int) (int, error
 	// (docs/regions.md): the rows it shows are the home's to send.
 	if s.cfg.CheckStandby {
 		ro, err := ledger.ReadOnly(ctx, s.db)
-		if err != nil && s.cfg.IsHome != nil && ledger.EndpointNotFound(err) {
-			home, herr := s.cfg.IsHome(ctx)
-			if herr == nil && !home {
+		if err != nil {
+			wait, werr := ledger.StandbyWait(ctx, err, s.cfg.IsHome)
+			if wait {
 				s.cfg.Logger.Info("standby: the ledger's writer does not answer until this Region is promoted", "channel", s.cfg.Channel, "err", err)
-				return 0, nil
 			}
-			err = errors.Join(err, herr)
+			return 0, werr
 		}
-		if err != nil || ro {
-			return 0, err
+		if ro {
+			return 0, nil
 		}
 	}
 	if limit > 0 {

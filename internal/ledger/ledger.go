@@ -410,5 +410,21 @@ func EndpointNotFound(err error) bool {
 	return errors.As(err, &dns) && dns.IsNotFound
 }
 
+// StandbyWait decides for a sweep whose ReadOnly check failed with err:
+// outside the home Region (isHome false) a host that does not resolve is a
+// standby's wait (true, nil); anything else is the error, joined with the
+// home record's when that could not be read. A nil isHome (one Region)
+// never waits.
+func StandbyWait(ctx context.Context, err error, isHome func(context.Context) (bool, error)) (bool, error) {
+	if isHome == nil || !EndpointNotFound(err) {
+		return false, err
+	}
+	home, herr := isHome(ctx)
+	if herr != nil || home {
+		return false, errors.Join(err, herr)
+	}
+	return true, nil
+}
+
 // ReadOnly reports whether this ledger refuses writes (see ReadOnly).
 func (s *Store) ReadOnly(ctx context.Context) (bool, error) { return ReadOnly(ctx, s.pool) }

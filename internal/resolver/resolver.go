@@ -253,12 +253,8 @@ func (r *Resolver) Run(ctx context.Context) (Report, error) {
 		// ledger host that does not resolve is that wait, not a failure to
 		// alarm on every minute. Any other failure, and any failure in the
 		// home Region, is an error.
-		if r.d.IsHome == nil || !ledger.EndpointNotFound(err) {
+		if wait, err := ledger.StandbyWait(ctx, err, r.d.IsHome); !wait {
 			return rep, err
-		}
-		home, herr := r.d.IsHome(ctx)
-		if herr != nil || home {
-			return rep, errors.Join(err, herr)
 		}
 		rep.Standby = true
 		r.d.Metrics.Count("ResolverStandby", 1)
